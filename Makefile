@@ -1,0 +1,59 @@
+# The two commands a newcomer runs (see README):
+#   make demo   install mnemex in .venv and run it on a bundled sample of agent memories
+#   make test   install everything the tests need and run lint, types and the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MNEMEX := $(BIN)/mnemex --db .demo/memories.db
+SAMPLE := src/mnemex/data/sample_memories.jsonl
+
+.PHONY: demo test lint typecheck pytest bench eval clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev,eval]"
+	touch $@ $(VENV)/.core
+
+demo: $(VENV)/.core
+	rm -rf .demo
+	$(MNEMEX) import $(SAMPLE)
+	$(MNEMEX) stats
+	@echo; echo '$$ mnemex search "why were invoice PDFs slow?"'
+	@$(MNEMEX) search "why were invoice PDFs slow?"
+	@echo; echo '$$ mnemex search "reconciliation bug with refunds" --limit 3'
+	@$(MNEMEX) search "reconciliation bug with refunds" --limit 3
+	@echo; echo '$$ mnemex search "发票" --limit 2'
+	@$(MNEMEX) search "发票" --limit 2
+	@echo; echo '$$ mnemex search "OIDC cutover" --kind decision --json'
+	@$(MNEMEX) search "OIDC cutover" --kind decision --limit 2 --json
+	@echo; echo '$$ mnemex timeline --limit 8'
+	@$(MNEMEX) timeline --limit 8
+
+test: lint typecheck pytest
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(VENV)/.dev
+	$(BIN)/mypy
+
+pytest: $(VENV)/.dev
+	$(BIN)/pytest
+
+bench: $(VENV)/.dev
+	$(BIN)/python benchmarks/bench_lexical.py
+	$(BIN)/python benchmarks/eval_quality.py
+
+eval: $(VENV)/.dev
+	$(BIN)/mnemex eval beir ../shared/data/beir/scifact
+	$(BIN)/mnemex eval locomo ../shared/data/locomo/locomo10-dev.json
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,143 @@
+"""Shared helpers of the benchmarks: realistic texts, the machine, RESULTS.md sections.
+
+The benchmark data (BEIR SciFact, LoCoMo) is not shipped: point ``--data`` (or
+``MNEMEX_BENCH_DATA``) at a folder holding ``beir/scifact`` and
+``locomo/locomo10-dev.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import platform
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+DEFAULT_DATA = Path(os.environ.get("MNEMEX_BENCH_DATA", ROOT.parent / "shared" / "data"))
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+
+
+def data_dir(path: str | None) -> Path:
+    folder = Path(path) if path else DEFAULT_DATA
+    if not (folder / "beir" / "scifact" / "corpus.jsonl.gz").exists():
+        sys.exit(
+            f"benchmark data not found under {folder}: pass --data DIR (a folder with "
+            "beir/scifact/ and locomo/locomo10-dev.json) or set MNEMEX_BENCH_DATA"
+        )
+    return folder
+
+
+def scifact_sentences(folder: Path) -> list[str]:
+    out: list[str] = []
+    with gzip.open(folder / "beir" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            out.extend(s.strip() for s in _SENTENCE.split(doc["text"]) if len(s.strip()) > 30)
+    return out
+
+
+def locomo_turns(folder: Path) -> list[str]:
+    samples = json.loads((folder / "locomo" / "locomo10-dev.json").read_text(encoding="utf-8"))
+    out = []
+    for sample in samples:
+        conv = sample["conversation"]
+        n = 1
+        while f"session_{n}" in conv:
+            out.extend(f"{t['speaker']}: {t['text']}" for t in conv[f"session_{n}"])
+            n += 1
+    return out
+
+
+def memories(folder: Path, count: int) -> list[str]:
+    """``count`` distinct, realistic memory texts: single sentences and dialogue turns,
+    then windows of two and three consecutive sentences."""
+    sentences = scifact_sentences(folder)
+    turns = locomo_turns(folder)
+    pool = dict.fromkeys(turns + sentences)
+    for width in (2, 3):
+        for start in range(len(sentences) - width + 1):
+            if len(pool) >= count:
+                break
+            pool.setdefault(" ".join(sentences[start : start + width]))
+    texts = list(pool)[:count]
+    if len(texts) < count:
+        sys.exit(f"only {len(texts)} distinct texts available, {count} asked")
+    return texts
+
+
+def queries(folder: Path, min_words: int = 5, max_words: int = 10) -> list[str]:
+    """Natural-language queries of 5-10 words: SciFact claims and LoCoMo questions."""
+    out = []
+    with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
+        out.extend(json.loads(line)["text"] for line in f)
+    samples = json.loads((folder / "locomo" / "locomo10-dev.json").read_text(encoding="utf-8"))
+    out.extend(qa["question"] for s in samples for qa in s["qa"])
+    return [q for q in dict.fromkeys(out) if min_words <= len(q.split()) <= max_words]
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_ms)
+    return {
+        "p50": statistics.median(ordered),
+        "p95": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
+        "mean": statistics.fmean(ordered),
+    }
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    commit = ""
+    with contextlib.suppress(OSError):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; "
+        f"commit {commit or '?'}; {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+    )
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section ``name`` of RESULTS.md."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = (
+        RESULTS.read_text(encoding="utf-8")
+        if RESULTS.exists()
+        else (
+            "# Benchmark results\n\nEach section is written by the script it names; "
+            "numbers are medians over the queries of one run, with baselines measured in the "
+            "same run (the machines are shared and noisy).\n"
+        )
+    )
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        _, after = rest.split(end, 1)
+        text = before + block + after
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(text, encoding="utf-8")

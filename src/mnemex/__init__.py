@@ -1,0 +1,103 @@
+"""mnemex: local-first memory search for AI agents.
+
+    >>> import mnemex
+    >>> store = mnemex.open("memories.db")
+    >>> store.add("We chose PostgreSQL for the billing service", kind="decision")
+    >>> store.search("which database for billing?").hits
+
+The public API is small: :func:`open` returns a :class:`Store`; its methods
+(``add``, ``add_many``, ``get``, ``update``, ``forget``, ``timeline``,
+``search``, ``stats``) return the frozen values in :mod:`mnemex.models`;
+errors derive from :class:`MnemexError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALL",
+    "ContentTooLarge",
+    "DuplicateId",
+    "ForgetResult",
+    "GetResult",
+    "Hit",
+    "InvalidInput",
+    "InvalidQuery",
+    "Memory",
+    "MnemexError",
+    "SearchResult",
+    "Settings",
+    "Stats",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "TimelineEntry",
+    "UnknownMemory",
+    "__version__",
+    "open",
+]
+
+_LAZY = {
+    "ALL": "mnemex.store",
+    "Store": "mnemex.store",
+    "Settings": "mnemex.config",
+    "ContentTooLarge": "mnemex.errors",
+    "DuplicateId": "mnemex.errors",
+    "InvalidInput": "mnemex.errors",
+    "InvalidQuery": "mnemex.errors",
+    "MnemexError": "mnemex.errors",
+    "StoreError": "mnemex.errors",
+    "StoreLocked": "mnemex.errors",
+    "UnknownMemory": "mnemex.errors",
+    "ForgetResult": "mnemex.models",
+    "GetResult": "mnemex.models",
+    "Hit": "mnemex.models",
+    "Memory": "mnemex.models",
+    "SearchResult": "mnemex.models",
+    "Stats": "mnemex.models",
+    "TimelineEntry": "mnemex.models",
+}
+
+if TYPE_CHECKING:
+    from mnemex.config import Settings
+    from mnemex.errors import (
+        ContentTooLarge,
+        DuplicateId,
+        InvalidInput,
+        InvalidQuery,
+        MnemexError,
+        StoreError,
+        StoreLocked,
+        UnknownMemory,
+    )
+    from mnemex.models import (
+        ForgetResult,
+        GetResult,
+        Hit,
+        Memory,
+        SearchResult,
+        Stats,
+        TimelineEntry,
+    )
+    from mnemex.store import ALL, Store
+
+
+def open(db: Any = None, *, namespace: str | None = None, **settings: Any) -> Store:
+    """Open (creating if needed) a memory store; see :func:`mnemex.store.open_store`."""
+    from mnemex.store import open_store
+
+    return open_store(db, namespace=namespace, **settings)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mnemex' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,5 @@
+"""``python -m mnemex`` runs the CLI."""
+
+from mnemex.cli import main
+
+main()

@@ -1,0 +1,631 @@
+"""The ``mnemex`` command: each subcommand parses, calls one API function, formats.
+
+Readable output for people, ``--json`` for scripts. Errors print one line,
+``error: ...`` with what to do next, and exit non-zero (1 for errors, 2 for
+usage mistakes). Heavy modules are imported inside commands so that
+``mnemex --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from functools import wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from mnemex import __version__
+from mnemex.progress import progress_bar
+
+if TYPE_CHECKING:
+    from mnemex.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Context:
+    def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
+        self.db = db
+        self.namespace = namespace
+        self.home = home
+        self._store: Store | None = None
+
+    def store(self) -> Store:
+        if self._store is None:
+            from mnemex.config import load_settings
+            from mnemex.store import Store
+
+            self._store = Store(load_settings(self.db, namespace=self.namespace, home=self.home))
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn mnemex errors into one line on stderr and exit status 1."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from mnemex.errors import MnemexError
+
+        try:
+            return func(*args, **kwargs)
+        except MnemexError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def highlighted(text: str, start: str, end: str) -> Any:
+    """A snippet with FTS5 highlight markers rendered in bold."""
+    from rich.text import Text
+
+    out = Text()
+    bold = False
+    rest = text
+    while rest:
+        marker = end if bold else start
+        cut = rest.find(marker)
+        if cut < 0 or not marker:
+            out.append(rest, style="bold yellow" if bold else None)
+            break
+        out.append(rest[:cut], style="bold yellow" if bold else None)
+        rest = rest[cut + len(marker) :]
+        bold = not bold
+    return out
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def _read_text(value: str) -> str:
+    if value == "-":
+        data: bytes = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            from mnemex.errors import InvalidInput
+
+            raise InvalidInput(f"standard input is not valid UTF-8 (byte {exc.start})") from None
+    return value
+
+
+def _when(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+kind_option = click.option(
+    "--kind", "kinds", multiple=True, help="Only this kind (repeat or comma-separate)."
+)
+tag_option = click.option(
+    "--tag", "tags", multiple=True, help="Only memories with this tag (repeat: all of them)."
+)
+all_ns_option = click.option("--all-namespaces", is_flag=True, help="Read across every namespace.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    envvar="MNEMEX_DB",
+    help="Store file (default: memories.db in $MNEMEX_HOME or the user data dir).",
+)
+@click.option(
+    "-n",
+    "--namespace",
+    envvar="MNEMEX_NAMESPACE",
+    help="Namespace to read and write (default: 'default').",
+)
+@click.option("--home", type=click.Path(file_okay=False), hidden=True)
+@click.version_option(__version__, prog_name="mnemex")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | None) -> None:
+    """Local-first memory search for AI agents.
+
+    Memories live in one SQLite file. Search runs BM25 over an FTS5 index;
+    every command reads and writes one namespace.
+    """
+    state = Context(db, namespace, home)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+@cli.command()
+@click.argument("content")
+@click.option("--kind", default="observation", show_default=True, help="Kind of memory.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeat or comma-separate).")
+@click.option("--source", help="Where the memory came from.")
+@click.option("--confidence", type=float, default=0.8, show_default=True)
+@click.option("--pinned", is_flag=True, help="Never decays.")
+@click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
+@click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
+@click.option("--id", "ident", help="Use this id instead of a new one.")
+@json_option
+@click.pass_obj
+@handle_errors
+def add(
+    obj: Context,
+    content: str,
+    kind: str,
+    tags: tuple[str, ...],
+    source: str | None,
+    confidence: float,
+    pinned: bool,
+    created_at: str | None,
+    meta: tuple[str, ...],
+    ident: str | None,
+    as_json: bool,
+) -> None:
+    """Store a memory (CONTENT, or - to read it from standard input)."""
+    metadata: dict[str, str] = {}
+    for pair in meta:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--meta expects KEY=VALUE, got {pair!r}", 2)
+        metadata[key] = value
+    new = obj.store().add(
+        _read_text(content),
+        kind=kind,
+        tags=_split(tags),
+        source=source,
+        confidence=confidence,
+        pinned=pinned,
+        created_at=created_at,
+        metadata=metadata or None,
+        id=ident,
+    )
+    if as_json:
+        emit_json({"id": new, "namespace": obj.store().namespace})
+    else:
+        click.echo(new)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("-l", "--limit", type=click.IntRange(1, 1000), help="How many hits (default 6).")
+@kind_option
+@tag_option
+@click.option("--since", help="Created at or after (ISO 8601, epoch, or an age like 7d).")
+@click.option("--until", help="Created before.")
+@click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
+@all_ns_option
+@json_option
+@click.pass_obj
+@handle_errors
+def search(
+    obj: Context,
+    query: str,
+    limit: int | None,
+    kinds: tuple[str, ...],
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    raw: bool,
+    all_namespaces: bool,
+    as_json: bool,
+) -> None:
+    """Find the memories that best match QUERY (plain text; any characters are fine)."""
+    from mnemex.store import ALL
+
+    store = obj.store()
+    result = store.search(
+        _read_text(query),
+        limit,
+        kinds=_split(kinds),
+        tags=_split(tags),
+        since=since,
+        until=until,
+        raw=raw,
+        namespace=ALL if all_namespaces else None,
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    from rich.markup import escape
+    from rich.padding import Padding
+
+    out = console()
+    if not result.hits:
+        out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
+        return
+    start, end = store.settings.highlight_start, store.settings.highlight_end
+    for rank, hit in enumerate(result.hits, start=1):
+        tags_text = escape(f"  [{', '.join(hit.tags)}]") if hit.tags else ""
+        out.print(
+            f"[bold]{rank:>2}.[/bold] [cyan]{escape(hit.id)}[/cyan]  score {hit.score:.3f}  "
+            f"{escape(hit.kind)}  {_when(hit.created_at)}{tags_text}",
+            markup=True,
+        )
+        out.print(Padding(highlighted(" ".join(hit.snippet.split()), start, end), (0, 0, 0, 5)))
+    out.print(
+        f"[dim]{len(result.hits)} hit(s), {result.mode_used}, {result.took_ms:.1f} ms[/dim]",
+        markup=True,
+    )
+
+
+@cli.command()
+@click.option("--start", help="From this time (inclusive; ISO 8601, epoch or an age like 7d).")
+@click.option("--end", help="Up to this time (exclusive).")
+@kind_option
+@tag_option
+@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
+@all_ns_option
+@json_option
+@click.pass_obj
+@handle_errors
+def timeline(
+    obj: Context,
+    start: str | None,
+    end: str | None,
+    kinds: tuple[str, ...],
+    tags: tuple[str, ...],
+    limit: int,
+    oldest_first: bool,
+    all_namespaces: bool,
+    as_json: bool,
+) -> None:
+    """List memories by time: id, when, kind, tags and a one-line summary."""
+    from mnemex.store import ALL
+
+    entries = obj.store().timeline(
+        start,
+        end,
+        kinds=_split(kinds),
+        tags=_split(tags),
+        limit=limit,
+        oldest_first=oldest_first,
+        namespace=ALL if all_namespaces else None,
+    )
+    if as_json:
+        emit_json([e.to_dict() for e in entries])
+        return
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
+
+    out = console()
+    if not entries:
+        out.print("no memories in that range")
+    for e in entries:
+        tags_text = escape(f"  [{', '.join(e.tags)}]") if e.tags else ""
+        out.print(
+            f"[cyan]{escape(e.id)}[/cyan]  {_when(e.created_at)}  {escape(e.kind)}{tags_text}",
+            markup=True,
+        )
+        out.print(Padding(Text(e.summary), (0, 0, 0, 4)))
+
+
+@cli.command()
+@click.argument("ids", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+@handle_errors
+def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
+    """Show memories in full, by id (unknown ids are reported; exit 1 if any)."""
+    result = obj.store().get(_split(ids))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        out = console()
+        for m in result.memories:
+            tags = ", ".join(m.tags) or "-"
+            out.print(f"{m.id}  {m.kind}  {_when(m.created_at)}", markup=False, style="bold cyan")
+            out.print(
+                f"  tags: {tags}   confidence: {m.confidence:g}   pinned: {str(m.pinned).lower()}"
+                + (f"   source: {m.source}" if m.source else ""),
+                markup=False,
+            )
+            if m.metadata:
+                out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
+            out.print(m.content, markup=False)
+            out.print()
+    if result.missing:
+        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@click.option("--content", help="New text (- reads standard input).")
+@click.option("--kind")
+@click.option("--tag", "tags", multiple=True, help="Replace the tags (repeat or comma-separate).")
+@click.option("--source")
+@click.option("--confidence", type=float)
+@click.option("--pinned/--unpinned", default=None)
+@json_option
+@click.pass_obj
+@handle_errors
+def update(
+    obj: Context,
+    ident: str,
+    content: str | None,
+    kind: str | None,
+    tags: tuple[str, ...],
+    source: str | None,
+    confidence: float | None,
+    pinned: bool | None,
+    as_json: bool,
+) -> None:
+    """Change fields of a memory."""
+    changes: dict[str, Any] = {}
+    if content is not None:
+        changes["content"] = _read_text(content)
+    if kind is not None:
+        changes["kind"] = kind
+    if tags:
+        changes["tags"] = _split(tags)
+    if source is not None:
+        changes["source"] = source
+    if confidence is not None:
+        changes["confidence"] = confidence
+    if pinned is not None:
+        changes["pinned"] = pinned
+    if not changes:
+        fail(
+            "nothing to change: give --content, --kind, --tag, --source, --confidence or --pinned",
+            2,
+        )
+    memory = obj.store().update(ident, **changes)
+    if as_json:
+        emit_json(memory.to_dict())
+    else:
+        click.echo(memory.id)
+
+
+@cli.command()
+@click.argument("ids", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+@handle_errors
+def forget(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
+    """Delete memories by id (unknown ids are reported; exit 1 if any)."""
+    result = obj.store().forget(_split(ids))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(
+            f"forgot {len(result.forgotten)} memor{'y' if len(result.forgotten) == 1 else 'ies'}"
+        )
+    if result.missing:
+        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@all_ns_option
+@json_option
+@click.pass_obj
+@handle_errors
+def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
+    """What is in the store."""
+    from mnemex.store import ALL
+
+    s = obj.store().stats(namespace=ALL if all_namespaces else None)
+    if as_json:
+        emit_json(s.to_dict())
+        return
+    out = console()
+    out.print(f"store       {s.path}", markup=False)
+    out.print(f"namespace   {s.namespace}: {s.memories:,} memories", markup=False)
+    out.print(f"all         {s.total_memories:,} memories in {len(s.namespaces)} namespace(s)")
+    if s.kinds:
+        out.print(
+            "kinds       " + ", ".join(f"{k} {v:,}" for k, v in s.kinds.items()), markup=False
+        )
+    if s.oldest and s.newest:
+        out.print(f"span        {_when(s.oldest)} .. {_when(s.newest)}")
+    out.print(f"size        {s.size_bytes / 1e6:.1f} MB, schema v{s.schema_version}")
+
+
+@cli.command(name="import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--strict", is_flag=True, help="Import nothing if any line is bad.")
+@click.option("--keep-namespaces", is_flag=True, help="Use each line's own namespace field.")
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["skip", "error"]),
+    default="skip",
+    show_default=True,
+    help="What to do with a line whose id already exists.",
+)
+@json_option
+@click.pass_obj
+@handle_errors
+def import_(
+    obj: Context, file: str, strict: bool, keep_namespaces: bool, on_conflict: str, as_json: bool
+) -> None:
+    """Import memories from a JSONL file (- for standard input).
+
+    Bad lines are reported with their line numbers and skipped; the rest are
+    imported (with --strict, nothing is imported unless every line is good).
+    """
+    from mnemex.transfer import describe_errors, import_jsonl
+
+    store = obj.store()
+    stream = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
+    try:
+        total = None
+        if file != "-":
+            total = sum(1 for _ in stream)
+            stream.seek(0)
+        with progress_bar(total, "importing", enabled=not as_json) as advance:
+            lines = _counting(stream, advance)
+            report = import_jsonl(
+                store,
+                lines,
+                strict=strict,
+                keep_namespaces=keep_namespaces,
+                skip_existing=on_conflict == "skip",
+            )
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(
+            f"imported {report.imported:,}, skipped {report.skipped:,} existing, "
+            f"{len(report.errors):,} bad line(s)"
+        )
+        for message in describe_errors(report.errors):
+            click.echo(f"  {message}", err=True)
+    if report.errors:
+        sys.exit(1)
+
+
+def _counting(stream: Any, advance: Callable[[int], None]) -> Iterator[bytes]:
+    for line in stream:
+        yield line
+        advance(1)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), default="-")
+@all_ns_option
+@click.pass_obj
+@handle_errors
+def export(obj: Context, file: str, all_namespaces: bool) -> None:
+    """Write memories as JSONL to FILE (default: standard output)."""
+    from mnemex.store import ALL
+    from mnemex.transfer import export_jsonl
+
+    namespace = ALL if all_namespaces else None
+    if file == "-":
+        count = export_jsonl(obj.store(), sys.stdout, namespace=namespace)
+    else:
+        tmp = Path(file).with_name(Path(file).name + ".partial")
+        with open(tmp, "w", encoding="utf-8") as out:
+            count = export_jsonl(obj.store(), out, namespace=namespace)
+        os.replace(tmp, file)
+        click.echo(f"exported {count:,} memories to {file}", err=True)
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+@handle_errors
+def check(obj: Context, as_json: bool) -> None:
+    """Verify the store: SQLite and FTS5 integrity, index equal to the memories."""
+    report = obj.store().check()
+    if as_json:
+        emit_json(report)
+    elif report["ok"]:
+        click.echo(f"ok: {report['memories']:,} memories, index consistent")
+    else:
+        for problem in report["problems"]:
+            click.echo(f"problem: {problem}", err=True)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@cli.group(name="eval")
+def eval_() -> None:
+    """Measure retrieval quality and latency on public benchmarks."""
+
+
+@eval_.command(name="beir")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--split", default="test", show_default=True, help="qrels/<split>.tsv to use.")
+@click.option(
+    "--depth",
+    type=click.IntRange(10, 1000),
+    default=100,
+    show_default=True,
+    help="Hits retrieved per query.",
+)
+@click.option("--max-queries", type=int, help="Evaluate only the first N queries.")
+@click.option("--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact).")
+@click.option(
+    "--keep-db",
+    type=click.Path(dir_okay=False),
+    help="Build (or reuse) the store at this path instead of a temporary one.",
+)
+@json_option
+@handle_errors
+def eval_beir(
+    directory: str,
+    split: str,
+    depth: int,
+    max_queries: int | None,
+    budget: int | None,
+    keep_db: str | None,
+    as_json: bool,
+) -> None:
+    """Evaluate on a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/)."""
+    from mnemex.eval.beir import run_beir
+    from mnemex.eval.report import print_report
+
+    report = run_beir(
+        Path(directory),
+        split=split,
+        depth=depth,
+        max_queries=max_queries,
+        lexical_budget=budget,
+        db=Path(keep_db) if keep_db else None,
+        progress=not as_json,
+    )
+    emit_json(report) if as_json else print_report(report)
+
+
+@eval_.command(name="locomo")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--depth", type=click.IntRange(10, 1000), default=100, show_default=True)
+@click.option("--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact).")
+@click.option("--keep-db", type=click.Path(dir_okay=False))
+@json_option
+@handle_errors
+def eval_locomo(
+    file: str, depth: int, budget: int | None, keep_db: str | None, as_json: bool
+) -> None:
+    """Evaluate evidence recall on LoCoMo (each dialogue turn is a memory)."""
+    from mnemex.eval.locomo import run_locomo
+    from mnemex.eval.report import print_report
+
+    report = run_locomo(
+        Path(file),
+        depth=depth,
+        lexical_budget=budget,
+        db=Path(keep_db) if keep_db else None,
+        progress=not as_json,
+    )
+    emit_json(report) if as_json else print_report(report)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="mnemex")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,154 @@
+"""Settings: named defaults, then a TOML file, then ``MNEMEX_*`` variables, then arguments.
+
+The data folder is ``$MNEMEX_HOME`` or the platform's user data directory;
+the store is ``memories.db`` inside it unless a path is given. The config
+file is ``config.toml`` in the data folder (or ``$MNEMEX_CONFIG``); its keys
+are the field names of :class:`Settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from mnemex.errors import InvalidInput
+
+# Named defaults (the seeds' values where the seeds give one).
+DEFAULT_NAMESPACE = "default"
+DEFAULT_KIND = "observation"
+DEFAULT_CONFIDENCE = 0.8
+DEFAULT_SEARCH_LIMIT = 6  # top-K for search (seed 004)
+MAX_SEARCH_LIMIT = 1000
+DEFAULT_BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write lock
+DEFAULT_MAX_CONTENT_BYTES = 65_536
+DEFAULT_LEXICAL_BUDGET = 2_000  # postings scored per lexical query before shaping kicks in
+DEFAULT_SNIPPET_TOKENS = 32
+SNIPPET_MAX_CHARS = 700  # seed 004
+DB_FILENAME = "memories.db"
+CONFIG_FILENAME = "config.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, with the defaults above.
+
+    ``lexical_budget`` bounds how many postings the lexical arm scores per
+    query: when the query's terms together occur in more rows than that, only
+    rows containing its rarest terms are candidates (scored exactly with all
+    terms). ``0`` disables shaping and always scores every matching row.
+    """
+
+    home: Path
+    db_path: Path
+    namespace: str = DEFAULT_NAMESPACE
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    search_limit: int = DEFAULT_SEARCH_LIMIT
+    lexical_budget: int = DEFAULT_LEXICAL_BUDGET
+    snippet_tokens: int = DEFAULT_SNIPPET_TOKENS
+    highlight_start: str = "**"
+    highlight_end: str = "**"
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+_ENV_PREFIX = "MNEMEX_"
+_TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path")}
+
+
+def default_home() -> Path:
+    """``$MNEMEX_HOME`` or the platform's user data dir for mnemex."""
+    env = os.environ.get("MNEMEX_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("mnemex", appauthor=False))
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = _TUNABLES[name].type
+    try:
+        if kind in ("int", int):
+            if isinstance(value, bool):
+                raise ValueError
+            return int(value)
+        if kind in ("float", float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{source}: {name} must be a {kind}, got {value!r}") from None
+
+
+def load_settings(
+    db: str | os.PathLike[str] | None = None,
+    *,
+    home: str | os.PathLike[str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build settings: defaults < config file < environment < arguments."""
+    env = os.environ if environ is None else environ
+    home_path = Path(home).expanduser() if home is not None else default_home()
+    values: dict[str, Any] = {}
+
+    cfg_path = (
+        Path(config_file)
+        if config_file
+        else Path(env.get("MNEMEX_CONFIG") or home_path / CONFIG_FILENAME)
+    )
+    if cfg_path.is_file():
+        try:
+            data = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"cannot read config file {cfg_path}: {exc}") from None
+        for key, value in data.items():
+            if key == "db_path":
+                values["db_path"] = Path(str(value)).expanduser()
+            elif key in _TUNABLES:
+                values[key] = _coerce(key, value, str(cfg_path))
+            else:
+                raise InvalidInput(
+                    f"{cfg_path}: unknown setting {key!r}; known: {', '.join(sorted(_TUNABLES))}"
+                )
+
+    for key in _TUNABLES:
+        raw = env.get(_ENV_PREFIX + key.upper())
+        if raw is not None and raw != "":
+            values[key] = _coerce(key, raw, _ENV_PREFIX + key.upper())
+    if env.get("MNEMEX_DB"):
+        values["db_path"] = Path(env["MNEMEX_DB"]).expanduser()
+
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in _TUNABLES:
+            raise TypeError(f"unknown setting {key!r}")
+        values[key] = _coerce(key, value, "argument")
+
+    if db is not None:
+        values["db_path"] = Path(db).expanduser()
+    values.setdefault("db_path", home_path / DB_FILENAME)
+    settings = Settings(home=home_path, **values)
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    if s.busy_timeout < 0:
+        raise InvalidInput("busy_timeout must be >= 0 seconds")
+    if s.max_content_bytes < 1:
+        raise InvalidInput("max_content_bytes must be at least 1")
+    if not 1 <= s.search_limit <= MAX_SEARCH_LIMIT:
+        raise InvalidInput(f"search_limit must be between 1 and {MAX_SEARCH_LIMIT}")
+    if s.lexical_budget < 0:
+        raise InvalidInput("lexical_budget must be >= 0 (0 disables query shaping)")
+    if not 1 <= s.snippet_tokens <= 64:
+        raise InvalidInput("snippet_tokens must be between 1 and 64 (an FTS5 limit)")

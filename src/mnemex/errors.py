@@ -1,0 +1,60 @@
+"""The one error hierarchy of mnemex.
+
+Every message says what went wrong and what to do next. The CLI and the MCP
+server print ``str(error)`` as is, so messages are single sentences written
+for the person (or agent) who has to act on them.
+"""
+
+from __future__ import annotations
+
+
+class MnemexError(Exception):
+    """Base class of every error mnemex raises on purpose."""
+
+
+class InvalidInput(MnemexError, ValueError):
+    """An argument or a memory field is not acceptable."""
+
+
+class ContentTooLarge(InvalidInput):
+    """Content exceeds the configured size limit."""
+
+    def __init__(self, size: int, limit: int, where: str = "content") -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{where} is {size:,} bytes, over the limit of {limit:,} bytes; "
+            "split it into smaller memories or raise max_content_bytes "
+            "(MNEMEX_MAX_CONTENT_BYTES)"
+        )
+
+
+class InvalidQuery(InvalidInput):
+    """A raw FTS5 query could not be parsed."""
+
+
+class UnknownMemory(MnemexError, LookupError):
+    """One or more memory ids do not exist in the namespace."""
+
+    def __init__(self, ids: list[str], namespace: str) -> None:
+        self.ids = ids
+        self.namespace = namespace
+        shown = ", ".join(repr(i) for i in ids[:5]) + (
+            f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        )
+        super().__init__(
+            f"no memory with id {shown} in namespace {namespace!r}; "
+            "find ids with `mnemex search` or `mnemex timeline`"
+        )
+
+
+class DuplicateId(InvalidInput):
+    """A memory id given by the caller already exists."""
+
+
+class StoreLocked(MnemexError):
+    """Another process held the database lock for longer than the busy timeout."""
+
+
+class StoreError(MnemexError):
+    """The database file cannot be used (corrupt, unreadable, newer schema...)."""

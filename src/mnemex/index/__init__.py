@@ -1,0 +1,1 @@
+"""Indexes over the memories table (FTS5 now; vectors later)."""

@@ -1,0 +1,366 @@
+"""The lexical index: FTS5 BM25 retrieval, term statistics and snippets.
+
+FTS5 is the only lexical index; nothing here caches what it holds. Query text
+is tokenized by FTS5's own tokenizer (two contentless temp tables with the
+index's tokenizer, with and without the stemmer), so query terms are exactly
+the terms of the index in every script.
+
+Retrieval scores rows with FTS5's ``bm25()``. Its cost grows with the number
+of rows that contain any query term, so when the terms' document frequencies
+add up to more than a budget, only rows containing the rarest terms are
+candidates; each candidate is still scored with *all* terms, exactly. That
+uses the fact that ``bm25()`` is a sum over the phrases of the expression:
+for essential terms E and the rest R, the expression ``(E) AND (E OR R)``
+matches the rows of E and scores each ``2·S_E + S_R``; subtracting ``S_E``
+(from a plain ``E`` query) gives ``S_E + S_R``, the row's full score.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mnemex.errors import InvalidQuery
+from mnemex.search.query import (
+    FTS_OPERATORS,
+    MAX_QUERY_TERMS,
+    Term,
+    Token,
+    build_terms,
+    content_terms,
+    idf,
+    keep_rarest,
+    or_join,
+    shape,
+)
+from mnemex.storage.migrations import TOKENIZER
+from mnemex.text import CJK_CHAR, CJK_RUNS, format_time, unsegment
+
+TAGS_WEIGHT = 1.0  # bm25 weight of the tags column (content is 1.0)
+DF_CACHE_DRIFT = 0.02  # drop cached document frequencies when the row count moves by 2 %
+DF_CACHE_SIZE = 100_000  # terms
+_BM25 = f"bm25(memories_fts, 1.0, {TAGS_WEIGHT})"
+
+_TEMP_TABLES = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_q_surface USING fts5("
+    "t, content='', tokenize='unicode61 remove_diacritics 2')",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_q_stem USING fts5("
+    f"t, content='', tokenize='{TOKENIZER}')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_q_surface_v "
+    "USING fts5vocab(temp, mnemex_q_surface, instance)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_q_stem_v "
+    "USING fts5vocab(temp, mnemex_q_stem, instance)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_vocab USING fts5vocab(main, memories_fts, row)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Restrictions every search and timeline applies; ``namespace=None`` means all."""
+
+    namespace: str | None
+    kinds: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # a memory must carry every one
+    since: datetime | None = None  # inclusive
+    until: datetime | None = None  # exclusive
+
+    def sql(self, alias: str = "m") -> tuple[str, list[object]]:
+        """``AND ...`` conditions on the memories table and their parameters."""
+        parts: list[str] = []
+        params: list[object] = []
+        if self.namespace is not None:
+            parts.append(f"{alias}.namespace = ?")
+            params.append(self.namespace)
+        if self.kinds:
+            parts.append(f"{alias}.kind IN ({','.join('?' * len(self.kinds))})")
+            params.extend(self.kinds)
+        for tag in self.tags:
+            parts.append(f"{alias}.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)")
+            params.append(tag)
+        if self.since is not None:
+            parts.append(f"{alias}.created_at >= ?")
+            params.append(format_time(self.since))
+        if self.until is not None:
+            parts.append(f"{alias}.created_at < ?")
+            params.append(format_time(self.until))
+        return "".join(f" AND {p}" for p in parts), params
+
+    @property
+    def narrow(self) -> bool:
+        """True when anything beyond the namespace restricts the rows."""
+        return bool(self.kinds or self.tags or self.since or self.until)
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalPlan:
+    """Terms to search with their statistics; built by :func:`plan`."""
+
+    terms: tuple[Term, ...]
+    doc_freqs: tuple[int, ...]
+    n_docs: int
+    dropped: tuple[Term, ...] = ()  # stop words left out (retried when nothing matches)
+    dropped_freqs: tuple[int, ...] = ()
+    raw: str | None = None  # an FTS5 expression given as is
+
+    def with_dropped(self) -> LexicalPlan:
+        """The same query with its stop words put back."""
+        return LexicalPlan(
+            terms=self.terms + self.dropped,
+            doc_freqs=self.doc_freqs + self.dropped_freqs,
+            n_docs=self.n_docs,
+        )
+
+    @property
+    def match(self) -> str:
+        if self.raw is not None:
+            return self.raw
+        return or_join(t.match for t, df in zip(self.terms, self.doc_freqs, strict=True) if df)
+
+    @property
+    def norm(self) -> float:
+        """Sum of the terms' IDFs (see :func:`mnemex.search.query.normalized_score`)."""
+        return sum(idf(df, self.n_docs) for df in self.doc_freqs)
+
+    @property
+    def empty(self) -> bool:
+        return self.raw is None and not any(self.doc_freqs)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    seq: int
+    raw: float  # BM25, positive, higher is better
+
+
+@dataclass(slots=True)
+class Retrieval:
+    """Candidates best first, and how they were found."""
+
+    candidates: list[Candidate]
+    shaped: bool = False
+    essential: tuple[str, ...] = ()
+    fallback: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class Lexicon:
+    """Per-connection access to FTS5's tokenizer and term statistics."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._ready = False
+        self._n_docs: tuple[int, int] | None = None  # (data_version, count)
+        self._df: dict[str, int] = {}  # term key -> rows containing it
+        self._df_basis = 0  # row count when the cache was started
+
+    def _setup(self) -> None:
+        if not self._ready:
+            for statement in _TEMP_TABLES:
+                self._conn.execute(statement)
+            self._ready = True
+
+    def tokenize(self, text: str) -> list[Token]:
+        """Tokens of ``text`` exactly as the index tokenizes it, in order.
+
+        Runs of CJK characters are returned whole (one token each, flagged
+        ``cjk_run``): the index holds one token per CJK character, and only
+        characters adjacent in the text may form a phrase.
+        """
+        self._setup()
+        conn = self._conn
+        pieces = [p for p in CJK_RUNS.split(text) if p]
+        others = [(i, p) for i, p in enumerate(pieces) if not CJK_CHAR.match(p)]
+        words: dict[int, list[tuple[int, str, str]]] = {}
+        if others:
+            conn.execute(
+                "INSERT INTO temp.mnemex_q_surface (mnemex_q_surface) VALUES ('delete-all')"
+            )
+            conn.execute("INSERT INTO temp.mnemex_q_stem (mnemex_q_stem) VALUES ('delete-all')")
+            rows = [(i + 1, p) for i, p in others]
+            conn.executemany("INSERT INTO temp.mnemex_q_surface (rowid, t) VALUES (?, ?)", rows)
+            conn.executemany("INSERT INTO temp.mnemex_q_stem (rowid, t) VALUES (?, ?)", rows)
+            stems = {
+                (doc, offset): term
+                for doc, offset, term in conn.execute(
+                    "SELECT doc, offset, term FROM temp.mnemex_q_stem_v"
+                )
+            }
+            for doc, offset, term in conn.execute(
+                "SELECT doc, offset, term FROM temp.mnemex_q_surface_v"
+            ):
+                words.setdefault(doc - 1, []).append((offset, term, stems.get((doc, offset), term)))
+        tokens: list[Token] = []
+        for index, piece in enumerate(pieces):
+            if CJK_CHAR.match(piece):
+                tokens.append(Token(piece, piece, len(tokens), cjk_run=True))
+            else:
+                for _, surface, stem in sorted(words.get(index, ())):
+                    tokens.append(Token(surface, stem, len(tokens)))
+        return tokens
+
+    def invalidate(self) -> None:
+        """Forget the cached row count (call after this connection writes)."""
+        self._n_docs = None
+
+    def n_docs(self) -> int:
+        """Rows in the index (what ``bm25()`` calls N), cached until the data changes.
+
+        ``PRAGMA data_version`` changes when another connection commits; this
+        connection's own writes call :meth:`invalidate`.
+        """
+        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._n_docs is None or self._n_docs[0] != version:
+            count = self._conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+            self._n_docs = (version, int(count))
+        return self._n_docs[1]
+
+    def doc_freqs(self, terms: Sequence[Term]) -> list[int]:
+        """Rows containing each term (phrases are counted with a query).
+
+        Counting walks a term's whole posting list, so counts are cached; the
+        cache is dropped when the number of rows has changed by more than
+        ``DF_CACHE_DRIFT`` since it was started. The counts only steer query
+        shaping and score normalization (ranking uses FTS5's own statistics);
+        a count of zero is never cached, as it would leave the term out of the
+        query once another writer adds it.
+        """
+        self._setup()
+        n_docs = self.n_docs()
+        if (
+            abs(n_docs - self._df_basis) > DF_CACHE_DRIFT * max(self._df_basis, 1000)
+            or len(self._df) > DF_CACHE_SIZE
+        ):
+            self._df.clear()
+            self._df_basis = n_docs
+        cache = self._df
+        words = sorted({t.key for t in terms if not t.phrase and not cache.get(t.key)})
+        for start in range(0, len(words), 500):
+            chunk = words[start : start + 500]
+            found = dict(
+                self._conn.execute(
+                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN "
+                    f"({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+            for word in chunk:
+                cache[word] = int(found.get(word, 0))
+        for term in terms:
+            if term.phrase and not cache.get(term.key):
+                cache[term.key] = self._conn.execute(
+                    "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (term.match,)
+                ).fetchone()[0]
+        return [cache[t.key] for t in terms]
+
+
+def plan(lexicon: Lexicon, text: str, stopwords: frozenset[str]) -> LexicalPlan:
+    """Tokenize natural-language text and gather the statistics to search it."""
+    terms = build_terms(lexicon.tokenize(text), stopwords)
+    kept, dropped = content_terms(terms)
+    doc_freqs = lexicon.doc_freqs([*kept, *dropped])
+    keep = keep_rarest(kept, doc_freqs[: len(kept)], MAX_QUERY_TERMS)
+    return LexicalPlan(
+        terms=tuple(kept[i] for i in keep),
+        doc_freqs=tuple(doc_freqs[i] for i in keep),
+        n_docs=lexicon.n_docs(),
+        dropped=tuple(dropped),
+        dropped_freqs=tuple(doc_freqs[len(kept) :]),
+    )
+
+
+def plan_raw(lexicon: Lexicon, expression: str) -> LexicalPlan:
+    """A raw FTS5 expression; its bare words give the score normalization."""
+    tokens = [t for t in lexicon.tokenize(expression) if t.surface not in FTS_OPERATORS]
+    terms = build_terms(tokens, frozenset())
+    return LexicalPlan(
+        terms=tuple(terms),
+        doc_freqs=tuple(max(1, df) for df in lexicon.doc_freqs(terms)),
+        n_docs=lexicon.n_docs(),
+        raw=expression,
+    )
+
+
+def _exact(conn: sqlite3.Connection, match: str, filters: Filters, limit: int) -> list[Candidate]:
+    where, params = filters.sql()
+    rows = conn.execute(
+        f"""SELECT memories_fts.rowid, -{_BM25} AS s
+            FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid
+            WHERE memories_fts MATCH ?{where}
+            ORDER BY s DESC LIMIT ?""",
+        [match, *params, limit],
+    ).fetchall()
+    return [Candidate(seq, raw) for seq, raw in rows]
+
+
+def _shaped(
+    conn: sqlite3.Connection, essential: str, rest: str, filters: Filters, limit: int
+) -> list[Candidate]:
+    where, params = filters.sql()
+    rows = conn.execute(
+        f"""WITH e (seq, b) AS MATERIALIZED (
+                SELECT rowid, {_BM25} FROM memories_fts WHERE memories_fts MATCH ?
+            )
+            SELECT x.seq, e.b - x.b AS s FROM (
+                SELECT memories_fts.rowid AS seq, {_BM25} AS b
+                FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid
+                WHERE memories_fts MATCH ?{where}
+            ) AS x JOIN e ON e.seq = x.seq
+            ORDER BY s DESC LIMIT ?""",
+        [essential, f"({essential}) AND ({essential} OR {rest})", *params, limit],
+    ).fetchall()
+    return [Candidate(seq, raw) for seq, raw in rows]
+
+
+def retrieve(
+    conn: sqlite3.Connection, lexical: LexicalPlan, filters: Filters, pool: int, budget: int
+) -> Retrieval:
+    """The best ``pool`` rows for the plan within the filters, by BM25."""
+    if lexical.empty:
+        return Retrieval([])
+    if lexical.raw is not None:
+        try:
+            return Retrieval(_exact(conn, lexical.raw, filters, pool))
+        except sqlite3.OperationalError as exc:
+            raise InvalidQuery(
+                f"invalid FTS5 query {lexical.raw!r}: {exc}; "
+                "search without the raw FTS5 option to use plain text"
+            ) from None
+    live = [i for i, df in enumerate(lexical.doc_freqs) if df]
+    freqs = [lexical.doc_freqs[i] for i in live]
+    essential_idx, rest_idx = shape(freqs, budget, pool)
+    if rest_idx:
+        essential = [lexical.terms[live[i]] for i in essential_idx]
+        rest = [lexical.terms[live[i]] for i in rest_idx]
+        found = _shaped(
+            conn, or_join(t.match for t in essential), or_join(t.match for t in rest), filters, pool
+        )
+        if len(found) >= pool:
+            return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
+        # Fewer candidates than wanted: rows with only common terms may still qualify.
+        result = Retrieval(_exact(conn, lexical.match, filters, pool), fallback=True)
+        result.notes.append("shaped candidates < pool; scored every matching row")
+        return result
+    return Retrieval(_exact(conn, lexical.match, filters, pool))
+
+
+def snippets(
+    conn: sqlite3.Connection,
+    match: str,
+    seqs: Sequence[int],
+    *,
+    start: str,
+    end: str,
+    tokens: int,
+) -> dict[int, str]:
+    """FTS5 ``snippet()`` of the content of each row, with highlight markers."""
+    if not seqs or not match:
+        return {}
+    rows = conn.execute(
+        f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
+            FROM memories_fts WHERE memories_fts MATCH ?
+            AND rowid IN ({",".join("?" * len(seqs))})""",
+        [start, end, tokens, match, *seqs],
+    ).fetchall()
+    return {seq: unsegment(text) for seq, text in rows if text is not None}

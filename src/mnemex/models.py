@@ -1,0 +1,187 @@
+"""The values mnemex hands out: frozen dataclasses, one word per concept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mnemex.text import format_time
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One stored memory, in full."""
+
+    id: str
+    namespace: str
+    kind: str
+    content: str
+    tags: tuple[str, ...]
+    source: str | None
+    confidence: float
+    pinned: bool
+    created_at: datetime
+    updated_at: datetime
+    content_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "kind": self.kind,
+            "content": self.content,
+            "tags": list(self.tags),
+            "source": self.source,
+            "confidence": self.confidence,
+            "pinned": self.pinned,
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+            "content_hash": self.content_hash,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: enough to decide whether to ``get`` the memory."""
+
+    id: str
+    score: float
+    snippet: str
+    kind: str
+    tags: tuple[str, ...]
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "kind": self.kind,
+            "tags": list(self.tags),
+            "created_at": format_time(self.created_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Hits best first, plus how they were found."""
+
+    query: str
+    hits: tuple[Hit, ...]
+    mode_used: str
+    namespace: str
+    took_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "namespace": self.namespace,
+            "mode_used": self.mode_used,
+            "took_ms": round(self.took_ms, 3),
+            "hits": [h.to_dict() for h in self.hits],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """A memory at a glance: when, what kind, tags and a 100-character summary."""
+
+    id: str
+    created_at: datetime
+    kind: str
+    tags: tuple[str, ...]
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "created_at": format_time(self.created_at),
+            "kind": self.kind,
+            "tags": list(self.tags),
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """Memories in the order their ids were asked for; ``missing`` lists unknown ids."""
+
+    memories: tuple[Memory, ...]
+    missing: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memories": [m.to_dict() for m in self.memories], "missing": list(self.missing)}
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    """Ids deleted, and ids that did not exist in the namespace."""
+
+    forgotten: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"forgotten": list(self.forgotten), "missing": list(self.missing)}
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What is in the store."""
+
+    path: str
+    namespace: str
+    memories: int
+    total_memories: int
+    namespaces: dict[str, int]
+    kinds: dict[str, int]
+    oldest: datetime | None
+    newest: datetime | None
+    size_bytes: int
+    schema_version: int
+    tokenizer: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "namespace": self.namespace,
+            "memories": self.memories,
+            "total_memories": self.total_memories,
+            "namespaces": self.namespaces,
+            "kinds": self.kinds,
+            "oldest": format_time(self.oldest) if self.oldest else None,
+            "newest": format_time(self.newest) if self.newest else None,
+            "size_bytes": self.size_bytes,
+            "schema_version": self.schema_version,
+            "tokenizer": self.tokenizer,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    """A JSONL line that could not be imported."""
+
+    line: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did: rows added, lines skipped as duplicates, lines rejected."""
+
+    imported: int
+    skipped: int
+    errors: tuple[LineError, ...]
+    ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "imported": self.imported,
+            "skipped": self.skipped,
+            "errors": [e.to_dict() for e in self.errors],
+        }

@@ -1,0 +1,1 @@
+"""Query processing and the search pipeline."""

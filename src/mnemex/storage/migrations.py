@@ -1,0 +1,143 @@
+"""Append-only, numbered schema migrations, tracked in ``schema_migrations``.
+
+A migration is never edited once released: a change is a new migration.
+Every statement is idempotent (``IF NOT EXISTS``) and triggers are created
+here, once, never dropped and recreated when a store is opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from mnemex import __version__
+from mnemex.errors import StoreError
+from mnemex.storage.connect import write_transaction
+from mnemex.text import CJK_SEGMENTATION, format_time, utcnow
+
+TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+
+# The FTS5 table indexes the text of ``memories_fts_source``: the content
+# (segmented when it holds CJK text, see mnemex.text) and the tags.
+_FTS_ROW_NEW = "new.seq, COALESCE(new.fts_content, new.content), COALESCE(new.fts_tags, new.tags)"
+_FTS_ROW_OLD = "old.seq, COALESCE(old.fts_content, old.content), COALESCE(old.fts_tags, old.tags)"
+
+_INIT: Final = (
+    """CREATE TABLE IF NOT EXISTS meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS memories (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        namespace TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        content TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '[]',
+        source TEXT,
+        confidence REAL NOT NULL DEFAULT 0.8 CHECK (confidence BETWEEN 0.0 AND 1.0),
+        pinned INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        fts_content TEXT,
+        fts_tags TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS memories_namespace_created ON memories (namespace, created_at)",
+    """CREATE TABLE IF NOT EXISTS memory_tags (
+        tag TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (tag, seq)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS memory_tags_seq ON memory_tags (seq)",
+    """CREATE VIEW IF NOT EXISTS memories_fts_source AS
+        SELECT seq,
+               COALESCE(fts_content, content) AS content,
+               COALESCE(fts_tags, tags) AS tags
+        FROM memories""",
+    f"""CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
+        content, tags,
+        content='memories_fts_source', content_rowid='seq',
+        tokenize='{TOKENIZER}'
+    )""",
+    f"""CREATE TRIGGER IF NOT EXISTS memories_after_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
+        INSERT INTO memory_tags (tag, seq) SELECT value, new.seq FROM json_each(new.tags);
+    END""",
+    f"""CREATE TRIGGER IF NOT EXISTS memories_after_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
+            VALUES ('delete', {_FTS_ROW_OLD});
+        DELETE FROM memory_tags WHERE seq = old.seq;
+    END""",
+    f"""CREATE TRIGGER IF NOT EXISTS memories_after_update_text
+        AFTER UPDATE OF content, fts_content, tags, fts_tags ON memories BEGIN
+        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
+            VALUES ('delete', {_FTS_ROW_OLD});
+        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_tags
+        AFTER UPDATE OF tags ON memories BEGIN
+        DELETE FROM memory_tags WHERE seq = old.seq;
+        INSERT INTO memory_tags (tag, seq) SELECT value, new.seq FROM json_each(new.tags);
+    END""",
+)
+
+MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+    (1, "memories, tags, fts5 with sync triggers", _INIT),
+)
+LATEST: Final = MIGRATIONS[-1][0]
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the store to the latest schema; cheap when it already is. Returns the version."""
+    current = schema_version(conn)
+    if current == LATEST:
+        return current
+    if current > LATEST:
+        raise StoreError(
+            f"this store has schema version {current}, newer than this mnemex "
+            f"({__version__}, schema {LATEST}); upgrade mnemex"
+        )
+    with write_transaction(conn):
+        current = schema_version(conn)  # another process may have migrated meanwhile
+        conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at TEXT NOT NULL
+            )"""
+        )
+        now = format_time(utcnow())
+        for version, name, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR REPLACE INTO schema_migrations (version, name, applied_at) "
+                "VALUES (?, ?, ?)",
+                (version, name, now),
+            )
+        meta = {
+            "schema_version": str(LATEST),
+            "tokenizer": TOKENIZER,
+            "cjk_segmentation": CJK_SEGMENTATION,
+            "updated_by": f"mnemex {__version__}",
+        }
+        if current == 0:
+            meta["created_by"] = f"mnemex {__version__}"
+            meta["created_at"] = now
+        conn.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", sorted(meta.items())
+        )
+        conn.execute(f"PRAGMA user_version = {LATEST}")
+    return LATEST
+
+
+def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
+    return dict(conn.execute("SELECT key, value FROM meta").fetchall())

@@ -1,0 +1,782 @@
+"""The store: one SQLite file, scoped reads and writes, the public API of mnemex."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from mnemex.config import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_KIND,
+    MAX_SEARCH_LIMIT,
+    Settings,
+    load_settings,
+)
+from mnemex.errors import DuplicateId, InvalidInput, UnknownMemory
+from mnemex.index.fts import Filters, Lexicon
+from mnemex.models import ForgetResult, GetResult, Memory, SearchResult, Stats, TimelineEntry
+from mnemex.storage import (
+    connect,
+    migrate,
+    read_meta,
+    read_transaction,
+    schema_version,
+    translate_errors,
+    write_transaction,
+)
+from mnemex.text import (
+    batched,
+    clean_confidence,
+    clean_content,
+    clean_id,
+    clean_label,
+    clean_metadata,
+    clean_name,
+    clean_namespace,
+    clean_tags,
+    content_hash,
+    format_time,
+    new_id,
+    parse_stored_time,
+    parse_time,
+    segment,
+    summarize,
+    tags_columns,
+    utcnow,
+)
+
+
+class _AllNamespaces:
+    def __repr__(self) -> str:
+        return "mnemex.ALL"
+
+
+ALL: Final = _AllNamespaces()
+"""Pass as ``namespace=`` to read across every namespace (search, timeline, stats, export)."""
+
+NamespaceArg = str | _AllNamespaces | None
+Conflict = Literal["error", "skip"]
+
+_FIELDS = (
+    "id, namespace, kind, content, tags, source, confidence, pinned, "
+    "created_at, updated_at, content_hash, metadata"
+)
+_ROW_COLUMNS = _FIELDS + ", fts_content, fts_tags"
+_INPUT_KEYS = frozenset(
+    {
+        "id",
+        "content",
+        "kind",
+        "tags",
+        "source",
+        "confidence",
+        "pinned",
+        "created_at",
+        "updated_at",
+        "metadata",
+        "namespace",
+        "content_hash",
+    }
+)
+_UNSET: Final = object()
+_CHUNK = 500  # ids per IN (...) query
+WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
+OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
+OPTIMIZE_MIN_ROWS = 10_000
+OPTIMIZE_MAX_ROWS = 2_000_000
+
+
+def open_store(
+    db: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **settings: Any
+) -> Store:
+    """Open (creating if needed) a store. ``db`` defaults to the data folder's ``memories.db``.
+
+    Keyword arguments override :class:`~mnemex.config.Settings` fields.
+    """
+    return Store(load_settings(db, namespace=namespace, **settings))
+
+
+class Store:
+    """A memory store in one SQLite file.
+
+    Every read and write is scoped to one namespace: the store's own
+    (``settings.namespace``) unless a call names another. Safe to share
+    between threads; several processes may use the same file at once.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.namespace = clean_namespace(settings.namespace)
+        self.path = Path(settings.db_path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = connect(
+            self.path, busy_timeout=settings.busy_timeout
+        )
+        try:
+            with self._errors():
+                migrate(self._conn)
+        except BaseException:
+            self._conn.close()
+            raise
+        self._lexicon = Lexicon(self._conn)
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r}, namespace={self.namespace!r})"
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise InvalidInput("this store is closed; open it again with mnemex.open()")
+        return self._conn
+
+    def _errors(self) -> Any:
+        return translate_errors(self.path, self.settings.busy_timeout)
+
+    def _ns(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
+        if namespace is None:
+            return self.namespace
+        if isinstance(namespace, _AllNamespaces):
+            if not allow_all:
+                raise InvalidInput("this operation works on one namespace; name it")
+            return None
+        return clean_namespace(namespace)
+
+    def _wrote(self) -> None:
+        self._lexicon.invalidate()
+
+    # -- writes ----------------------------------------------------------------
+
+    def add(
+        self,
+        content: str,
+        *,
+        kind: str = DEFAULT_KIND,
+        tags: Iterable[str] | None = None,
+        source: str | None = None,
+        confidence: float = DEFAULT_CONFIDENCE,
+        pinned: bool = False,
+        created_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        namespace: str | None = None,
+    ) -> str:
+        """Store one memory and return its id."""
+        item: dict[str, Any] = {
+            "content": content,
+            "kind": kind,
+            "tags": tags,
+            "source": source,
+            "confidence": confidence,
+            "pinned": pinned,
+            "created_at": created_at,
+            "metadata": metadata,
+            "id": id,
+        }
+        return self.add_many([item], namespace=namespace)[0]
+
+    def add_many(
+        self,
+        items: Iterable[Mapping[str, Any] | str],
+        *,
+        namespace: str | None = None,
+        keep_namespaces: bool = False,
+        on_conflict: Conflict = "error",
+    ) -> list[str]:
+        """Store many memories in one transaction: all of them, or none on any error.
+
+        Each item is the text of a memory or a mapping with the keyword
+        arguments of :meth:`add`. Ids given by the caller must be new unless
+        ``on_conflict="skip"``, which leaves existing ids untouched and
+        returns them as they are. With ``keep_namespaces`` an item's own
+        ``namespace`` key is honoured.
+        """
+        ns = self._ns(namespace)
+        assert ns is not None
+        now = utcnow()
+        now_text = format_time(now)
+        items = items if isinstance(items, Sequence) else list(items)
+
+        def prepared() -> Iterator[list[tuple[Any, ...]]]:
+            chunk: list[tuple[Any, ...]] = []
+            for index, item in enumerate(items):
+                try:
+                    chunk.append(self._row(item, ns, now, keep_namespaces, now_text))
+                except InvalidInput as exc:
+                    if len(items) > 1:
+                        exc.args = (f"item {index}: {exc}",)
+                    raise
+                if len(chunk) >= WRITE_CHUNK:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+
+        if not items:
+            return []
+        with self._lock, self._errors():
+            _, ids = self._write(prepared(), on_conflict)
+        self._wrote()
+        return ids
+
+    def _row(
+        self,
+        item: Mapping[str, Any] | str,
+        ns: str,
+        now: datetime,
+        keep_namespaces: bool,
+        now_text: str | None = None,
+    ) -> tuple[Any, ...]:
+        """Validate one item into a row of ``_ROW_COLUMNS``."""
+        if isinstance(item, str):
+            item = {"content": item}
+        elif not isinstance(item, Mapping):
+            raise InvalidInput(f"a memory must be text or a mapping, got {type(item).__name__}")
+        if not _INPUT_KEYS.issuperset(item):
+            unknown = set(item) - _INPUT_KEYS
+            raise InvalidInput(
+                f"unknown field(s) {', '.join(sorted(unknown))}; known: "
+                f"{', '.join(sorted(_INPUT_KEYS - {'content_hash'}))}"
+            )
+        if "content" not in item:
+            raise InvalidInput("a memory needs a 'content' field")
+        get = item.get
+        content = clean_content(item["content"], self.settings.max_content_bytes)
+        kind = get("kind")
+        kind = DEFAULT_KIND if kind is None else clean_label(kind, "kind", 40)
+        tags_json, fts_tags = tags_columns(clean_tags(get("tags")))
+        source = get("source")
+        if source is not None:
+            source = _clean_source(source)
+        confidence = get("confidence")
+        confidence = DEFAULT_CONFIDENCE if confidence is None else clean_confidence(confidence)
+        pinned = get("pinned") or False
+        if not isinstance(pinned, bool | int):
+            raise InvalidInput(f"pinned must be true or false, got {pinned!r}")
+        created = get("created_at")
+        updated = get("updated_at")
+        now_text = now_text or format_time(now)
+        if created is None:
+            created_text = now_text
+        else:
+            created_text = format_time(parse_time(created, what="created_at"))
+        if updated is not None:
+            updated_text = format_time(parse_time(updated, what="updated_at"))
+        else:
+            updated_text = created_text if created is not None else now_text
+        metadata = get("metadata")
+        metadata = (
+            "{}" if metadata is None else clean_metadata(metadata, self.settings.max_content_bytes)
+        )
+        ident = get("id")
+        ident = new_id() if ident is None else clean_id(ident)
+        row_ns = ns
+        if keep_namespaces and get("namespace") is not None:
+            row_ns = clean_namespace(item["namespace"])
+        return (
+            ident,
+            row_ns,
+            kind,
+            content,
+            tags_json,
+            source,
+            confidence,
+            int(bool(pinned)),
+            created_text,
+            updated_text,
+            content_hash(content),
+            metadata,
+            segment(content),
+            fts_tags,
+        )
+
+    def _insert(self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict) -> int:
+        """Insert prepared rows in one transaction; returns how many were new."""
+        chunks = (list(rows[i : i + WRITE_CHUNK]) for i in range(0, len(rows), WRITE_CHUNK))
+        return self._write(chunks, on_conflict)[0]
+
+    def _write(
+        self, chunks: Iterable[list[tuple[Any, ...]]], on_conflict: Conflict
+    ) -> tuple[int, list[str]]:
+        """Insert chunks of prepared rows in one transaction: all or nothing.
+
+        Preparing rows is Python work and inserting them is SQLite work that
+        releases the GIL, so while one chunk is inserted by a worker thread the
+        next is prepared by the caller (the ``chunks`` iterator). Returns the
+        number of rows inserted and the ids of all rows, in order.
+        """
+        conn = self.conn
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({_ROW_COLUMNS})")
+        ids: list[str] = []
+        seen: set[str] = set()
+        inserted = 0
+        pending: Future[int] | None = None
+        with write_transaction(conn):
+            try:
+                for rows in chunks:
+                    for row in rows:
+                        if row[0] in seen and on_conflict == "error":
+                            raise DuplicateId(
+                                f"id {row[0]!r} appears more than once in the batch; "
+                                "ids must be unique"
+                            )
+                        seen.add(row[0])
+                        ids.append(row[0])
+                    if pending is not None:
+                        inserted += pending.result()
+                    pending = self._writer().submit(self._insert_chunk, rows, on_conflict)
+                if pending is not None:
+                    inserted += pending.result()
+                    pending = None
+            finally:
+                if pending is not None:  # an error while preparing: let the insert finish first
+                    wait([pending])
+            if inserted >= OPTIMIZE_MIN_BATCH:
+                self._maybe_optimize()
+        return inserted, ids
+
+    def _maybe_optimize(self) -> None:
+        """Merge the full-text index into one segment each time the store has doubled.
+
+        Bulk writes leave many index segments, and every query and snippet
+        seeks each of them; one ``optimize`` per doubling keeps that in check
+        at an amortized cost of a few microseconds a row. Past
+        ``OPTIMIZE_MAX_ROWS`` the pass would hold the write lock too long,
+        and FTS5's own incremental merging is left to do the work.
+        """
+        conn = self.conn
+        rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+        row = conn.execute("SELECT value FROM meta WHERE key = 'fts_optimized_rows'").fetchone()
+        last = int(row[0]) if row else 0
+        if rows < OPTIMIZE_MIN_ROWS or rows > OPTIMIZE_MAX_ROWS or rows < 2 * last:
+            return
+        conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_optimized_rows', ?)",
+            (str(rows),),
+        )
+
+    def _writer(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemex-write")
+        return self._executor
+
+    def _insert_chunk(self, rows: list[tuple[Any, ...]], on_conflict: Conflict) -> int:
+        conn = self.conn
+        conn.execute("DELETE FROM temp.mnemex_staging")
+        conn.executemany(
+            f"INSERT INTO temp.mnemex_staging ({_ROW_COLUMNS}) VALUES ({','.join('?' * 14)})",
+            rows,
+        )
+        if on_conflict == "error":
+            existing = conn.execute(
+                "SELECT s.id FROM temp.mnemex_staging AS s JOIN memories AS m ON m.id = s.id "
+                "LIMIT 1"
+            ).fetchone()
+            if existing:
+                raise DuplicateId(
+                    f"a memory with id {existing[0]!r} already exists; "
+                    "leave id out to get a new one, or skip existing ids"
+                )
+            sql = (
+                f"INSERT INTO memories ({_ROW_COLUMNS}) "
+                f"SELECT {_ROW_COLUMNS} FROM temp.mnemex_staging ORDER BY rowid"
+            )
+        else:
+            sql = f"""INSERT INTO memories ({_ROW_COLUMNS})
+                SELECT {_ROW_COLUMNS} FROM temp.mnemex_staging AS s
+                WHERE s.rowid IN (SELECT min(rowid) FROM temp.mnemex_staging GROUP BY id)
+                  AND NOT EXISTS (SELECT 1 FROM memories AS m WHERE m.id = s.id)
+                ORDER BY s.rowid"""
+        # One INSERT ... SELECT per chunk: the FTS5 trigger then buffers the chunk
+        # instead of flushing an index segment per row (a statement per row does).
+        count = conn.execute(sql).rowcount
+        conn.execute("DELETE FROM temp.mnemex_staging")
+        return int(count)
+
+    def update(
+        self,
+        id: str,
+        *,
+        content: Any = _UNSET,
+        kind: Any = _UNSET,
+        tags: Any = _UNSET,
+        source: Any = _UNSET,
+        confidence: Any = _UNSET,
+        pinned: Any = _UNSET,
+        metadata: Any = _UNSET,
+        created_at: Any = _UNSET,
+        namespace: str | None = None,
+    ) -> Memory:
+        """Change fields of one memory; returns it as stored. Unknown ids raise."""
+        ns = self._ns(namespace)
+        assert ns is not None
+        ident = clean_id(id)
+        sets: dict[str, Any] = {}
+        if content is not _UNSET:
+            text = clean_content(content, self.settings.max_content_bytes)
+            sets.update(content=text, content_hash=content_hash(text), fts_content=segment(text))
+        if kind is not _UNSET:
+            sets["kind"] = clean_label(kind, "kind", 40)
+        if tags is not _UNSET:
+            tags_json, fts_tags = tags_columns(clean_tags(tags))
+            sets.update(tags=tags_json, fts_tags=fts_tags)
+        if source is not _UNSET:
+            sets["source"] = None if source is None else _clean_source(source)
+        if confidence is not _UNSET:
+            sets["confidence"] = clean_confidence(confidence)
+        if pinned is not _UNSET:
+            sets["pinned"] = int(bool(pinned))
+        if metadata is not _UNSET:
+            sets["metadata"] = clean_metadata(metadata, self.settings.max_content_bytes)
+        if created_at is not _UNSET:
+            sets["created_at"] = format_time(parse_time(created_at, what="created_at"))
+        sets["updated_at"] = format_time(utcnow())
+        assignments = ", ".join(f"{k} = ?" for k in sets)
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            cursor = conn.execute(
+                f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
+                [*sets.values(), ident, ns],
+            )
+            if cursor.rowcount == 0:
+                raise UnknownMemory([ident], ns)
+            row = conn.execute(f"SELECT {_FIELDS} FROM memories WHERE id = ?", (ident,)).fetchone()
+        self._wrote()
+        return _memory(row)
+
+    def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
+        """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
+        ns = self._ns(namespace)
+        assert ns is not None
+        wanted = _id_list(ids)
+        gone: set[str] = set()
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            for chunk in batched(wanted, _CHUNK):
+                gone.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"DELETE FROM memories WHERE namespace = ? AND id IN "
+                        f"({','.join('?' * len(chunk))}) RETURNING id",
+                        [ns, *chunk],
+                    ).fetchall()
+                )
+        self._wrote()
+        return ForgetResult(
+            forgotten=tuple(i for i in wanted if i in gone),
+            missing=tuple(i for i in wanted if i not in gone),
+        )
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
+        """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
+        ns = self._ns(namespace)
+        wanted = _id_list(ids)
+        found: dict[str, Memory] = {}
+        with self._lock, self._errors(), read_transaction(self.conn) as conn:
+            for chunk in batched(wanted, _CHUNK):
+                for row in conn.execute(
+                    f"SELECT {_FIELDS} FROM memories WHERE namespace = ? AND id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    [ns, *chunk],
+                ):
+                    found[row[0]] = _memory(row)
+        return GetResult(
+            memories=tuple(found[i] for i in wanted if i in found),
+            missing=tuple(i for i in wanted if i not in found),
+        )
+
+    def timeline(
+        self,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
+        *,
+        kinds: Iterable[str] | str | None = None,
+        tags: Iterable[str] | str | None = None,
+        limit: int = 20,
+        oldest_first: bool = False,
+        namespace: NamespaceArg = None,
+    ) -> list[TimelineEntry]:
+        """Memories created in ``[start, end)``, newest first: id, time, kind, tags, summary."""
+        filters = self._filters(namespace, kinds, tags, start, end)
+        limit = _check_limit(limit)
+        where, params = filters.sql()
+        order = "ASC" if oldest_first else "DESC"
+        with self._lock, self._errors():
+            rows = self.conn.execute(
+                f"""SELECT id, created_at, kind, tags, substr(content, 1, 400)
+                    FROM memories AS m WHERE 1{where}
+                    ORDER BY created_at {order}, seq {order} LIMIT ?""",
+                [*params, limit],
+            ).fetchall()
+        return [
+            TimelineEntry(
+                id=r[0],
+                created_at=parse_stored_time(r[1]),
+                kind=r[2],
+                tags=tuple(json.loads(r[3])),
+                summary=summarize(r[4]),
+            )
+            for r in rows
+        ]
+
+    def search(
+        self,
+        query: str,
+        limit: int | None = None,
+        *,
+        kinds: Iterable[str] | str | None = None,
+        tags: Iterable[str] | str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        raw: bool = False,
+        snippets: bool = True,
+        namespace: NamespaceArg = None,
+    ) -> SearchResult:
+        """The memories that best match ``query``, best first.
+
+        ``query`` is natural-language text; any text is safe. With ``raw`` it
+        is an FTS5 expression used as is (syntax errors raise
+        :class:`~mnemex.errors.InvalidQuery`). ``snippets=False`` skips the
+        highlighted snippets (hits then carry the start of their content),
+        which is faster when only ids are needed.
+        """
+        from mnemex.search.pipeline import run_search
+
+        filters = self._filters(namespace, kinds, tags, since, until)
+        limit = _check_limit(self.settings.search_limit if limit is None else limit)
+        with self._lock, self._errors():
+            return run_search(
+                self.conn,
+                self._lexicon,
+                self.settings,
+                query,
+                limit,
+                filters,
+                raw=raw,
+                with_snippets=snippets,
+            )
+
+    def stats(self, *, namespace: NamespaceArg = None) -> Stats:
+        ns = self._ns(namespace, allow_all=True)
+        with self._lock, self._errors(), read_transaction(self.conn) as conn:
+            per_ns = dict(
+                conn.execute(
+                    "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
+                ).fetchall()
+            )
+            where, params = Filters(ns).sql()
+            kinds = dict(
+                conn.execute(
+                    f"SELECT kind, count(*) FROM memories AS m WHERE 1{where} "
+                    "GROUP BY kind ORDER BY count(*) DESC, kind",
+                    params,
+                ).fetchall()
+            )
+            oldest, newest = conn.execute(
+                f"SELECT min(created_at), max(created_at) FROM memories AS m WHERE 1{where}",
+                params,
+            ).fetchone()
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            meta = read_meta(conn)
+            version = schema_version(conn)
+        wal = self.path.with_name(self.path.name + "-wal")
+        return Stats(
+            path=str(self.path),
+            namespace="*" if ns is None else ns,
+            memories=sum(per_ns.values()) if ns is None else per_ns.get(ns, 0),
+            total_memories=sum(per_ns.values()),
+            namespaces=per_ns,
+            kinds=kinds,
+            oldest=parse_stored_time(oldest) if oldest else None,
+            newest=parse_stored_time(newest) if newest else None,
+            size_bytes=pages * page_size + (wal.stat().st_size if wal.exists() else 0),
+            schema_version=version,
+            tokenizer=meta.get("tokenizer", ""),
+        )
+
+    def iter_memories(
+        self, *, namespace: NamespaceArg = None, batch: int = 1000
+    ) -> Iterator[Memory]:
+        """Every memory of the namespace (or all), oldest first, read in batches."""
+        ns = self._ns(namespace, allow_all=True)
+        where, params = Filters(ns).sql()
+        last = 0
+        while True:
+            with self._lock, self._errors():
+                rows = self.conn.execute(
+                    f"SELECT seq, {_FIELDS} FROM memories AS m WHERE seq > ?{where} "
+                    "ORDER BY seq LIMIT ?",
+                    [last, *params, batch],
+                ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _memory(row[1:])
+            last = rows[-1][0]
+
+    def count(self, *, namespace: NamespaceArg = None) -> int:
+        ns = self._ns(namespace, allow_all=True)
+        where, params = Filters(ns).sql()
+        with self._lock, self._errors():
+            return int(
+                self.conn.execute(
+                    f"SELECT count(*) FROM memories AS m WHERE 1{where}", params
+                ).fetchone()[0]
+            )
+
+    def check(self) -> dict[str, Any]:
+        """Verify the store: SQLite and FTS5 integrity, and that the full-text index
+        holds exactly what a rebuild from the memories table would (no ghost rows).
+
+        Reads every row: meant for ``mnemex check`` and tests, not hot paths.
+        """
+        from mnemex.storage.migrations import TOKENIZER
+
+        problems: list[str] = []
+        with self._lock, self._errors():
+            conn = self.conn
+            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            if result != "ok":
+                problems.append(f"sqlite integrity_check: {result}")
+            try:
+                conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')")
+            except sqlite3.DatabaseError as exc:
+                problems.append(f"fts5 integrity-check: {exc}")
+            conn.execute("DROP TABLE IF EXISTS temp.mnemex_check")
+            conn.execute("DROP TABLE IF EXISTS temp.mnemex_check_v")
+            conn.execute("DROP TABLE IF EXISTS temp.mnemex_index_v")
+            conn.execute(
+                f"CREATE VIRTUAL TABLE temp.mnemex_check USING fts5(content, tags, "
+                f"tokenize='{TOKENIZER}')"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE temp.mnemex_check_v USING fts5vocab(temp, mnemex_check, instance)"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE temp.mnemex_index_v USING fts5vocab(main, memories_fts, instance)"
+            )
+            try:
+                with read_transaction(conn):
+                    conn.execute(
+                        "INSERT INTO temp.mnemex_check (rowid, content, tags) "
+                        "SELECT seq, content, tags FROM memories_fts_source"
+                    )
+                    extra = conn.execute(
+                        "SELECT count(*) FROM (SELECT term, doc, col, offset FROM temp.mnemex_index_v "
+                        "EXCEPT SELECT term, doc, col, offset FROM temp.mnemex_check_v)"
+                    ).fetchone()[0]
+                    absent = conn.execute(
+                        "SELECT count(*) FROM (SELECT term, doc, col, offset FROM temp.mnemex_check_v "
+                        "EXCEPT SELECT term, doc, col, offset FROM temp.mnemex_index_v)"
+                    ).fetchone()[0]
+                    ghost_docs = conn.execute(
+                        "SELECT count(*) FROM (SELECT DISTINCT doc FROM temp.mnemex_index_v) "
+                        "WHERE doc NOT IN (SELECT seq FROM memories)"
+                    ).fetchone()[0]
+                    tag_rows = (
+                        conn.execute(
+                            "SELECT count(*) FROM ("
+                            "SELECT tag, seq FROM memory_tags EXCEPT "
+                            "SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j) "
+                        ).fetchone()[0]
+                        + conn.execute(
+                            "SELECT count(*) FROM ("
+                            "SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j EXCEPT "
+                            "SELECT tag, seq FROM memory_tags)"
+                        ).fetchone()[0]
+                    )
+                    rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+            finally:
+                for table in ("mnemex_index_v", "mnemex_check_v", "mnemex_check"):
+                    conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
+        if extra:
+            problems.append(f"full-text index has {extra} postings no memory explains")
+        if absent:
+            problems.append(f"full-text index lacks {absent} postings of stored memories")
+        if ghost_docs:
+            problems.append(f"full-text index has {ghost_docs} ghost rows")
+        if tag_rows:
+            problems.append(f"tag index differs from memories in {tag_rows} rows")
+        return {"ok": not problems, "memories": rows, "problems": problems}
+
+    def _filters(
+        self,
+        namespace: NamespaceArg,
+        kinds: Iterable[str] | str | None,
+        tags: Iterable[str] | str | None,
+        since: datetime | str | None,
+        until: datetime | str | None,
+    ) -> Filters:
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        return Filters(
+            namespace=self._ns(namespace, allow_all=True),
+            kinds=tuple(dict.fromkeys(clean_label(k, "kind", 40) for k in kinds or ())),
+            tags=clean_tags(tags),
+            since=None if since is None else parse_time(since, what="since"),
+            until=None if until is None else parse_time(until, what="until"),
+        )
+
+
+def _clean_source(value: object) -> str:
+    return clean_name(value, "source", 1000)
+
+
+def _id_list(ids: Iterable[str] | str) -> list[str]:
+    if isinstance(ids, str):
+        ids = [ids]
+    cleaned = [clean_id(i) for i in ids]
+    if not cleaned:
+        raise InvalidInput("no ids given")
+    return list(dict.fromkeys(cleaned))
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
+        )
+    return limit
+
+
+def _memory(row: Sequence[Any]) -> Memory:
+    return Memory(
+        id=row[0],
+        namespace=row[1],
+        kind=row[2],
+        content=row[3],
+        tags=tuple(json.loads(row[4])),
+        source=row[5],
+        confidence=row[6],
+        pinned=bool(row[7]),
+        created_at=parse_stored_time(row[8]),
+        updated_at=parse_stored_time(row[9]),
+        content_hash=row[10],
+        metadata=json.loads(row[11]),
+    )

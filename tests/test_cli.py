@@ -1,0 +1,247 @@
+"""The CLI: in-process through click's runner, and as a real subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mnemex.cli import cli
+
+from .conftest import PYTHON, python_env
+
+
+@pytest.fixture
+def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    db = tmp_path / "cli.db"
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | bytes | None = None, ok: bool = True):  # type: ignore[no-untyped-def]
+        result = runner.invoke(cli, ["--db", str(db), *args], input=input, catch_exceptions=False)
+        if ok:
+            assert result.exit_code == 0, result.output + (result.stderr or "")
+        return result
+
+    return invoke
+
+
+def test_add_search_get_forget(run) -> None:  # type: ignore[no-untyped-def]
+    ident = run(
+        "add",
+        "We chose PostgreSQL for billing",
+        "--kind",
+        "decision",
+        "--tag",
+        "db,billing",
+        "--confidence",
+        "0.9",
+        "--meta",
+        "adr=4",
+    ).stdout.strip()
+    assert len(ident) == 16
+    found = json.loads(run("search", "which database for billing", "--json").stdout)
+    assert found["mode_used"] == "lexical"
+    assert [h["id"] for h in found["hits"]] == [ident]
+    assert "**billing**" in found["hits"][0]["snippet"]
+    human = run("search", "billing").stdout
+    assert ident in human and "billing" in human
+    got = json.loads(run("get", ident, "--json").stdout)
+    memory = got["memories"][0]
+    assert memory["kind"] == "decision" and memory["tags"] == ["db", "billing"]
+    assert memory["confidence"] == 0.9 and memory["metadata"] == {"adr": "4"}
+    assert got["missing"] == []
+    assert "We chose PostgreSQL" in run("get", ident).stdout
+    forgotten = json.loads(run("forget", ident, "--json").stdout)
+    assert forgotten == {"forgotten": [ident], "missing": []}
+    assert json.loads(run("search", "billing", "--json").stdout)["hits"] == []
+
+
+def test_add_from_stdin(run) -> None:  # type: ignore[no-untyped-def]
+    ident = run("add", "-", input="note from a pipe\n").stdout.strip()
+    assert (
+        json.loads(run("get", ident, "--json").stdout)["memories"][0]["content"]
+        == "note from a pipe"
+    )
+
+
+def test_unknown_ids_exit_nonzero(run) -> None:  # type: ignore[no-untyped-def]
+    ident = run("add", "exists").stdout.strip()
+    result = run("get", ident, "nope", "--json", ok=False)
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["missing"] == ["nope"]
+    assert "not found: nope" in result.stderr
+    result = run("forget", "nope", ok=False)
+    assert result.exit_code == 1
+
+
+def test_errors_are_one_line_with_exit_1(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("add", "   ", ok=False)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: content is empty")
+    assert result.stderr.count("\n") == 1
+    result = run("add", "x", "--confidence", "7", ok=False)
+    assert "between 0 and 1" in result.stderr
+    result = run("search", 'broken "(', "--raw", ok=False)
+    assert result.exit_code == 1 and "invalid FTS5 query" in result.stderr
+    result = run("update", "nope", "--kind", "fact", ok=False)
+    assert result.exit_code == 1 and "no memory with id 'nope'" in result.stderr
+    result = run("add", "x", "--meta", "novalue", ok=False)
+    assert result.exit_code == 2
+
+
+def test_search_filters_and_namespaces(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run("add", "redis eviction policy", "--kind", "fact", "--tag", "ops")
+    run("-n", "other", "add", "redis in another namespace")
+    hits = json.loads(run("search", "redis", "--json").stdout)["hits"]
+    assert len(hits) == 1
+    both = json.loads(run("search", "redis", "--all-namespaces", "--json").stdout)["hits"]
+    assert len(both) == 2
+    assert json.loads(run("search", "redis", "--kind", "todo", "--json").stdout)["hits"] == []
+    assert len(json.loads(run("search", "redis", "--tag", "ops", "--json").stdout)["hits"]) == 1
+    assert json.loads(run("search", "redis", "--since", "1d", "--json").stdout)["hits"]
+    assert (
+        json.loads(run("search", "redis", "--until", "2000-01-01", "--json").stdout)["hits"] == []
+    )
+
+
+def test_timeline_and_stats(run) -> None:  # type: ignore[no-untyped-def]
+    run("add", "first", "--created-at", "2025-01-01T00:00:00Z")
+    run("add", "second", "--created-at", "2025-02-01T00:00:00Z", "--kind", "decision")
+    entries = json.loads(run("timeline", "--json").stdout)
+    assert [e["summary"] for e in entries] == ["second", "first"]
+    assert [
+        e["summary"] for e in json.loads(run("timeline", "--oldest-first", "--json").stdout)
+    ] == ["first", "second"]
+    assert "second" in run("timeline").stdout
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["memories"] == 2 and stats["kinds"] == {"decision": 1, "observation": 1}
+    assert "2 memories" in run("stats").stdout
+
+
+def test_update(run) -> None:  # type: ignore[no-untyped-def]
+    ident = run("add", "old text").stdout.strip()
+    updated = json.loads(run("update", ident, "--content", "new text", "--pinned", "--json").stdout)
+    assert updated["content"] == "new text" and updated["pinned"] is True
+    assert run("update", ident, ok=False).exit_code == 2
+
+
+def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "in.jsonl"
+    lines = [
+        json.dumps({"content": "first memory", "kind": "fact", "tags": ["a"]}),
+        "{not json",
+        json.dumps({"content": ""}),
+        json.dumps({"content": "second memory", "created_at": "2025-05-05T05:05:05Z"}),
+        "",
+        json.dumps(["not", "an", "object"]),
+    ]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run("import", str(source), "--json", ok=False)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["imported"] == 2
+    assert [e["line"] for e in report["errors"]] == [2, 3, 6]
+    out = tmp_path / "out.jsonl"
+    run("export", str(out))
+    exported = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [m["content"] for m in exported] == ["first memory", "second memory"]
+    # Strict import of a file with a bad line imports nothing.
+    result = run("-n", "strict", "import", str(source), "--strict", ok=False)
+    assert result.exit_code == 1 and "nothing imported" in result.stderr
+    assert json.loads(run("-n", "strict", "stats", "--json").stdout)["memories"] == 0
+    # Re-importing an export skips existing ids.
+    again = json.loads(run("import", str(out), "--json").stdout)
+    assert again == {"imported": 0, "skipped": 2, "errors": []}
+
+
+def test_check(run) -> None:  # type: ignore[no-untyped-def]
+    run("add", "something to check")
+    assert "index consistent" in run("check").stdout
+    assert json.loads(run("check", "--json").stdout)["ok"] is True
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    for command in (
+        "add",
+        "search",
+        "timeline",
+        "get",
+        "update",
+        "forget",
+        "stats",
+        "import",
+        "export",
+        "check",
+        "eval",
+    ):
+        assert command in result.output
+
+
+def test_every_command_is_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for command in cli.commands:
+        assert f"mnemex {command}" in readme, f"README does not show `mnemex {command}`"
+
+
+def test_real_subprocess(tmp_path: Path) -> None:
+    db = str(tmp_path / "proc.db")
+
+    def mnemex(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PYTHON, "-m", "mnemex", "--db", db, *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            env=python_env(),
+            timeout=60,
+        )
+
+    added = mnemex("add", "The staging database is refreshed every Sunday", "--tag", "db")
+    assert added.returncode == 0, added.stderr
+    ident = added.stdout.strip()
+    found = mnemex("search", "when is staging refreshed?", "--json")
+    assert found.returncode == 0, found.stderr
+    assert [h["id"] for h in json.loads(found.stdout)["hits"]] == [ident]
+    bad = mnemex("add", "")
+    assert bad.returncode == 1
+    assert bad.stderr == "error: content is empty; a memory needs some text\n"
+    version = mnemex("--version")
+    assert version.returncode == 0 and "mnemex" in version.stdout
+
+
+def test_import_and_help_stay_light() -> None:
+    code = (
+        "import sys, mnemex, mnemex.cli; "
+        "heavy = [m for m in ('rich', 'sqlite3', 'mnemex.store', 'ir_measures', 'numpy') "
+        "if m in sys.modules]; print(','.join(heavy))"
+    )
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=python_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemex.progress import progress_bar
+
+    fake = _Terminal()
+    monkeypatch.setattr(sys, "stderr", fake)
+    with progress_bar(10, "importing") as advance:
+        for _ in range(10):
+            advance(1)
+    assert "importing" in fake.getvalue()
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    with progress_bar(10, "importing", enabled=False) as advance:
+        advance(10)
+    assert quiet.getvalue() == ""

@@ -1,0 +1,145 @@
+"""The evaluation harness on tiny datasets built here (the real ones are not shipped)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mnemex.cli import cli
+from mnemex.eval.beir import run_beir
+from mnemex.eval.data import load_locomo, parse_session_time
+from mnemex.eval.locomo import run_locomo
+from mnemex.eval.metrics import latency, per_query, ranked_run
+
+pytest.importorskip("ir_measures")
+
+
+@pytest.fixture
+def beir_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    topics = [
+        "volcano eruption lava",
+        "penguin colony antarctica",
+        "quantum entanglement photons",
+        "sourdough bread starter",
+        "glacier retreat climate",
+        "honeybee pollination crops",
+    ]
+    corpus = [
+        {"_id": f"d{i}", "title": t.split()[0].title(), "text": f"A study of {t} and more."}
+        for i, t in enumerate(topics)
+    ]
+    corpus += [
+        {"_id": f"n{i}", "title": "", "text": f"Filler document number {i} about nothing."}
+        for i in range(30)
+    ]
+    (root / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in corpus), encoding="utf-8")
+    queries = [
+        {"_id": f"q{i}", "text": f"what about {t.split()[1]}?"} for i, t in enumerate(topics)
+    ]
+    (root / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries), encoding="utf-8")
+    rows = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{i}\t1" for i in range(len(topics))]
+    (root / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def test_beir_perfect_retrieval(beir_dir: Path) -> None:
+    report = run_beir(beir_dir, progress=False)
+    assert report["memories"] == 36 and report["queries"] == 6
+    assert report["metrics"]["nDCG@10"] == pytest.approx(1.0)
+    assert report["metrics"]["RR@10"] == pytest.approx(1.0)
+    assert report["latency_ms"]["p50"] > 0
+
+
+def test_beir_cli_json(beir_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["eval", "beir", str(beir_dir), "--json", "--budget", "0"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report["metrics"]) == {"nDCG@10", "R@10", "R@100", "RR@10"}
+    assert "lexical_budget=0" in report["scoring"]
+
+
+def test_unanswered_queries_count_as_zero() -> None:
+    qrels = {"a": {"x": 1}, "b": {"y": 1}}
+    scores = per_query(qrels, {"a": ranked_run(["x"])}, ["nDCG@10", "R@10"])
+    assert scores == {"a": {"nDCG@10": 1.0, "R@10": 1.0}, "b": {"nDCG@10": 0.0, "R@10": 0.0}}
+
+
+def test_ranked_run_keeps_order() -> None:
+    run = ranked_run(["z", "a", "m"])
+    assert sorted(run, key=lambda d: -run[d]) == ["z", "a", "m"]
+
+
+def test_latency_percentiles() -> None:
+    lat = latency([float(i) for i in range(1, 101)])
+    assert lat["p50"] == 50.5 and lat["p95"] == 95.0
+
+
+@pytest.fixture
+def locomo_file(tmp_path: Path) -> Path:
+    conversation = {
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a grey kitten named Pixel."},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! I started learning the cello."},
+        ],
+        "session_2_date_time": "10:04 am on 19 June, 2023",
+        "session_2": [
+            {
+                "speaker": "Ana",
+                "dia_id": "D2:1",
+                "text": "Pixel knocked over my coffee today.",
+                "blip_caption": "a cat on a table",
+            },
+            {"speaker": "Ben", "dia_id": "D2:2", "text": "My cello teacher moved to Lisbon."},
+        ],
+    }
+    qa = [
+        {
+            "question": "What is the name of Ana's kitten?",
+            "answer": "Pixel",
+            "evidence": ["D1:1"],
+            "category": 4,
+        },
+        {
+            "question": "Where did Ben's cello teacher move?",
+            "answer": "Lisbon",
+            "evidence": ["D1:2; D2:2", "D9:9"],
+            "category": 1,
+        },
+        {"question": "Unanswerable adversarial question", "evidence": ["D1:1"], "category": 5},
+        {"question": "No evidence at all", "answer": "-", "evidence": ["D7:7"], "category": 2},
+    ]
+    path = tmp_path / "tiny-locomo.json"
+    path.write_text(
+        json.dumps([{"sample_id": "conv-x", "conversation": conversation, "qa": qa}]),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_locomo_loader(locomo_file: Path) -> None:
+    data = load_locomo(locomo_file)
+    assert len(data.turns) == 4
+    assert data.turns[2].content.endswith("[shares an image: a cat on a table]")
+    assert data.turns[2].created_at.isoformat().startswith("2023-06-19T10:04")
+    assert [q.evidence for q in data.questions] == [
+        ("conv-x:D1:1",),
+        ("conv-x:D1:2", "conv-x:D2:2"),
+    ]
+    assert data.dropped_evidence == 2 and data.unanswerable == 1
+    assert parse_session_time("10:04 am on 19 June, 2023").hour == 10
+
+
+def test_locomo_run(locomo_file: Path) -> None:
+    report = run_locomo(locomo_file, progress=False)
+    assert report["queries"] == 2
+    assert report["metrics"]["R@5"] == pytest.approx(1.0)
+    assert set(report["per_category"]) == {"1", "4"}
+    assert report["per_category"]["4"]["R@10"] == pytest.approx(1.0)

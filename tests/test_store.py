@@ -1,0 +1,316 @@
+"""The store API on real SQLite files."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import mnemex
+from mnemex import ALL, DuplicateId, InvalidInput, UnknownMemory
+from mnemex.store import Store
+
+
+def test_add_get_roundtrip(store: Store) -> None:
+    created = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
+    ident = store.add(
+        "  We chose PostgreSQL 16 for the billing service.  ",
+        kind="Decision",
+        tags=["DB", "billing", "db"],
+        source="user:maria",
+        confidence=0.95,
+        pinned=True,
+        created_at=created,
+        metadata={"adr": 4},
+    )
+    got = store.get([ident])
+    assert got.missing == ()
+    (memory,) = got.memories
+    assert memory.id == ident
+    assert memory.content == "We chose PostgreSQL 16 for the billing service."
+    assert memory.kind == "decision"
+    assert memory.tags == ("db", "billing")
+    assert memory.source == "user:maria"
+    assert memory.confidence == 0.95
+    assert memory.pinned is True
+    assert memory.created_at == created
+    assert memory.metadata == {"adr": 4}
+    assert memory.namespace == "default"
+    assert len(memory.content_hash) == 64
+
+
+def test_defaults(store: Store) -> None:
+    ident = store.add("plain observation")
+    (memory,) = store.get(ident).memories
+    assert memory.kind == "observation"
+    assert memory.confidence == 0.8
+    assert memory.pinned is False
+    assert memory.tags == ()
+    assert memory.metadata == {}
+
+
+def test_ids_are_unique_and_time_ordered(store: Store) -> None:
+    ids = store.add_many([f"memory {i}" for i in range(500)])
+    assert len(set(ids)) == 500
+    assert ids == sorted(ids)
+    assert all(len(i) == 16 for i in ids)
+
+
+def test_get_keeps_input_order_and_reports_unknown(store: Store) -> None:
+    a = store.add("alpha")
+    b = store.add("beta")
+    c = store.add("gamma")
+    result = store.get([c, "nope", a, b, a])
+    assert [m.id for m in result.memories] == [c, a, b]
+    assert result.missing == ("nope",)
+
+
+def test_get_many_ids_uses_chunked_in_queries(store: Store) -> None:
+    ids = store.add_many([f"item number {i}" for i in range(1200)])
+    result = store.get(list(reversed(ids)))
+    assert [m.id for m in result.memories] == list(reversed(ids))
+
+
+def test_update_changes_fields_and_index(store: Store) -> None:
+    ident = store.add("the cache uses redis", tags=["cache"])
+    before = store.get(ident).memories[0]
+    updated = store.update(ident, content="the cache uses memcached", tags=["cache", "infra"])
+    assert updated.content == "the cache uses memcached"
+    assert updated.tags == ("cache", "infra")
+    assert updated.content_hash != before.content_hash
+    assert updated.updated_at >= before.updated_at
+    assert updated.created_at == before.created_at
+    assert not store.search("redis").hits
+    assert [h.id for h in store.search("memcached").hits] == [ident]
+    assert [h.id for h in store.search("infra").hits] == [ident]
+    assert store.check()["ok"]
+
+
+def test_update_unknown_id_raises(store: Store) -> None:
+    with pytest.raises(UnknownMemory, match="no memory with id 'missing'"):
+        store.update("missing", content="x")
+
+
+def test_update_other_namespace_is_unknown(store: Store) -> None:
+    ident = store.add("secret plan", namespace="a")
+    with pytest.raises(UnknownMemory):
+        store.update(ident, content="changed", namespace="b")
+    assert store.get(ident, namespace="a").memories[0].content == "secret plan"
+
+
+def test_forget(store: Store) -> None:
+    a = store.add("forget me")
+    b = store.add("keep me")
+    result = store.forget([a, "ghost"])
+    assert result.forgotten == (a,)
+    assert result.missing == ("ghost",)
+    assert store.get([a, b]).missing == (a,)
+    assert not store.search("forget").hits
+    assert store.check()["ok"]
+
+
+def test_namespaces_are_isolated(store: Store) -> None:
+    a = store.add("the deploy key rotates monthly", namespace="team-a")
+    b = store.add("the deploy key rotates weekly", namespace="team-b")
+    assert [h.id for h in store.search("deploy key", namespace="team-a").hits] == [a]
+    assert [h.id for h in store.search("deploy key", namespace="team-b").hits] == [b]
+    assert not store.search("deploy key").hits  # default namespace is empty
+    assert store.get([a, b], namespace="team-a").missing == (b,)
+    assert store.forget(b, namespace="team-a").missing == (b,)
+    assert {h.id for h in store.search("deploy key", namespace=ALL).hits} == {a, b}
+    assert [e.id for e in store.timeline(namespace="team-b")] == [b]
+    stats = store.stats(namespace="team-a")
+    assert stats.memories == 1 and stats.total_memories == 2
+    assert stats.namespaces == {"team-a": 1, "team-b": 1}
+
+
+def test_store_level_namespace(make_store) -> None:  # type: ignore[no-untyped-def]
+    s = make_store(namespace="agent-7")
+    ident = s.add("scoped by default")
+    assert s.get(ident).memories[0].namespace == "agent-7"
+    assert s.get(ident, namespace="default").missing == (ident,)
+
+
+def test_all_namespaces_is_refused_for_writes(store: Store) -> None:
+    with pytest.raises(InvalidInput, match="one namespace"):
+        store.add("x", namespace=ALL)  # type: ignore[arg-type]
+
+
+def test_timeline_filters_and_order(store: Store) -> None:
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    ids = store.add_many(
+        [
+            {
+                "content": f"event {i} " + "x" * 150,
+                "created_at": base + timedelta(days=i),
+                "kind": "decision" if i % 2 else "observation",
+                "tags": ["even"] if i % 2 == 0 else [],
+            }
+            for i in range(10)
+        ]
+    )
+    entries = store.timeline()
+    assert [e.id for e in entries] == list(reversed(ids))
+    assert all(len(e.summary) <= 100 for e in entries)
+    assert entries[0].summary.endswith("…")
+    window = store.timeline(base + timedelta(days=2), base + timedelta(days=5), oldest_first=True)
+    assert [e.id for e in window] == ids[2:5]
+    decisions = store.timeline(kinds=["decision"], limit=3)
+    assert [e.id for e in decisions] == [ids[9], ids[7], ids[5]]
+    tagged = store.timeline(tags=["even"])
+    assert {e.id for e in tagged} == {ids[i] for i in range(0, 10, 2)}
+    assert store.timeline("2025-01-09") == store.timeline(start=base + timedelta(days=8))
+
+
+def test_search_result_shape(store: Store) -> None:
+    ident = store.add(
+        "The nightly reconciliation job compares Stripe payouts with invoices",
+        kind="fact",
+        tags=["billing"],
+    )
+    store.add("Unrelated note about the frontend build")
+    result = store.search("reconciliation of stripe payouts")
+    assert result.mode_used == "lexical"
+    (hit,) = result.hits
+    assert hit.id == ident
+    assert 0.0 < hit.score <= 1.0
+    assert "**reconciliation**" in hit.snippet and "**payouts**" in hit.snippet
+    assert hit.kind == "fact" and hit.tags == ("billing",)
+    assert len(hit.snippet) <= 700
+
+
+def test_scores_are_ordered_and_distinct(store: Store) -> None:
+    store.add_many(
+        [
+            "postgres vacuum settings for the invoices table",
+            "postgres connection pool size",
+            "invoices are rendered to PDF by a worker",
+            "vacuum invoices postgres postgres tuning notes",
+        ]
+    )
+    hits = store.search("postgres vacuum invoices").hits
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert len(set(scores)) == len(scores)
+    assert all(0.0 < s < 1.0 for s in scores)
+
+
+def test_search_filters(store: Store) -> None:
+    base = datetime(2025, 6, 1, tzinfo=UTC)
+    a = store.add(
+        "redis eviction policy is allkeys-lru", kind="fact", tags=["redis", "ops"], created_at=base
+    )
+    b = store.add(
+        "redis memory limit raised to 2GB",
+        kind="decision",
+        tags=["redis"],
+        created_at=base + timedelta(days=10),
+    )
+    c = store.add("redis upgrade planned", kind="todo", created_at=base + timedelta(days=20))
+    assert {h.id for h in store.search("redis").hits} == {a, b, c}
+    assert [h.id for h in store.search("redis", kinds=["decision"]).hits] == [b]
+    assert [h.id for h in store.search("redis", tags=["ops"]).hits] == [a]
+    assert {h.id for h in store.search("redis", tags=["redis"]).hits} == {a, b}
+    assert [h.id for h in store.search("redis", tags=["redis", "ops"]).hits] == [a]
+    assert {h.id for h in store.search("redis", since=base + timedelta(days=5)).hits} == {b, c}
+    assert [h.id for h in store.search("redis", until=base + timedelta(days=5)).hits] == [a]
+
+
+def test_filtered_search_finds_best_within_filter(store: Store) -> None:
+    # Many strong matches outside the filter must not crowd out the one inside.
+    store.add_many([f"deploy pipeline deploy step {i}" for i in range(300)])
+    inside = store.add("a single deploy note", kind="gotcha")
+    assert [h.id for h in store.search("deploy", kinds=["gotcha"], limit=6).hits] == [inside]
+
+
+def test_search_limit(store: Store) -> None:
+    store.add_many([f"shared word number {i}" for i in range(30)])
+    assert len(store.search("shared").hits) == 6  # default K
+    assert len(store.search("shared", limit=25).hits) == 25
+    with pytest.raises(InvalidInput, match="limit"):
+        store.search("shared", limit=0)
+
+
+def test_search_tags_are_searchable(store: Store) -> None:
+    ident = store.add("rotate the signing secret every quarter", tags=["security"])
+    assert [h.id for h in store.search("security").hits] == [ident]
+
+
+def test_raw_fts5_syntax(store: Store) -> None:
+    a = store.add("postgres primary failover drill")
+    store.add("postgres backup schedule")
+    assert [h.id for h in store.search('postgres AND "failover drill"', raw=True).hits] == [a]
+    assert [h.id for h in store.search("NEAR(primary drill, 3)", raw=True).hits] == [a]
+    with pytest.raises(mnemex.InvalidQuery, match="invalid FTS5 query"):
+        store.search('unbalanced "quote AND (', raw=True)
+
+
+def test_stop_words_only_match_when_needed(store: Store) -> None:
+    ident = store.add("The Who played here")
+    assert [h.id for h in store.search("the who").hits] == [ident]
+    # Content words that match nothing fall back to the stop words.
+    assert [h.id for h in store.search("who is zzyzx").hits] == [ident]
+
+
+def test_duplicate_ids(store: Store) -> None:
+    store.add("one", id="fixed")
+    with pytest.raises(DuplicateId, match="already exists"):
+        store.add("two", id="fixed")
+    with pytest.raises(DuplicateId, match="more than once"):
+        store.add_many([{"content": "a", "id": "x"}, {"content": "b", "id": "x"}])
+    assert store.count() == 1
+    ids = store.add_many(
+        [{"content": "one again", "id": "fixed"}, {"content": "new", "id": "y"}],
+        on_conflict="skip",
+    )
+    assert ids == ["fixed", "y"]
+    assert store.get("fixed").memories[0].content == "one"
+
+
+def test_stats(store: Store) -> None:
+    store.add("a", kind="fact")
+    store.add("b", kind="fact")
+    store.add("c", kind="todo")
+    stats = store.stats()
+    assert stats.memories == 3
+    assert stats.kinds == {"fact": 2, "todo": 1}
+    assert stats.schema_version >= 1
+    assert stats.tokenizer.startswith("porter unicode61")
+    assert stats.size_bytes > 0
+    assert stats.oldest is not None and stats.newest is not None
+    assert set(stats.to_dict()) >= {"memories", "namespaces", "kinds", "size_bytes"}
+
+
+def test_reopen_keeps_everything(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "reopen.db"
+    with mnemex.open(path) as s:
+        ident = s.add("persisted across opens", tags=["x"])
+    with mnemex.open(path) as s:
+        assert s.get(ident).memories[0].tags == ("x",)
+        assert [h.id for h in s.search("persisted").hits] == [ident]
+
+
+def test_closed_store_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = mnemex.open(tmp_path / "c.db")
+    s.close()
+    with pytest.raises(InvalidInput, match="closed"):
+        s.add("x")
+
+
+def test_connection_settings(store: Store) -> None:
+    conn = store.conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+
+
+def test_sees_writes_of_other_connections(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "shared.db"
+    with mnemex.open(path) as reader, mnemex.open(path) as writer:
+        assert not reader.search("nebula").hits
+        ident = writer.add("nebula project kickoff")
+        assert [h.id for h in reader.search("nebula").hits] == [ident]
+        other = sqlite3.connect(path)
+        assert other.execute("SELECT count(*) FROM memories").fetchone()[0] == 1
+        other.close()
