@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e ".[embed]"
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[dev,eval]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from common import data_dir, machine, write_section
 from mnemex.eval.beir import run_beir
 from mnemex.eval.locomo import run_locomo
+from mnemex.eval.runner import Spec
 
 
 def main() -> None:
@@ -28,10 +29,9 @@ def main() -> None:
     folder = data_dir(args.data)
     rows = []
     for label, budget in (("lexical (default, shaped)", None), ("lexical exact", 0)):
-        beir = run_beir(folder / "beir" / "scifact", lexical_budget=budget, progress=False)
-        locomo = run_locomo(
-            folder / "locomo" / "locomo10-dev.json", lexical_budget=budget, progress=False
-        )
+        spec = Spec(mode="lexical", lexical_budget=budget)
+        beir = run_beir(folder / "beir" / "scifact", spec=spec, progress=False)
+        locomo = run_locomo(folder / "locomo" / "locomo10-dev.json", spec=spec, progress=False)
         rows.append((label, beir, locomo))
         m, lm = beir["metrics"], locomo["metrics"]
         print(

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import mnemex
@@ -18,12 +21,53 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No test reads or writes the real user data dir or a user config."""
+    """No test reads or writes the real user data dir or a user config.
+
+    Tests run without an embedder unless they ask for one (the fake below, or
+    the real local model in tests marked ``model``).
+    """
     home = tmp_path_factory.mktemp("mnemex-home")
     monkeypatch.setenv("MNEMEX_HOME", str(home))
     for key in list(os.environ):
         if key.startswith("MNEMEX_") and key != "MNEMEX_HOME":
             monkeypatch.delenv(key)
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "none")
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-words vectors: each word adds weight to two hashed dimensions.
+
+    Texts that share words get similar vectors, which is all the unit tests of
+    the vector and hybrid paths need. ``fail`` makes the next calls raise.
+    """
+
+    model_id = "fake:bow-64"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.texts = 0
+        self.fail = False
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("the fake embedder is down")
+        self.calls += 1
+        self.texts += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                digest = hashlib.md5(word.encode()).digest()
+                out[row, digest[0] % self.dim] += 1.0
+                out[row, digest[1] % self.dim] += 0.5
+            if not out[row].any():
+                out[row, 0] = 1.0
+        return out
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder()
 
 
 @pytest.fixture
@@ -43,6 +87,11 @@ def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
 @pytest.fixture
 def store(make_store: Callable[..., Store]) -> Store:
     return make_store()
+
+
+@pytest.fixture
+def vector_store(make_store: Callable[..., Store], fake_embedder: FakeEmbedder) -> Store:
+    return make_store("vectors.db", embedder=fake_embedder)
 
 
 def python_env() -> dict[str, str]:

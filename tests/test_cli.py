@@ -245,3 +245,66 @@ def test_progress_bar_draws_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> No
     with progress_bar(10, "importing", enabled=False) as advance:
         advance(10)
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.model
+def test_hybrid_cli_with_the_local_model(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    run("add", "Users now sign in through the company OIDC provider", "--kind", "decision")
+    run("add", "The invoice PDF renderer moved to a background worker")
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["vectors"] == 2 and stats["pending_vectors"] == 0
+    assert stats["embedder"].startswith("all-MiniLM-L6-v2-int8")
+    hybrid = json.loads(run("search", "how do people log in?", "--explain", "--json").stdout)
+    assert hybrid["mode_used"] == "hybrid" and hybrid["fusion"] == "rrf(k=60)"
+    assert hybrid["hits"][0]["snippet"].startswith("Users now sign in")
+    assert hybrid["hits"][0]["explain"]["vector"]["rank"] == 1
+    weighted = json.loads(
+        run("search", "log in", "--fusion", "weighted", "--weights", "0.5,0.5", "--json").stdout
+    )
+    assert weighted["fusion"] == "weighted(0.5 vector, 0.5 text)"
+    vector = json.loads(run("search", "log in", "--mode", "vector", "--json").stdout)
+    assert vector["mode_used"] == "vector" and len(vector["hits"]) == 2
+    human = run("search", "how do people log in?", "--explain").stdout
+    assert "vector: #1 cosine" in human and "rrf(k=60)" in human
+    assert run("search", "x", "--weights", "nope", ok=False).exit_code == 2
+    assert "embedded 0" in run("embed").stdout
+    reindexed = json.loads(run("reindex", "--force", "--json").stdout)
+    assert reindexed["embedded"] == 2 and reindexed["pending"] == 0
+
+
+@pytest.mark.model
+def test_pending_vectors_are_announced(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    run("add", "written before any model was configured")
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    result = run("search", "written before")
+    assert "1 of 1 memories have no vector" in result.stderr
+    assert "mnemex embed" in result.stderr
+    assert "1 pending" in run("stats").stdout
+    run("embed")
+    assert "note:" not in run("search", "written before").stderr
+
+
+@pytest.mark.model
+def test_real_subprocess_hybrid(tmp_path: Path) -> None:
+    env = python_env()
+    env["MNEMEX_EMBEDDER"] = "local"
+    db = str(tmp_path / "hybrid.db")
+    added = subprocess.run(
+        [PYTHON, "-m", "mnemex", "--db", db, "add", "Deploys go through Fly.io"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert added.returncode == 0, added.stderr
+    found = subprocess.run(
+        [PYTHON, "-m", "mnemex", "--db", db, "search", "how do we ship releases?", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr
+    result = json.loads(found.stdout)
+    assert result["mode_used"] == "hybrid" and result["hits"]

@@ -60,7 +60,7 @@ def test_beir_cli_json(beir_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert set(report["metrics"]) == {"nDCG@10", "R@10", "R@100", "RR@10"}
-    assert "lexical_budget=0" in report["scoring"]
+    assert "lexical_budget=0" in report["lexical"]
 
 
 def test_unanswered_queries_count_as_zero() -> None:

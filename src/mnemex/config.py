@@ -29,6 +29,14 @@ DEFAULT_MAX_CONTENT_BYTES = 65_536
 DEFAULT_LEXICAL_BUDGET = 2_000  # postings scored per lexical query before shaping kicks in
 DEFAULT_SNIPPET_TOKENS = 32
 SNIPPET_MAX_CHARS = 700  # seed 004
+DEFAULT_EMBEDDER = "auto"  # local when mnemex[embed] is installed, else none
+DEFAULT_MODE = "auto"  # hybrid when an embedder is configured, else lexical
+DEFAULT_FUSION = "rrf"
+RRF_K = 60
+VECTOR_WEIGHT = 0.7  # weighted fusion (seed 004)
+TEXT_WEIGHT = 0.3
+MODES = ("auto", "lexical", "vector", "hybrid")
+FUSIONS = ("rrf", "weighted")
 DB_FILENAME = "memories.db"
 CONFIG_FILENAME = "config.toml"
 
@@ -53,6 +61,19 @@ class Settings:
     snippet_tokens: int = DEFAULT_SNIPPET_TOKENS
     highlight_start: str = "**"
     highlight_end: str = "**"
+    embedder: str = DEFAULT_EMBEDDER
+    embed_model: str = ""
+    embed_batch_size: int = 32
+    embed_threads: int = 0  # 0: up to 4, as many as the machine has
+    embed_timeout: float = 30.0  # seconds per HTTP request
+    query_timeout: float = 5.0  # seconds to embed a query before answering lexically
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key_env: str = "OPENAI_API_KEY"
+    search_mode: str = DEFAULT_MODE
+    fusion: str = DEFAULT_FUSION
+    rrf_k: int = RRF_K
+    vector_weight: float = VECTOR_WEIGHT
+    text_weight: float = TEXT_WEIGHT
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -152,3 +173,19 @@ def _validate(s: Settings) -> None:
         raise InvalidInput("lexical_budget must be >= 0 (0 disables query shaping)")
     if not 1 <= s.snippet_tokens <= 64:
         raise InvalidInput("snippet_tokens must be between 1 and 64 (an FTS5 limit)")
+    from mnemex.embed import PROVIDERS
+
+    if s.embedder not in PROVIDERS:
+        raise InvalidInput(f"embedder must be one of {', '.join(PROVIDERS)}, got {s.embedder!r}")
+    if s.search_mode not in MODES:
+        raise InvalidInput(f"search_mode must be one of {', '.join(MODES)}, got {s.search_mode!r}")
+    if s.fusion not in FUSIONS:
+        raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {s.fusion!r}")
+    if s.rrf_k < 1:
+        raise InvalidInput("rrf_k must be at least 1")
+    if s.vector_weight < 0 or s.text_weight < 0 or s.vector_weight + s.text_weight <= 0:
+        raise InvalidInput("vector_weight and text_weight must be >= 0 and not both 0")
+    if s.embed_batch_size < 1 or s.embed_threads < 0:
+        raise InvalidInput("embed_batch_size must be >= 1 and embed_threads >= 0")
+    if s.query_timeout <= 0 or s.embed_timeout <= 0:
+        raise InvalidInput("query_timeout and embed_timeout must be > 0 seconds")

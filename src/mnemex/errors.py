@@ -58,3 +58,19 @@ class StoreLocked(MnemexError):
 
 class StoreError(MnemexError):
     """The database file cannot be used (corrupt, unreadable, newer schema...)."""
+
+
+class MissingExtra(MnemexError, ImportError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, extra: str, what: str, missing: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs {missing}: pip install 'mnemex[{extra}]'")
+
+
+class EmbeddingError(MnemexError):
+    """An embedder failed or returned unusable vectors."""
+
+
+class IndexMismatch(MnemexError):
+    """Stored vectors do not fit the configured embedding model."""

@@ -53,9 +53,10 @@ class Hit:
     kind: str
     tags: tuple[str, ...]
     created_at: datetime
+    explain: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "id": self.id,
             "score": round(self.score, 6),
             "snippet": self.snippet,
@@ -63,23 +64,35 @@ class Hit:
             "tags": list(self.tags),
             "created_at": format_time(self.created_at),
         }
+        if self.explain is not None:
+            data["explain"] = self.explain
+        return data
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """Hits best first, plus how they were found."""
+    """Hits best first, plus how they were found.
+
+    ``mode_used`` is the mode that produced the hits (``lexical``, ``vector``
+    or ``hybrid``): a hybrid search whose query could not be embedded answers
+    lexically and says why in ``notes``.
+    """
 
     query: str
     hits: tuple[Hit, ...]
     mode_used: str
     namespace: str
     took_ms: float
+    fusion: str | None = None
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "query": self.query,
             "namespace": self.namespace,
             "mode_used": self.mode_used,
+            "fusion": self.fusion,
+            "notes": list(self.notes),
             "took_ms": round(self.took_ms, 3),
             "hits": [h.to_dict() for h in self.hits],
         }
@@ -142,6 +155,10 @@ class Stats:
     size_bytes: int
     schema_version: int
     tokenizer: str
+    embedder: str | None = None
+    vectors: int = 0
+    pending_vectors: int = 0
+    other_models: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,6 +173,10 @@ class Stats:
             "size_bytes": self.size_bytes,
             "schema_version": self.schema_version,
             "tokenizer": self.tokenizer,
+            "embedder": self.embedder,
+            "vectors": self.vectors,
+            "pending_vectors": self.pending_vectors,
+            "other_models": self.other_models,
         }
 
 

@@ -3,23 +3,39 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:
+    from mnemex.index.embeddings import EmbedReport
+    from mnemex.index.vectors import VectorIndex
 
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
+    FUSIONS,
     MAX_SEARCH_LIMIT,
+    MODES,
     Settings,
     load_settings,
 )
-from mnemex.errors import DuplicateId, InvalidInput, UnknownMemory
+from mnemex.embed import Embedder
+from mnemex.embed import resolve as resolve_embedder
+from mnemex.errors import (
+    DuplicateId,
+    EmbeddingError,
+    IndexMismatch,
+    InvalidInput,
+    MissingExtra,
+    UnknownMemory,
+)
 from mnemex.index.fts import Filters, Lexicon
 from mnemex.models import ForgetResult, GetResult, Memory, SearchResult, Stats, TimelineEntry
 from mnemex.storage import (
@@ -59,6 +75,8 @@ class _AllNamespaces:
 
 
 ALL: Final = _AllNamespaces()
+FROM_SETTINGS: Final = object()  # Store(embedder=...) default: resolve the embedder setting
+logger = logging.getLogger("mnemex")
 """Pass as ``namespace=`` to read across every namespace (search, timeline, stats, export)."""
 
 NamespaceArg = str | _AllNamespaces | None
@@ -94,13 +112,19 @@ OPTIMIZE_MAX_ROWS = 2_000_000
 
 
 def open_store(
-    db: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **settings: Any
+    db: str | os.PathLike[str] | None = None,
+    *,
+    namespace: str | None = None,
+    embedder: Embedder | object | None = FROM_SETTINGS,
+    **settings: Any,
 ) -> Store:
     """Open (creating if needed) a store. ``db`` defaults to the data folder's ``memories.db``.
 
-    Keyword arguments override :class:`~mnemex.config.Settings` fields.
+    Keyword arguments override :class:`~mnemex.config.Settings` fields;
+    ``embedder`` overrides the ``embedder`` setting with an instance (or
+    ``None`` for lexical only).
     """
-    return Store(load_settings(db, namespace=namespace, **settings))
+    return Store(load_settings(db, namespace=namespace, **settings), embedder=embedder)
 
 
 class Store:
@@ -111,8 +135,15 @@ class Store:
     between threads; several processes may use the same file at once.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, embedder: Embedder | object | None = FROM_SETTINGS
+    ) -> None:
         self.settings = settings
+        self._embedder_arg = embedder
+        self._embedder: Embedder | None = None
+        self._embedder_ready = False
+        self._vector_index: VectorIndex | None = None
+        self.last_embedding_error: str | None = None
         self.namespace = clean_namespace(settings.namespace)
         self.path = Path(settings.db_path)
         self._lock = threading.RLock()
@@ -168,6 +199,137 @@ class Store:
 
     def _wrote(self) -> None:
         self._lexicon.invalidate()
+        if self._vector_index is not None:
+            self._vector_index.mark_dirty()
+
+    # -- embeddings -----------------------------------------------------------------
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The configured embedder (resolved on first use), or ``None``: lexical only."""
+        if not self._embedder_ready:
+            with self._lock:
+                if not self._embedder_ready:
+                    if self._embedder_arg is FROM_SETTINGS:
+                        self._embedder = resolve_embedder(self.settings)
+                    else:
+                        self._embedder = self._embedder_arg  # type: ignore[assignment]
+                    self._embedder_ready = True
+        return self._embedder
+
+    def _vectors(self, dim: int) -> VectorIndex:
+        """The in-process index of the configured model's vectors."""
+        embedder = self.embedder
+        assert embedder is not None
+        index = self._vector_index
+        if index is None or index.model != embedder.model_id or index.dim != dim:
+            from mnemex.index.vectors import VectorIndex
+
+            index = self._vector_index = VectorIndex(self.conn, embedder.model_id, dim)
+        return index
+
+    def embed(
+        self, *, progress: Callable[[int], None] | None = None, force: bool = False
+    ) -> EmbedReport:
+        """Give every memory (all namespaces) a vector for the configured model.
+
+        Only memories without one are embedded unless ``force``, which first
+        drops the model's vectors (after a model file changed under the same
+        id). Raises :class:`~mnemex.errors.EmbeddingError` when embedding
+        fails; what was stored before the failure stays.
+        """
+        from mnemex.index import embeddings as vectors
+
+        embedder = self.embedder
+        if embedder is None:
+            raise EmbeddingError(
+                "no embedder is configured: install mnemex[embed] for the local model, or set "
+                "embedder (MNEMEX_EMBEDDER) to sentence-transformers or openai"
+            )
+        report = vectors.EmbedReport(model=embedder.model_id)
+        with self._lock, self._errors():
+            conn = self.conn
+            if force:
+                with write_transaction(conn):
+                    conn.execute("DELETE FROM embeddings WHERE model = ?", (embedder.model_id,))
+                self._wrote()
+            else:
+                self._check_dimension(embedder)
+            last = 0
+            while True:
+                batch = vectors.pending(conn, embedder.model_id, after=last)
+                if not batch:
+                    break
+                last = batch[-1].seq
+                vectors.embed_and_store(conn, embedder, batch, report, progress)
+                self._wrote()
+            with write_transaction(conn):
+                conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
+            report.pending = vectors.count_pending(conn, embedder.model_id)
+        self.last_embedding_error = None
+        return report
+
+    def reindex(
+        self,
+        *,
+        progress: Callable[[int], None] | None = None,
+        force: bool = False,
+        prune: bool = False,
+    ) -> EmbedReport | None:
+        """Rebuild the full-text index and embed what lacks a vector for the configured model.
+
+        ``force`` re-embeds everything; ``prune`` deletes vectors of other models.
+        Returns the embedding report, or ``None`` when no embedder is configured.
+        """
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')")
+            if prune and self.embedder is not None:
+                conn.execute("DELETE FROM embeddings WHERE model != ?", (self.embedder.model_id,))
+        self._wrote()
+        if self.embedder is None:
+            return None
+        return self.embed(progress=progress, force=force)
+
+    def _check_dimension(self, embedder: Embedder) -> None:
+        row = self.conn.execute(
+            "SELECT dim FROM embeddings WHERE model = ? AND dim != ? LIMIT 1",
+            (embedder.model_id, embedder.dim),
+        ).fetchone()
+        if row:
+            raise IndexMismatch(
+                f"the store holds {row[0]}-dimensional vectors for {embedder.model_id}, which now "
+                f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
+            )
+
+    def _embed_new(self, seqs: Sequence[int]) -> None:
+        """Embed memories just written. On failure they stay stored, marked pending."""
+        embedder = self.embedder
+        if embedder is None or not seqs:
+            return
+        from mnemex.index import embeddings as vectors
+
+        report = vectors.EmbedReport(model=embedder.model_id)
+        try:
+            with self._lock, self._errors():
+                self._check_dimension(embedder)
+                rows = vectors.rows_for(self.conn, seqs, embedder.model_id)
+                vectors.embed_and_store(self.conn, embedder, rows, report)
+                backlog = self.conn.execute(
+                    "SELECT value FROM meta WHERE key = 'embed_backlog'"
+                ).fetchone()
+            self._wrote()
+            if backlog:  # an earlier write could not embed: catch up now
+                self.embed()
+            self.last_embedding_error = None
+        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+            self._wrote()
+            self.last_embedding_error = str(exc)
+            logger.warning("memories stored without vectors (run `mnemex embed`): %s", exc)
+            with self._lock, self._errors(), write_transaction(self.conn) as conn:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embed_backlog', ?)",
+                    (str(exc),),
+                )
 
     # -- writes ----------------------------------------------------------------
 
@@ -184,8 +346,9 @@ class Store:
         metadata: Mapping[str, Any] | None = None,
         id: str | None = None,
         namespace: str | None = None,
+        embed: bool = True,
     ) -> str:
-        """Store one memory and return its id."""
+        """Store one memory and return its id (then embed it, see :meth:`add_many`)."""
         item: dict[str, Any] = {
             "content": content,
             "kind": kind,
@@ -197,7 +360,7 @@ class Store:
             "metadata": metadata,
             "id": id,
         }
-        return self.add_many([item], namespace=namespace)[0]
+        return self.add_many([item], namespace=namespace, embed=embed)[0]
 
     def add_many(
         self,
@@ -206,6 +369,7 @@ class Store:
         namespace: str | None = None,
         keep_namespaces: bool = False,
         on_conflict: Conflict = "error",
+        embed: bool = True,
     ) -> list[str]:
         """Store many memories in one transaction: all of them, or none on any error.
 
@@ -214,6 +378,12 @@ class Store:
         ``on_conflict="skip"``, which leaves existing ids untouched and
         returns them as they are. With ``keep_namespaces`` an item's own
         ``namespace`` key is honoured.
+
+        Once stored, new memories are embedded (when an embedder is
+        configured and ``embed`` is true), outside the write transaction. If
+        embedding fails the memories stay stored without vectors, the error
+        is in :attr:`last_embedding_error`, and the next write or
+        :meth:`embed` catches up.
         """
         ns = self._ns(namespace)
         assert ns is not None
@@ -239,8 +409,10 @@ class Store:
         if not items:
             return []
         with self._lock, self._errors():
-            _, ids = self._write(prepared(), on_conflict)
+            _, ids, seqs = self._write(prepared(), on_conflict)
         self._wrote()
+        if embed:
+            self._embed_new(seqs)
         return ids
 
     def _row(
@@ -314,20 +486,25 @@ class Store:
             fts_tags,
         )
 
-    def _insert(self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict) -> int:
-        """Insert prepared rows in one transaction; returns how many were new."""
+    def _insert(
+        self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict
+    ) -> tuple[int, list[int]]:
+        """Insert prepared rows in one transaction; returns how many were new and their seqs."""
         chunks = (list(rows[i : i + WRITE_CHUNK]) for i in range(0, len(rows), WRITE_CHUNK))
-        return self._write(chunks, on_conflict)[0]
+        count, _, seqs = self._write(chunks, on_conflict)
+        return count, seqs
 
     def _write(
         self, chunks: Iterable[list[tuple[Any, ...]]], on_conflict: Conflict
-    ) -> tuple[int, list[str]]:
+    ) -> tuple[int, list[str], list[int]]:
         """Insert chunks of prepared rows in one transaction: all or nothing.
 
         Preparing rows is Python work and inserting them is SQLite work that
         releases the GIL, so while one chunk is inserted by a worker thread the
         next is prepared by the caller (the ``chunks`` iterator). Returns the
-        number of rows inserted and the ids of all rows, in order.
+        number of rows inserted, the ids of all rows in order, and the seqs of
+        the rows inserted (``seq`` only grows, so they are those above the
+        largest before the transaction).
         """
         conn = self.conn
         conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({_ROW_COLUMNS})")
@@ -336,6 +513,7 @@ class Store:
         inserted = 0
         pending: Future[int] | None = None
         with write_transaction(conn):
+            before = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
             try:
                 for rows in chunks:
                     for row in rows:
@@ -355,9 +533,10 @@ class Store:
             finally:
                 if pending is not None:  # an error while preparing: let the insert finish first
                     wait([pending])
+            seqs = [r[0] for r in conn.execute("SELECT seq FROM memories WHERE seq > ?", (before,))]
             if inserted >= OPTIMIZE_MIN_BATCH:
                 self._maybe_optimize()
-        return inserted, ids
+        return inserted, ids, seqs
 
     def _maybe_optimize(self) -> None:
         """Merge the full-text index into one segment each time the store has doubled.
@@ -431,8 +610,13 @@ class Store:
         metadata: Any = _UNSET,
         created_at: Any = _UNSET,
         namespace: str | None = None,
+        embed: bool = True,
     ) -> Memory:
-        """Change fields of one memory; returns it as stored. Unknown ids raise."""
+        """Change fields of one memory; returns it as stored. Unknown ids raise.
+
+        New content drops the memory's vectors and embeds it again (when an
+        embedder is configured and ``embed`` is true).
+        """
         ns = self._ns(namespace)
         assert ns is not None
         ident = clean_id(id)
@@ -464,8 +648,12 @@ class Store:
             )
             if cursor.rowcount == 0:
                 raise UnknownMemory([ident], ns)
-            row = conn.execute(f"SELECT {_FIELDS} FROM memories WHERE id = ?", (ident,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_FIELDS}, seq FROM memories WHERE id = ?", (ident,)
+            ).fetchone()
         self._wrote()
+        if "content" in sets and embed:
+            self._embed_new([row[-1]])
         return _memory(row)
 
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
@@ -553,33 +741,54 @@ class Store:
         tags: Iterable[str] | str | None = None,
         since: datetime | str | None = None,
         until: datetime | str | None = None,
+        mode: str | None = None,
+        fusion: str | None = None,
+        weights: tuple[float, float] | None = None,
+        explain: bool = False,
         raw: bool = False,
         snippets: bool = True,
         namespace: NamespaceArg = None,
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
-        ``query`` is natural-language text; any text is safe. With ``raw`` it
-        is an FTS5 expression used as is (syntax errors raise
+        ``query`` is natural-language text; any text is safe. ``mode`` is
+        ``lexical``, ``vector`` or ``hybrid`` (default: hybrid when an
+        embedder is configured, else lexical); ``fusion`` is ``rrf`` or
+        ``weighted`` with ``weights`` = (vector, text). ``explain`` attaches
+        each hit's rank and score in each arm and the fused score. With
+        ``raw`` the query is an FTS5 expression used as is (syntax errors raise
         :class:`~mnemex.errors.InvalidQuery`). ``snippets=False`` skips the
-        highlighted snippets (hits then carry the start of their content),
-        which is faster when only ids are needed.
+        highlighted snippets, which is faster when only ids are needed.
         """
-        from mnemex.search.pipeline import run_search
+        from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
 
+        settings = self.settings
         filters = self._filters(namespace, kinds, tags, since, until)
-        limit = _check_limit(self.settings.search_limit if limit is None else limit)
+        limit = _check_limit(settings.search_limit if limit is None else limit)
+        if mode is not None and mode not in MODES:
+            raise InvalidInput(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if fusion is not None and fusion not in FUSIONS:
+            raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+        vector_weight, text_weight = weights or (settings.vector_weight, settings.text_weight)
+        if vector_weight < 0 or text_weight < 0 or vector_weight + text_weight <= 0:
+            raise InvalidInput("weights must be two numbers >= 0, not both 0 (vector, text)")
+        embedder = self.embedder if (mode or settings.search_mode) != "lexical" else None
+        request = Request(
+            query=query,
+            limit=limit,
+            filters=filters,
+            mode=resolve_mode(mode, settings, embedder is not None),
+            fusion=fusion or settings.fusion,
+            rrf_k=settings.rrf_k,
+            vector_weight=vector_weight,
+            text_weight=text_weight,
+            raw=raw,
+            explain=explain,
+            snippets=snippets,
+        )
         with self._lock, self._errors():
-            return run_search(
-                self.conn,
-                self._lexicon,
-                self.settings,
-                query,
-                limit,
-                filters,
-                raw=raw,
-                with_snippets=snippets,
-            )
+            engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
+            return run_search(engine, request)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
         ns = self._ns(namespace, allow_all=True)
@@ -605,6 +814,12 @@ class Store:
             page_size = conn.execute("PRAGMA page_size").fetchone()[0]
             meta = read_meta(conn)
             version = schema_version(conn)
+            models = dict(
+                conn.execute("SELECT model, count(*) FROM embeddings GROUP BY model").fetchall()
+            )
+            embedder = self.embedder
+            model = embedder.model_id if embedder is not None else None
+            vector_count = models.pop(model, 0) if model else 0
         wal = self.path.with_name(self.path.name + "-wal")
         return Stats(
             path=str(self.path),
@@ -618,6 +833,10 @@ class Store:
             size_bytes=pages * page_size + (wal.stat().st_size if wal.exists() else 0),
             schema_version=version,
             tokenizer=meta.get("tokenizer", ""),
+            embedder=model,
+            vectors=vector_count,
+            pending_vectors=sum(per_ns.values()) - vector_count if model else 0,
+            other_models=models,
         )
 
     def iter_memories(

@@ -30,13 +30,15 @@ def import_jsonl(
     keep_namespaces: bool = False,
     strict: bool = False,
     skip_existing: bool = True,
+    embed: bool = True,
     progress: Progress | None = None,
 ) -> ImportReport:
     """Import memories from JSONL lines.
 
     Bad lines (invalid UTF-8 or JSON, invalid fields) are reported with their
     line numbers and skipped; the good ones are imported in batches of
-    ``IMPORT_BATCH`` lines, each batch in its own transaction. With
+    ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
+    embedded, unless ``embed`` is false). With
     ``strict``, any bad line imports nothing at all. Lines whose ``id``
     already exists are skipped (counted in ``skipped``) unless
     ``skip_existing`` is false, which makes them errors.
@@ -55,8 +57,10 @@ def import_jsonl(
         if not rows:
             return
         with store._lock, store._errors():
-            done = store._insert(rows, on_conflict)
+            done, seqs = store._insert(rows, on_conflict)
         store._wrote()
+        if embed:
+            store._embed_new(seqs)
         imported += done
         skipped += len(rows) - done
         ids.extend(r[0] for r in rows)
@@ -84,8 +88,10 @@ def import_jsonl(
     if strict:
         # One transaction for everything: all or nothing.
         with store._lock, store._errors():
-            done = store._insert(rows, on_conflict)
+            done, seqs = store._insert(rows, on_conflict)
         store._wrote()
+        if embed:
+            store._embed_new(seqs)
         imported, skipped = done, len(rows) - done
         ids.extend(r[0] for r in rows)
         if progress:

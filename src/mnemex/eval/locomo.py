@@ -8,15 +8,13 @@ a hit is a retrieved turn named in the question's evidence.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from mnemex.eval.data import load_locomo
-from mnemex.eval.metrics import latency, mean, per_query, ranked_run
-from mnemex.eval.runner import eval_store, ingest, machine
-from mnemex.progress import progress_bar
+from mnemex.eval.metrics import latency, mean, per_query
+from mnemex.eval.runner import Spec, eval_store, ingest, machine, run_queries
 
 MEASURES = ("R@5", "R@10", "nDCG@10", "RR@10", "R@100")
 
@@ -25,10 +23,11 @@ def run_locomo(
     file: Path,
     *,
     depth: int = 100,
-    lexical_budget: int | None = None,
+    spec: Spec | None = None,
     db: Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
+    spec = spec or Spec()
     data = load_locomo(file)
     by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for turn in data.turns:
@@ -40,21 +39,14 @@ def run_locomo(
                 "kind": "dialogue",
             }
         )
-    with eval_store(db, lexical_budget=lexical_budget) as store:
-        ingest_seconds = 0.0
-        for ns, items in by_ns.items():
-            if store.count(namespace=ns) < len(items):
-                ingest_seconds += ingest(store, items, namespace=ns, show=progress)
-        run: dict[str, dict[str, float]] = {}
-        samples: list[float] = []
-        with progress_bar(len(data.questions), "searching", progress) as advance:
-            for q in data.questions:
-                started = time.perf_counter()
-                result = store.search(q.text, depth, namespace=q.namespace, snippets=False)
-                samples.append((time.perf_counter() - started) * 1000)
-                run[q.id] = ranked_run([h.id for h in result.hits])
-                advance(1)
-        budget = store.settings.lexical_budget
+    with eval_store(db, spec) as store:
+        ingest_seconds = sum(
+            ingest(store, items, spec, namespace=ns, show=progress) for ns, items in by_ns.items()
+        )
+        run, samples, modes = run_queries(
+            store, [(q.id, q.text, q.namespace) for q in data.questions], depth, spec, progress
+        )
+        described = spec.describe(store)
     qrels = {q.id: dict.fromkeys(q.evidence, 1) for q in data.questions}
     scores = per_query(qrels, run, MEASURES)
     categories: dict[str, Any] = {}
@@ -66,8 +58,8 @@ def run_locomo(
         }
     return {
         "dataset": file.stem,
-        "mode": "lexical",
-        "scoring": f"fts5 bm25 (k1=1.2, b=0.75), lexical_budget={budget}",
+        **described,
+        "modes_used": dict(modes),
         "memories": len(data.turns),
         "conversations": len(by_ns),
         "queries": len(data.questions),

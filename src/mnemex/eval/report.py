@@ -10,7 +10,12 @@ def print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     out = Console(highlight=False)
-    title = f"{report['dataset']}  ({report['mode']}; {report['scoring']})"
+    how = [report["mode"]]
+    if report.get("fusion"):
+        how.append(report["fusion"])
+    if report.get("embedder"):
+        how.append(report["embedder"])
+    title = f"{report['dataset']}  ({'; '.join(how)})"
     out.print(f"[bold]{title}[/bold]", markup=True)
     out.print(
         f"{report['memories']:,} memories, {report['queries']:,} queries, "

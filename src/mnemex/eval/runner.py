@@ -1,4 +1,4 @@
-"""Shared plumbing of the evaluations: a store to search, timed queries, progress."""
+"""Shared plumbing of the evaluations: a store, a search spec, timed queries."""
 
 from __future__ import annotations
 
@@ -6,22 +6,60 @@ import contextlib
 import platform
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mnemex import __version__
 from mnemex.config import load_settings
+from mnemex.eval.metrics import ranked_run
 from mnemex.progress import progress_bar
+from mnemex.search import fusion as fusion_formulas
 from mnemex.store import Store
 
 INGEST_BATCH = 5_000
 
 
+@dataclass(frozen=True)
+class Spec:
+    """How to search: ``None`` fields take the store's defaults."""
+
+    mode: str | None = None
+    fusion: str | None = None
+    weights: tuple[float, float] | None = None
+    lexical_budget: int | None = None
+    embedder: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"lexical_budget": self.lexical_budget, "embedder": self.embedder}
+
+    def describe(self, store: Store) -> dict[str, Any]:
+        model = store.embedder.model_id if store.embedder is not None else None
+        mode = self.mode or store.settings.search_mode
+        if mode == "auto":
+            mode = "hybrid" if model else "lexical"
+        fusion = self.fusion or store.settings.fusion
+        weights = self.weights or (store.settings.vector_weight, store.settings.text_weight)
+        out: dict[str, Any] = {
+            "mode": mode,
+            "embedder": model if mode != "lexical" else None,
+            "lexical": f"fts5 bm25 (k1=1.2, b=0.75), lexical_budget={store.settings.lexical_budget}",
+        }
+        if mode == "hybrid":
+            out["fusion"] = (
+                f"rrf(k={store.settings.rrf_k}) {fusion_formulas.RRF_VERSION}"
+                if fusion == "rrf"
+                else f"weighted({weights[0]:g}, {weights[1]:g}) {fusion_formulas.WEIGHTED_VERSION}"
+            )
+        return out
+
+
 @contextlib.contextmanager
-def eval_store(db: Path | None, **settings: Any) -> Iterator[Store]:
+def eval_store(db: Path | None, spec: Spec, **settings: Any) -> Iterator[Store]:
     """The store at ``db``, or a temporary one deleted afterwards."""
-    overrides = {k: v for k, v in settings.items() if v is not None}
+    overrides = {k: v for k, v in {**spec.settings(), **settings}.items() if v is not None}
     if db is not None:
         store = Store(load_settings(db, **overrides))
         try:
@@ -40,18 +78,59 @@ def eval_store(db: Path | None, **settings: Any) -> Iterator[Store]:
 def ingest(
     store: Store,
     items: Sequence[dict[str, Any]],
+    spec: Spec,
     *,
     namespace: str | None = None,
     show: bool = True,
 ) -> float:
-    """Add items in batches; returns the seconds it took."""
+    """Add items in batches (embedding them when the spec searches vectors); seconds taken."""
+    embed = (spec.mode or "auto") != "lexical" and store.embedder is not None
     started = time.perf_counter()
     with progress_bar(len(items), "ingesting", show) as advance:
         for start in range(0, len(items), INGEST_BATCH):
             batch = items[start : start + INGEST_BATCH]
-            store.add_many(batch, namespace=namespace, on_conflict="skip")
+            store.add_many(batch, namespace=namespace, on_conflict="skip", embed=embed)
             advance(len(batch))
+    if embed and store.stats(namespace=_all()).pending_vectors:
+        with progress_bar(None, "embedding", show) as advance:
+            store.embed(progress=advance)
     return time.perf_counter() - started
+
+
+def run_queries(
+    store: Store,
+    queries: Sequence[tuple[str, str, str | None]],
+    depth: int,
+    spec: Spec,
+    show: bool = True,
+) -> tuple[dict[str, dict[str, float]], list[float], Counter[str]]:
+    """Search each (query id, text, namespace); returns the run, latencies (ms), modes used."""
+    run: dict[str, dict[str, float]] = {}
+    samples: list[float] = []
+    modes: Counter[str] = Counter()
+    with progress_bar(len(queries), "searching", show) as advance:
+        for qid, text, namespace in queries:
+            started = time.perf_counter()
+            result = store.search(
+                text,
+                depth,
+                mode=spec.mode,
+                fusion=spec.fusion,
+                weights=spec.weights,
+                namespace=namespace,
+                snippets=False,
+            )
+            samples.append((time.perf_counter() - started) * 1000)
+            run[qid] = ranked_run([h.id for h in result.hits])
+            modes[result.mode_used] += 1
+            advance(1)
+    return run, samples, modes
+
+
+def _all() -> Any:
+    from mnemex.store import ALL
+
+    return ALL
 
 
 def machine() -> dict[str, str]:

@@ -1,13 +1,19 @@
 """The search pipeline, top to bottom.
 
-1. Clean the query text (any string is safe) and plan the lexical search:
-   FTS5's tokenizer, stop words out, document frequencies in.
-2. Retrieve candidates from FTS5 by BM25 within the filters
-   (``min(200, 4 × limit)`` of them).
-3. If nothing matched and stop words were dropped, retry with them.
-4. Normalize scores to [0, 1] and keep the top ``limit``.
-5. Fetch those memories and their snippets in one query each (without
-   snippets, a hit carries the start of its content instead).
+1. Clean the query text (any string is safe); embed it (vector and hybrid
+   modes) on a worker thread, waiting at most ``query_timeout``. (Planning the
+   lexical arm meanwhile was measured slower on two cores: the model's
+   threads and the planner fight for them.)
+2. Plan the lexical search: FTS5's tokenizer, stop words out, statistics in.
+3. Retrieve each arm's candidates within the filters, ``min(200, 4 × limit)``
+   of them: BM25 from FTS5, cosine from the vector index. If the lexical arm
+   found nothing, stop words were dropped and there is no vector arm, retry
+   with them (a stop-word ranking would only add noise to a fusion).
+4. Fuse: RRF (default) or weighted; a single arm keeps its own normalized
+   score. If the query could not be embedded, answer from the lexical arm and
+   say so in ``mode_used`` and ``notes``.
+5. Keep the top ``limit``; fetch those memories and their snippets in one
+   query each; attach the explain trace when asked.
 """
 
 from __future__ import annotations
@@ -15,17 +21,41 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
-from mnemex.index.fts import Filters, LexicalPlan, Lexicon, plan, plan_raw, retrieve, snippets
+from mnemex.embed import Embedder, embed_checked
+from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
+from mnemex.index.fts import (
+    Candidate,
+    Filters,
+    LexicalPlan,
+    Lexicon,
+    plan,
+    plan_raw,
+    retrieve,
+    snippets,
+)
 from mnemex.models import Hit, SearchResult
+from mnemex.search import fusion
 from mnemex.search.query import normalized_score
 from mnemex.search.stopwords import STOPWORDS
 from mnemex.storage import read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, summarize
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mnemex.index.vectors import VectorHit, VectorIndex
+
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
+FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
+
+_query_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mnemex-query")
 
 
 def candidate_pool(limit: int) -> int:
@@ -33,80 +63,245 @@ def candidate_pool(limit: int) -> int:
     return max(limit, min(MAX_CANDIDATES, CANDIDATE_MULTIPLIER * limit))
 
 
-def run_search(
-    conn: sqlite3.Connection,
-    lexicon: Lexicon,
-    settings: Settings,
-    query: str,
-    limit: int,
-    filters: Filters,
-    *,
-    raw: bool = False,
-    with_snippets: bool = True,
-) -> SearchResult:
-    started = time.perf_counter()
-    text = clean_query(query)
-    namespace = "*" if filters.namespace is None else filters.namespace
+@dataclass(frozen=True, slots=True)
+class Request:
+    query: str
+    limit: int
+    filters: Filters
+    mode: str  # lexical | vector | hybrid
+    fusion: str  # rrf | weighted
+    rrf_k: int
+    vector_weight: float
+    text_weight: float
+    raw: bool = False
+    explain: bool = False
+    snippets: bool = True
 
-    # 1. plan
-    lexical: LexicalPlan = plan_raw(lexicon, text) if raw else plan(lexicon, text, STOPWORDS)
-    pool = candidate_pool(limit)
-    with read_transaction(conn):
-        # 2. retrieve
-        retrieval = retrieve(conn, lexical, filters, pool, settings.lexical_budget)
-        # 3. nothing but stop words could match: search them too
-        if not retrieval.candidates and lexical.dropped:
-            lexical = lexical.with_dropped()
-            retrieval = retrieve(conn, lexical, filters, pool, settings.lexical_budget)
-        # 4. normalize, top-K
-        norm = lexical.norm
-        top = retrieval.candidates[:limit]
-        # 5. fetch rows and snippets
-        seqs = [c.seq for c in top]
-        rows = (
-            {
-                r[0]: r
-                for r in conn.execute(
-                    f"SELECT seq, id, kind, tags, created_at, substr(content, 1, {SNIPPET_MAX_CHARS * 2}) "
-                    f"FROM memories WHERE seq IN ({','.join('?' * len(seqs))})",
-                    seqs,
+
+@dataclass
+class Engine:
+    """What a search reads: the connection, the lexicon, and the vectors if any."""
+
+    conn: sqlite3.Connection
+    lexicon: Lexicon
+    settings: Settings
+    embedder: Embedder | None
+    vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_mode(mode: str | None, settings: Settings, has_embedder: bool) -> str:
+    chosen = mode or settings.search_mode
+    if chosen == "auto":
+        return "hybrid" if has_embedder else "lexical"
+    return chosen
+
+
+def run_search(engine: Engine, request: Request) -> SearchResult:
+    started = time.perf_counter()
+    settings = engine.settings
+    notes: list[str] = []
+    text = clean_query(request.query)
+    mode = request.mode
+    pool = candidate_pool(request.limit)
+
+    # 1. embed the query
+    pending: Future[np.ndarray] | None = None
+    if mode in ("vector", "hybrid"):
+        if engine.embedder is None:
+            notes.append("no embedder is configured: answered from the lexical arm")
+            mode = "lexical"
+        elif not text.strip():
+            mode = "lexical"
+        else:
+            pending = _query_pool.submit(embed_checked, engine.embedder, [text])
+
+    query_vector = None
+    if pending is not None:
+        try:
+            query_vector = pending.result(timeout=settings.query_timeout)[0]
+        except FutureTimeout:
+            notes.append(
+                f"embedding the query took over {settings.query_timeout:g} s: "
+                "answered from the lexical arm"
+            )
+        except (EmbeddingError, MissingExtra) as exc:
+            notes.append(f"the query could not be embedded ({exc}): answered from the lexical arm")
+        if query_vector is None:
+            mode = "lexical"
+
+    # 2. plan the lexical arm
+    lexical: LexicalPlan = (
+        plan_raw(engine.lexicon, text) if request.raw else plan(engine.lexicon, text, STOPWORDS)
+    )
+
+    with read_transaction(engine.conn):
+        # 3. retrieve
+        lexical_hits: list[Candidate] = []
+        if mode in ("lexical", "hybrid"):
+            found = retrieve(engine.conn, lexical, request.filters, pool, settings.lexical_budget)
+            if not found.candidates and lexical.dropped and query_vector is None:
+                lexical = lexical.with_dropped()
+                found = retrieve(
+                    engine.conn, lexical, request.filters, pool, settings.lexical_budget
                 )
-            }
-            if seqs
-            else {}
-        )
+            lexical_hits = found.candidates
+        vector_hits: list[VectorHit] = []
+        if query_vector is not None:
+            try:
+                index: VectorIndex = engine.vectors(int(query_vector.shape[0]))
+                vector_hits = index.search(query_vector, request.filters, pool)
+                notes.extend(_coverage_notes(engine, index))
+            except IndexMismatch as exc:
+                notes.append(f"{exc}; answered from the lexical arm")
+                mode = "lexical"
+                if not lexical_hits:
+                    lexical_hits = retrieve(
+                        engine.conn, lexical, request.filters, pool, settings.lexical_budget
+                    ).candidates
+
+        # 4. fuse
+        norm = lexical.norm
+        text_scores = {c.seq: normalized_score(c.raw, norm) for c in lexical_hits}
+        cosines = {h.seq: h.cosine for h in vector_hits}
+        if mode == "hybrid":
+            if request.fusion == "weighted":
+                scores = fusion.weighted(
+                    text_scores, cosines, request.vector_weight, request.text_weight
+                )
+                fusion_name = (
+                    f"weighted({request.vector_weight:g} vector, {request.text_weight:g} text)"
+                )
+            else:
+                scores = fusion.rrf(
+                    [[c.seq for c in lexical_hits], [h.seq for h in vector_hits]], request.rrf_k
+                )
+                fusion_name = f"rrf(k={request.rrf_k})"
+            order = fusion.ranked(scores)
+        elif mode == "vector":
+            scores = {seq: max(0.0, cosine) for seq, cosine in cosines.items()}
+            order, fusion_name = [h.seq for h in vector_hits], None
+        else:
+            scores = text_scores
+            order, fusion_name = [c.seq for c in lexical_hits], None
+
+        # 5. top-K, rows, snippets
+        top = order[: request.limit]
+        rows = _rows(engine.conn, top)
         cut = (
             snippets(
-                conn,
+                engine.conn,
                 lexical.match,
-                seqs,
+                [s for s in top if s in text_scores] if mode != "vector" else top,
                 start=settings.highlight_start,
                 end=settings.highlight_end,
                 tokens=settings.snippet_tokens,
             )
-            if with_snippets
+            if request.snippets and not lexical.empty
             else {}
         )
+
+    lexical_rank = {c.seq: (i, c.raw) for i, c in enumerate(lexical_hits, start=1)}
+    vector_rank = {h.seq: (i, h.cosine) for i, h in enumerate(vector_hits, start=1)}
     hits = []
-    for candidate in top:
-        row = rows.get(candidate.seq)
-        if row is None:  # deleted between statements of another connection: skip
+    for seq in top:
+        row = rows.get(seq)
+        if row is None:  # deleted by another connection meanwhile
             continue
-        snippet = cut.get(candidate.seq) or summarize(row[5], SNIPPET_MAX_CHARS)
+        snippet = cut.get(seq) or summarize(row[5], FALLBACK_SNIPPET_CHARS)
+        explain = None
+        if request.explain:
+            explain = _explain(
+                seq,
+                lexical_rank,
+                vector_rank,
+                text_scores,
+                scores,
+                fusion_name,
+                len(order),
+                request.limit,
+            )
         hits.append(
             Hit(
                 id=row[1],
-                score=normalized_score(candidate.raw, norm),
+                score=scores[seq],
                 snippet=clip(snippet, SNIPPET_MAX_CHARS),
                 kind=row[2],
                 tags=tuple(json.loads(row[3])),
                 created_at=parse_stored_time(row[4]),
+                explain=explain,
             )
         )
     return SearchResult(
-        query=query if isinstance(query, str) else text,
+        query=request.query if isinstance(request.query, str) else text,
         hits=tuple(hits),
-        mode_used="lexical",
-        namespace=namespace,
+        mode_used=mode,
+        namespace="*" if request.filters.namespace is None else request.filters.namespace,
         took_ms=(time.perf_counter() - started) * 1000,
+        fusion=fusion_name,
+        notes=tuple(notes),
     )
+
+
+def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+    if not seqs:
+        return {}
+    return {
+        r[0]: r
+        for r in conn.execute(
+            f"SELECT seq, id, kind, tags, created_at, substr(content, 1, {SNIPPET_MAX_CHARS * 2}) "
+            f"FROM memories WHERE seq IN ({','.join('?' * len(seqs))})",
+            seqs,
+        )
+    }
+
+
+def _coverage_notes(engine: Engine, index: VectorIndex) -> list[str]:
+    """Say when memories lack vectors for the configured model."""
+    notes = []
+    total = engine.lexicon.n_docs()
+    have = index.size
+    if have < total:
+        others = engine.conn.execute(
+            "SELECT model, count(*) FROM embeddings WHERE model != ? GROUP BY model "
+            "ORDER BY count(*) DESC LIMIT 3",
+            (index.model,),
+        ).fetchall()
+        if have == 0 and others:
+            notes.append(
+                f"the store's vectors were made by {others[0][0]}, not by the configured model "
+                f"{index.model}: run `mnemex reindex`"
+            )
+        else:
+            notes.append(
+                f"{total - have} of {total} memories have no vector for {index.model} yet: "
+                "run `mnemex embed` (or `mnemex reindex`)"
+            )
+    if index.corrupt:
+        notes.append(
+            f"{index.corrupt} stored vectors are unreadable and were skipped: run `mnemex reindex --force`"
+        )
+    return notes
+
+
+def _explain(
+    seq: int,
+    lexical_rank: dict[int, tuple[int, float]],
+    vector_rank: dict[int, tuple[int, float]],
+    text_scores: dict[int, float],
+    scores: dict[int, float],
+    fusion_name: str | None,
+    candidates: int,
+    limit: int,
+) -> dict[str, Any]:
+    lex = lexical_rank.get(seq)
+    vec = vector_rank.get(seq)
+    return {
+        "lexical": None
+        if lex is None
+        else {"rank": lex[0], "bm25": round(lex[1], 6), "score": round(text_scores[seq], 6)},
+        "vector": None if vec is None else {"rank": vec[0], "cosine": round(vec[1], 6)},
+        "fusion": fusion_name,
+        "fused": round(scores[seq], 6),
+        "stages": [f"top {limit} of {candidates} candidates"],
+    }

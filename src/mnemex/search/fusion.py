@@ -1,0 +1,55 @@
+"""Fusing the lexical and the vector ranking: pure functions.
+
+- ``rrf``: Reciprocal Rank Fusion, ``Σ 1 / (k + rank)`` over the arms that
+  found a memory (rank from 1). Only ranks matter, so the two arms' score
+  scales never have to agree. Reported scores are divided by the best possible
+  value, ``arms / (k + 1)``, so a memory ranked first by both arms scores 1.
+- ``weighted``: ``w_v · vector + w_t · text`` with the weights normalized to
+  sum to 1, where ``vector`` is the cosine (negative values count as 0) and
+  ``text`` the normalized BM25 score (``tanh(S / Z)``, see
+  :func:`mnemex.search.query.normalized_score`, so more negative FTS5
+  ``bm25()`` means a higher score). A memory one arm missed gets 0 from it.
+
+Each formula has a version string that evaluation reports record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+RRF_VERSION = "rrf-v1"
+WEIGHTED_VERSION = "weighted-tanh-bm25-cosine-v1"
+
+
+def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
+    """Fused scores in (0, 1] for every key of every ranking (best first)."""
+    if not rankings:
+        return {}
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    best = len(rankings) / (k + 1)
+    return {key: value / best for key, value in scores.items()}
+
+
+def weighted(
+    text: Mapping[int, float],
+    vector: Mapping[int, float],
+    vector_weight: float = 0.7,
+    text_weight: float = 0.3,
+) -> dict[int, float]:
+    """Fused scores in [0, 1]: the weighted sum of the two arms' scores."""
+    total = vector_weight + text_weight
+    if total <= 0:
+        raise ValueError("weights must not both be 0")
+    wv, wt = vector_weight / total, text_weight / total
+    return {
+        key: wv * max(0.0, vector.get(key, 0.0)) + wt * text.get(key, 0.0)
+        for key in text.keys() | vector.keys()
+    }
+
+
+def ranked(scores: Mapping[int, float]) -> list[int]:
+    """Keys by score, best first; ties broken by key so the order is stable."""
+    return sorted(scores, key=lambda key: (-scores[key], key))

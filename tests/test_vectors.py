@@ -1,0 +1,349 @@
+"""Vectors and hybrid search, with a deterministic fake embedder."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+import mnemex
+from mnemex import EmbeddingError, IndexMismatch
+from mnemex.store import Store
+
+from .conftest import FakeEmbedder
+
+DOCS = [
+    "PostgreSQL connection pool exhausted during the nightly billing run",
+    "The frontend build uses Vite and takes forty seconds",
+    "Redis evicts login sessions under memory pressure",
+    "Invoices render to PDF in a background worker",
+    "The billing service retries Stripe webhooks three times",
+]
+
+
+def vectors(store: Store) -> list[tuple[int, str, int]]:
+    return store.conn.execute("SELECT seq, model, dim FROM embeddings ORDER BY seq").fetchall()
+
+
+def test_add_embeds_and_stamps_the_model(vector_store: Store, fake_embedder: FakeEmbedder) -> None:
+    vector_store.add_many(DOCS)
+    rows = vectors(vector_store)
+    assert len(rows) == len(DOCS)
+    assert {(model, dim) for _, model, dim in rows} == {("fake:bow-64", 64)}
+    stats = vector_store.stats()
+    assert (stats.embedder, stats.vectors, stats.pending_vectors) == ("fake:bow-64", 5, 0)
+    assert fake_embedder.texts == len(DOCS)
+
+
+def test_modes(vector_store: Store) -> None:
+    ids = vector_store.add_many(DOCS)
+    lexical = vector_store.search("billing Stripe webhooks", mode="lexical")
+    vector = vector_store.search("billing Stripe webhooks", mode="vector")
+    hybrid = vector_store.search("billing Stripe webhooks")
+    assert (lexical.mode_used, vector.mode_used, hybrid.mode_used) == (
+        "lexical",
+        "vector",
+        "hybrid",
+    )
+    assert hybrid.fusion == "rrf(k=60)"
+    for result in (lexical, vector, hybrid):
+        assert result.hits[0].id == ids[4]
+        assert all(0.0 <= h.score <= 1.0 for h in result.hits)
+    # The vector arm finds memories with no word in common with the query's rarest terms.
+    assert len(vector.hits) == len(DOCS)
+
+
+def test_hybrid_is_the_default_with_an_embedder(vector_store: Store, store: Store) -> None:
+    vector_store.add("anything at all")
+    store.add("anything at all")
+    assert vector_store.search("anything").mode_used == "hybrid"
+    assert store.search("anything").mode_used == "lexical"
+    assert store.search("anything", mode="hybrid").mode_used == "lexical"
+    assert "no embedder" in store.search("anything", mode="hybrid").notes[0]
+
+
+def test_weighted_fusion_and_weights(vector_store: Store) -> None:
+    ids = vector_store.add_many(DOCS)
+    result = vector_store.search("billing webhooks", fusion="weighted", weights=(0.5, 0.5))
+    assert result.fusion == "weighted(0.5 vector, 0.5 text)"
+    assert result.hits[0].id == ids[4]
+    with pytest.raises(mnemex.InvalidInput, match="weights"):
+        vector_store.search("x", fusion="weighted", weights=(-1, 1))
+    with pytest.raises(mnemex.InvalidInput, match="mode"):
+        vector_store.search("x", mode="semantic")
+
+
+def test_explain(vector_store: Store) -> None:
+    ids = vector_store.add_many(DOCS)
+    result = vector_store.search("billing Stripe webhooks", explain=True, limit=3)
+    top = result.hits[0]
+    assert top.id == ids[4]
+    assert top.explain is not None
+    assert top.explain["lexical"]["rank"] == 1 and top.explain["lexical"]["bm25"] > 0
+    assert top.explain["vector"]["rank"] == 1 and 0 < top.explain["vector"]["cosine"] <= 1
+    assert top.explain["fusion"] == "rrf(k=60)"
+    assert top.explain["fused"] == pytest.approx(top.score, abs=1e-6)
+    assert top.explain["stages"]
+    assert "explain" in top.to_dict()
+    assert vector_store.search("billing").hits[0].explain is None
+
+
+def test_identical_content_is_embedded_once(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    vector_store.add("the same words")
+    vector_store.add("the same words", namespace="elsewhere")
+    vector_store.add_many(["twice in a batch", "twice in a batch"])
+    assert fake_embedder.texts == 2
+    assert len(vectors(vector_store)) == 4
+
+
+def test_update_reembeds_only_changed_content(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    ident = vector_store.add("redis cache for sessions")
+    vector_store.update(ident, confidence=0.9, tags=["x"])
+    assert fake_embedder.texts == 1
+    vector_store.update(ident, content="memcached cache for sessions")
+    assert fake_embedder.texts == 2
+    assert vector_store.search("memcached", mode="vector").hits[0].id == ident
+    (row,) = vector_store.conn.execute("SELECT content_hash FROM embeddings").fetchall()
+    assert row[0] == vector_store.get(ident).memories[0].content_hash
+
+
+def test_forget_removes_vectors_from_search(vector_store: Store) -> None:
+    ids = vector_store.add_many(DOCS)
+    assert ids[0] in {h.id for h in vector_store.search("PostgreSQL pool", mode="vector").hits}
+    vector_store.forget(ids[0])
+    assert ids[0] not in {h.id for h in vector_store.search("PostgreSQL pool", mode="vector").hits}
+    assert len(vectors(vector_store)) == len(DOCS) - 1
+
+
+def test_embedding_failure_keeps_the_memory_pending(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    fake_embedder.fail = True
+    ident = vector_store.add("stored even though the embedder is down")
+    assert vector_store.get(ident).memories
+    assert "embedder is down" in (vector_store.last_embedding_error or "")
+    assert vector_store.stats().pending_vectors == 1
+    result = vector_store.search("embedder down")
+    assert [h.id for h in result.hits] == [ident]  # found lexically meanwhile
+    assert result.mode_used == "lexical"
+    assert "could not be embedded" in result.notes[0]
+    fake_embedder.fail = False
+    result = vector_store.search("embedder down")
+    assert result.mode_used == "hybrid"
+    assert any("1 of 1 memories have no vector" in n for n in result.notes)
+    vector_store.add("the next write catches up")
+    assert vector_store.stats().pending_vectors == 0
+    assert vector_store.last_embedding_error is None
+
+
+def test_embed_catches_up(make_store, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
+    store = make_store("late.db", embedder=fake_embedder)
+    store.add_many(DOCS, embed=False)
+    assert store.stats().pending_vectors == len(DOCS)
+    seen: list[int] = []
+    report = store.embed(progress=seen.append)
+    assert (report.embedded, report.pending) == (len(DOCS), 0)
+    assert sum(seen) == len(DOCS)
+    assert store.embed().embedded == 0  # nothing left to do
+
+
+def test_no_embedder_embed_is_a_clear_error(store: Store) -> None:
+    with pytest.raises(EmbeddingError, match="no embedder is configured"):
+        store.embed()
+
+
+class Broken(FakeEmbedder):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = super().embed(texts)
+        if self.how == "nan":
+            out[0, 0] = np.nan
+        elif self.how == "inf":
+            out[-1, 3] = np.inf
+        elif self.how == "count":
+            out = out[:-1]
+        elif self.how == "dim":
+            out = np.hstack([out, out])
+        elif self.how == "zero":
+            out[0] = 0
+        return out
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("nan", "NaN"),
+        ("inf", "infinite"),
+        ("count", "vectors for"),
+        ("dim", "128-dimensional"),
+        ("zero", "all-zero"),
+    ],
+)
+def test_bad_provider_output_is_refused(make_store, how: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(f"{how}.db", embedder=Broken(how))
+    ident = store.add("a memory the provider mangles")
+    assert message in (store.last_embedding_error or "")
+    assert store.get(ident).memories  # stored anyway
+    assert vectors(store) == []  # no partial write of vectors
+    result = store.search("mangles")
+    assert result.mode_used == "lexical"
+    assert [h.id for h in result.hits] == [ident]
+
+
+class Other(FakeEmbedder):
+    model_id = "fake:other-32"
+    dim = 32
+
+
+def test_switching_models_never_mixes_vectors(tmp_path, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "switch.db"
+    with mnemex.open(path, embedder=fake_embedder) as first:
+        first.add_many(DOCS)
+    with mnemex.open(path, embedder=Other()) as second:
+        result = second.search("billing webhooks")
+        assert result.mode_used == "hybrid"
+        assert any("run `mnemex reindex`" in note for note in result.notes)
+        assert all(h.explain is None for h in result.hits)
+        assert second.search("billing webhooks", mode="vector").hits == ()
+        stats = second.stats()
+        assert (stats.vectors, stats.pending_vectors) == (0, len(DOCS))
+        assert stats.other_models == {"fake:bow-64": len(DOCS)}
+        report = second.reindex(prune=True)
+        assert report is not None and report.embedded == len(DOCS)
+        assert second.stats().other_models == {}
+        assert second.search("billing webhooks", mode="vector").hits
+
+
+class SameIdOtherDim(FakeEmbedder):
+    dim = 32
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return super().embed(texts)[:, :32]
+
+
+def test_dimension_mismatch(tmp_path, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "dims.db"
+    with mnemex.open(path, embedder=fake_embedder) as first:
+        first.add_many(DOCS)
+    with mnemex.open(path, embedder=SameIdOtherDim()) as second:
+        result = second.search("billing webhooks")
+        assert result.mode_used == "lexical"
+        assert any("reindex --force" in note for note in result.notes)
+        with pytest.raises(IndexMismatch, match="reindex --force"):
+            second.embed()
+        second.add("new memory with the new dimension")
+        assert "reindex --force" in (second.last_embedding_error or "")
+        report = second.reindex(force=True)
+        assert report is not None and report.embedded == len(DOCS) + 1
+        assert second.search("billing webhooks").mode_used == "hybrid"
+
+
+def test_corrupt_vector_blob_is_skipped_and_reported(vector_store: Store) -> None:
+    ids = vector_store.add_many(DOCS)
+    raw = sqlite3.connect(vector_store.path)
+    raw.execute(
+        "UPDATE embeddings SET vector = x'00ff' WHERE seq = (SELECT min(seq) FROM embeddings)"
+    )
+    nan = np.full(64, np.nan, dtype=np.float32).tobytes()
+    raw.execute(
+        "UPDATE embeddings SET vector = ? WHERE seq = (SELECT max(seq) FROM embeddings)", (nan,)
+    )
+    raw.commit()
+    raw.close()
+    with mnemex.open(vector_store.path, embedder=FakeEmbedder()) as reopened:
+        result = reopened.search("billing", mode="vector", limit=10)
+        found = {h.id for h in result.hits}
+        assert ids[0] not in found and ids[4] not in found
+        assert any("unreadable" in note for note in result.notes)
+        reopened.reindex(force=True)
+        assert len(reopened.search("billing", mode="vector", limit=10).hits) == len(DOCS)
+
+
+def test_other_connections_stay_in_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "shared.db"
+    with (
+        mnemex.open(path, embedder=FakeEmbedder()) as reader,
+        mnemex.open(path, embedder=FakeEmbedder()) as writer,
+    ):
+        first = writer.add("kubernetes cluster upgrade")
+        assert [h.id for h in reader.search("kubernetes", mode="vector").hits] == [first]
+        second = writer.add("kubernetes node pool resized", kind="decision")
+        assert {h.id for h in reader.search("kubernetes", mode="vector").hits} == {first, second}
+        writer.update(second, kind="fact")
+        assert reader.search("kubernetes", mode="vector", kinds=["decision"]).hits == ()
+        assert [h.id for h in reader.search("kubernetes", mode="vector", kinds=["fact"]).hits] == [
+            second
+        ]
+        writer.forget(first)
+        assert [h.id for h in reader.search("kubernetes", mode="vector").hits] == [second]
+
+
+def test_vector_filters_return_the_best_within(vector_store: Store) -> None:
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    vector_store.add_many(
+        [{"content": f"deploy pipeline step {i}", "namespace": "x"} for i in range(50)],
+    )
+    inside = vector_store.add(
+        "deploy note in a narrow filter", kind="gotcha", tags=["ops"], created_at=base
+    )
+    other_ns = vector_store.add("deploy pipeline step", namespace="other")
+    assert [
+        h.id for h in vector_store.search("deploy pipeline", mode="vector", kinds=["gotcha"]).hits
+    ] == [inside]
+    assert [
+        h.id for h in vector_store.search("deploy pipeline", mode="vector", tags=["ops"]).hits
+    ] == [inside]
+    assert [
+        h.id
+        for h in vector_store.search("deploy", mode="vector", until=base + timedelta(days=1)).hits
+    ] == [inside]
+    assert other_ns not in {
+        h.id for h in vector_store.search("deploy pipeline", mode="vector", limit=100).hits
+    }
+    assert [
+        h.id for h in vector_store.search("deploy pipeline", mode="vector", namespace="other").hits
+    ] == [other_ns]
+
+
+class Slow(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.slow.is_set():
+            time.sleep(1.0)
+        return super().embed(texts)
+
+
+def test_query_embedding_timeout_answers_lexically(make_store) -> None:  # type: ignore[no-untyped-def]
+    slow = Slow()
+    store = make_store("slow.db", embedder=slow, query_timeout=0.2)
+    ident = store.add("timeouts should not lose results")
+    slow.slow.set()
+    started = time.monotonic()
+    result = store.search("timeouts results")
+    assert time.monotonic() - started < 0.9
+    assert result.mode_used == "lexical"
+    assert [h.id for h in result.hits] == [ident]
+    assert "took over 0.2 s" in result.notes[0]
+
+
+def test_empty_and_stop_word_queries(vector_store: Store) -> None:
+    ident = vector_store.add("The Who played here")
+    assert vector_store.search("").hits == ()
+    assert vector_store.search("   ").hits == ()
+    assert vector_store.search("!!! ???").mode_used in ("hybrid", "lexical")
+    assert ident in {h.id for h in vector_store.search("the who").hits}
