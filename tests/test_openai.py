@@ -32,7 +32,7 @@ class Server:
             def log_message(self, *args: Any) -> None:
                 return
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(
                     {"body": body, "auth": self.headers.get("Authorization"), "path": self.path}
@@ -123,7 +123,7 @@ def test_retries_with_backoff(server: Server) -> None:
 
 def test_gives_up_after_retries(server: Server) -> None:
     server.script = ["503"] * 5
-    with pytest.raises(EmbeddingError, match="HTTP 503.*after 3 attempts"):
+    with pytest.raises(EmbeddingError, match=r"HTTP 503.*after 3 attempts"):
         embed_checked(make(server, retries=2), ["never"])
 
 
