@@ -26,8 +26,10 @@ demo: $(VENV)/.core
 	$(MNEMEX) stats
 	@echo; echo '$$ mnemex search "why were invoice PDFs slow?"'
 	@$(MNEMEX) search "why were invoice PDFs slow?"
-	@echo; echo '$$ mnemex search "reconciliation bug with refunds" --limit 3'
-	@$(MNEMEX) search "reconciliation bug with refunds" --limit 3
+	@echo; echo '$$ mnemex search "how do users sign in now?" --limit 3   # no shared words: the vector arm finds it'
+	@$(MNEMEX) search "how do users sign in now?" --limit 3
+	@echo; echo '$$ mnemex search "reconciliation bug with refunds" --limit 3 --explain'
+	@$(MNEMEX) search "reconciliation bug with refunds" --limit 3 --explain
 	@echo; echo '$$ mnemex search "发票" --limit 2'
 	@$(MNEMEX) search "发票" --limit 2
 	@echo; echo '$$ mnemex search "OIDC cutover" --kind decision --json'

@@ -60,7 +60,8 @@ def locomo_turns(folder: Path) -> list[str]:
 
 def memories(folder: Path, count: int) -> list[str]:
     """``count`` distinct, realistic memory texts: single sentences and dialogue turns,
-    then windows of two and three consecutive sentences."""
+    then windows of two and three consecutive sentences, then (for a million) a
+    sentence followed by a dialogue turn."""
     sentences = scifact_sentences(folder)
     turns = locomo_turns(folder)
     pool = dict.fromkeys(turns + sentences)
@@ -69,6 +70,13 @@ def memories(folder: Path, count: int) -> list[str]:
             if len(pool) >= count:
                 break
             pool.setdefault(" ".join(sentences[start : start + width]))
+    step = 0
+    while len(pool) < count and step < len(turns):
+        for i, sentence in enumerate(sentences):
+            if len(pool) >= count:
+                break
+            pool.setdefault(f"{sentence} {turns[(i * 7919 + step) % len(turns)]}")
+        step += 1
     texts = list(pool)[:count]
     if len(texts) < count:
         sys.exit(f"only {len(texts)} distinct texts available, {count} asked")
@@ -141,3 +149,43 @@ def write_section(name: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     RESULTS.write_text(text, encoding="utf-8")
+
+
+CACHE = ROOT / "benchmarks" / ".cache"
+
+
+def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
+    """The local model's vectors for ``texts``, cached under benchmarks/.cache.
+
+    Returns the float32 matrix and the model's throughput (texts/s) measured
+    when it was computed.
+    """
+    import hashlib
+
+    import numpy as np
+
+    from mnemex.embed import embed_checked
+    from mnemex.embed.local import LocalEmbedder
+
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    path = CACHE / f"{name}-{len(texts)}-{digest}.npy"
+    meta = path.with_suffix(".json")
+    if path.exists() and meta.exists():
+        return np.load(path), json.loads(meta.read_text())["texts_per_s"]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    embedder = LocalEmbedder()
+    embedder.load()
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+    import time
+
+    started = time.perf_counter()
+    step = 2048
+    for start in range(0, len(texts), step):
+        out[start : start + step] = embed_checked(embedder, texts[start : start + step])
+        done = min(start + step, len(texts))
+        rate = done / (time.perf_counter() - started)
+        print(f"  embedded {done:,}/{len(texts):,} ({rate:.0f}/s)", file=sys.stderr, flush=True)
+    rate = len(texts) / (time.perf_counter() - started)
+    np.save(path, out)
+    meta.write_text(json.dumps({"texts_per_s": rate, "count": len(texts)}))
+    return out, rate

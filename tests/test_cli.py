@@ -256,7 +256,7 @@ def test_hybrid_cli_with_the_local_model(run, monkeypatch: pytest.MonkeyPatch) -
     assert stats["vectors"] == 2 and stats["pending_vectors"] == 0
     assert stats["embedder"].startswith("all-MiniLM-L6-v2-int8")
     hybrid = json.loads(run("search", "how do people log in?", "--explain", "--json").stdout)
-    assert hybrid["mode_used"] == "hybrid" and hybrid["fusion"] == "rrf(k=60)"
+    assert hybrid["mode_used"] == "hybrid" and hybrid["fusion"] == "weighted(0.5 vector, 0.5 text)"
     assert hybrid["hits"][0]["snippet"].startswith("Users now sign in")
     assert hybrid["hits"][0]["explain"]["vector"]["rank"] == 1
     weighted = json.loads(
@@ -265,7 +265,7 @@ def test_hybrid_cli_with_the_local_model(run, monkeypatch: pytest.MonkeyPatch) -
     assert weighted["fusion"] == "weighted(0.5 vector, 0.5 text)"
     vector = json.loads(run("search", "log in", "--mode", "vector", "--json").stdout)
     assert vector["mode_used"] == "vector" and len(vector["hits"]) == 2
-    human = run("search", "how do people log in?", "--explain").stdout
+    human = run("search", "how do people log in?", "--explain", "--fusion", "rrf").stdout
     assert "vector: #1 cosine" in human and "rrf(k=60)" in human
     assert run("search", "x", "--weights", "nope", ok=False).exit_code == 2
     assert "embedded 0" in run("embed").stdout

@@ -50,7 +50,7 @@ def test_modes(vector_store: Store) -> None:
         "vector",
         "hybrid",
     )
-    assert hybrid.fusion == "rrf(k=60)"
+    assert hybrid.fusion == "weighted(0.5 vector, 0.5 text)"
     for result in (lexical, vector, hybrid):
         assert result.hits[0].id == ids[4]
         assert all(0.0 <= h.score <= 1.0 for h in result.hits)
@@ -80,7 +80,7 @@ def test_weighted_fusion_and_weights(vector_store: Store) -> None:
 
 def test_explain(vector_store: Store) -> None:
     ids = vector_store.add_many(DOCS)
-    result = vector_store.search("billing Stripe webhooks", explain=True, limit=3)
+    result = vector_store.search("billing Stripe webhooks", explain=True, limit=3, fusion="rrf")
     top = result.hits[0]
     assert top.id == ids[4]
     assert top.explain is not None

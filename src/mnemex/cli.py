@@ -237,10 +237,10 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     help="Search arms to run (default: hybrid with an embedder, else lexical).",
 )
 @click.option(
-    "--fusion", type=click.Choice(["rrf", "weighted"]), help="How hybrid fuses (default rrf)."
+    "--fusion", type=click.Choice(["rrf", "weighted"]), help="How hybrid fuses (default weighted)."
 )
 @click.option(
-    "--weights", metavar="VECTOR,TEXT", help="Weights of weighted fusion (default 0.7,0.3)."
+    "--weights", metavar="VECTOR,TEXT", help="Weights of weighted fusion (default 0.5,0.5)."
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')

@@ -31,10 +31,13 @@ DEFAULT_SNIPPET_TOKENS = 32
 SNIPPET_MAX_CHARS = 700  # seed 004
 DEFAULT_EMBEDDER = "auto"  # local when mnemex[embed] is installed, else none
 DEFAULT_MODE = "auto"  # hybrid when an embedder is configured, else lexical
-DEFAULT_FUSION = "rrf"
+# Fusion defaults chosen by evaluation (benchmarks/RESULTS.md): weighted fusion with equal
+# weights beat RRF (k = 60) and the seeds' 0.7 / 0.3 on both SciFact (train split) and
+# LoCoMo-dev; RRF and any weights stay selectable.
+DEFAULT_FUSION = "weighted"
 RRF_K = 60
-VECTOR_WEIGHT = 0.7  # weighted fusion (seed 004)
-TEXT_WEIGHT = 0.3
+VECTOR_WEIGHT = 0.5
+TEXT_WEIGHT = 0.5
 MODES = ("auto", "lexical", "vector", "hybrid")
 FUSIONS = ("rrf", "weighted")
 DB_FILENAME = "memories.db"
@@ -74,6 +77,8 @@ class Settings:
     rrf_k: int = RRF_K
     vector_weight: float = VECTOR_WEIGHT
     text_weight: float = TEXT_WEIGHT
+    ann: str = "auto"  # auto: an HNSW index past ann_threshold vectors (needs mnemex[ann])
+    ann_threshold: int = 300_000
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -187,5 +192,7 @@ def _validate(s: Settings) -> None:
         raise InvalidInput("vector_weight and text_weight must be >= 0 and not both 0")
     if s.embed_batch_size < 1 or s.embed_threads < 0:
         raise InvalidInput("embed_batch_size must be >= 1 and embed_threads >= 0")
+    if s.ann not in ("auto", "on", "off"):
+        raise InvalidInput(f"ann must be auto, on or off, got {s.ann!r}")
     if s.query_timeout <= 0 or s.embed_timeout <= 0:
         raise InvalidInput("query_timeout and embed_timeout must be > 0 seconds")

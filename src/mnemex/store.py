@@ -223,10 +223,34 @@ class Store:
         assert embedder is not None
         index = self._vector_index
         if index is None or index.model != embedder.model_id or index.dim != dim:
+            from mnemex.index import ann
             from mnemex.index.vectors import VectorIndex
 
-            index = self._vector_index = VectorIndex(self.conn, embedder.model_id, dim)
+            index = VectorIndex(self.conn, embedder.model_id, dim)
+            if self.settings.ann != "off" and ann.available():
+                index.ann = ann.HnswIndex.load(ann.sidecar(self.path, embedder.model_id), dim)
+            self._vector_index = index
         return index
+
+    def _update_ann(self, embedder: Embedder) -> None:
+        """Build or extend the HNSW index once the store is past ``ann_threshold`` vectors."""
+        from mnemex.index import ann
+
+        if self.settings.ann == "off" or not ann.available():
+            return
+        index = self._vectors(embedder.dim)
+        vectors, ids = index.live()
+        if self.settings.ann == "auto" and len(ids) < self.settings.ann_threshold:
+            return
+        graph = index.ann
+        dead = graph.size - len(ids) if graph is not None else 0
+        if graph is None or dead > ann.REBUILD_DEAD_FRACTION * max(graph.size, 1):
+            graph = ann.HnswIndex(ann.sidecar(self.path, embedder.model_id), embedder.dim)
+            graph.build(vectors, ids)
+        else:
+            graph.add(vectors, ids)
+        graph.save()
+        index.ann = graph
 
     def embed(
         self, *, progress: Callable[[int], None] | None = None, force: bool = False
@@ -266,6 +290,7 @@ class Store:
             with write_transaction(conn):
                 conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
             report.pending = vectors.count_pending(conn, embedder.model_id)
+            self._update_ann(embedder)
         self.last_embedding_error = None
         return report
 
@@ -285,6 +310,12 @@ class Store:
             conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')")
             if prune and self.embedder is not None:
                 conn.execute("DELETE FROM embeddings WHERE model != ?", (self.embedder.model_id,))
+        if force and self.embedder is not None:
+            from mnemex.index import ann
+
+            ann.sidecar(self.path, self.embedder.model_id).unlink(missing_ok=True)
+            if self._vector_index is not None:
+                self._vector_index.ann = None
         self._wrote()
         if self.embedder is None:
             return None

@@ -27,6 +27,8 @@ _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class OpenAIEmbedder:
+    lazy_dim = True  # the dimension is learned from the first answer
+
     def __init__(
         self,
         *,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,12 @@ from mnemex.errors import IndexMismatch
 if TYPE_CHECKING:
     import numpy as np
 
+    from mnemex.index.ann import HnswIndex
     from mnemex.index.fts import Filters
 
 _COMPACT_FRACTION = 0.25
+LOAD_CHUNK = 8_192  # vectors read per step when loading
+ANN_MIN_ALLOWED = 5_000  # fewer allowed rows than this: exact search over them is cheaper
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +64,12 @@ class VectorIndex:
         self._n = 0
         self._ns_codes: dict[str, int] = {}
         self._kind_codes: dict[str, int] = {}
-        self._row_of_eid: dict[int, int] = {}
-        self._rows_of_seq: dict[int, int] = {}
         self._last_eid = -1  # -1: never loaded
         self._last_log = 0
         self._version: int | None = None
         self._dirty = True
         self.corrupt = 0  # rows skipped because their BLOB is not a valid vector
+        self.ann: HnswIndex | None = None  # optional approximate index (mnemex.index.ann)
 
     # -- keeping in step -----------------------------------------------------------
 
@@ -104,88 +107,154 @@ class VectorIndex:
             self._dirty = False
             self._maybe_compact()
 
+    def _rows_of_eids(self, eids: np.ndarray) -> np.ndarray:
+        """Row of each embedding id, -1 where it has none (ids are stored in increasing order)."""
+        import numpy
+
+        known = self._eid[: self._n]
+        rows = numpy.searchsorted(known, eids)
+        rows[rows >= self._n] = 0
+        found = (known[rows] == eids) if self._n else numpy.zeros(len(eids), dtype=bool)
+        return numpy.where(found, rows, -1)
+
     def _apply_log(self) -> None:
+        np = self._np
         rows = self.conn.execute(
             "SELECT id, op, embedding_id, seq FROM vector_log WHERE id > ? ORDER BY id",
             (self._last_log,),
         ).fetchall()
         if not rows:
             return
-        touched: set[int] = set()
-        for log_id, op, embedding_id, seq in rows:
-            self._last_log = log_id
-            if op == "drop":
-                row = self._row_of_eid.pop(embedding_id, None)
-                if row is not None:
-                    self._valid[row] = False
-                    if self._rows_of_seq.get(seq) == row:
-                        del self._rows_of_seq[seq]
-            else:
-                touched.add(seq)
-        touched &= self._rows_of_seq.keys()
-        for start in range(0, len(touched), 500):
-            chunk = sorted(touched)[start : start + 500]
-            for seq, kind, created in self.conn.execute(
-                f"""SELECT seq, kind, CAST((julianday(created_at) - 2440587.5) * 86400000 AS INTEGER)
-                    FROM memories WHERE seq IN ({",".join("?" * len(chunk))})""",
-                chunk,
-            ):
-                row = self._rows_of_seq[seq]
-                self._kind[row] = self._code(self._kind_codes, kind)
-                self._created[row] = created
+        self._last_log = rows[-1][0]
+        dropped = np.array([r[2] for r in rows if r[1] == "drop"], dtype=np.int64)
+        if len(dropped):
+            hit = self._rows_of_eids(dropped)
+            self._valid[hit[hit >= 0]] = False
+        touched = sorted({r[3] for r in rows if r[1] == "touch"})
+        if not touched:
+            return
+        n = self._n
+        affected = np.flatnonzero(np.isin(self._seq[:n], touched) & self._valid[:n])
+        if not len(affected):
+            return
+        meta = self._metadata([int(s) for s in self._seq[affected]])
+        for row in affected.tolist():
+            _, kind, created = meta[int(self._seq[row])]
+            self._kind[row] = kind
+            self._created[row] = created
+
+    def _metadata(self, seqs: list[int]) -> dict[int, tuple[int, int, int]]:
+        """seq -> (namespace code, kind code, created_at in epoch ms) for these memories."""
+        np = self._np
+        if len(seqs) > 2_000 and seqs[-1] - seqs[0] < 4 * len(seqs):  # dense: one range scan
+            wanted = set(seqs)
+            rows = [
+                r
+                for r in self.conn.execute(
+                    "SELECT seq, namespace, kind, created_at FROM memories "
+                    "WHERE seq BETWEEN ? AND ?",
+                    (seqs[0], seqs[-1]),
+                )
+                if r[0] in wanted
+            ]
+        else:
+            rows = []
+            for start in range(0, len(seqs), 500):
+                chunk = seqs[start : start + 500]
+                rows.extend(
+                    self.conn.execute(
+                        f"SELECT seq, namespace, kind, created_at FROM memories "
+                        f"WHERE seq IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                )
+        if not rows:
+            return {}
+        seq_col, ns_col, kind_col, created_col = zip(*rows, strict=True)
+        ns = self._codes(self._ns_codes, ns_col)
+        kinds = self._codes(self._kind_codes, kind_col)
+        created = np.array([c.rstrip("Z") for c in created_col], dtype="datetime64[ms]").astype(
+            np.int64
+        )
+        return dict(
+            zip(
+                seq_col,
+                zip(ns.tolist(), kinds.tolist(), created.tolist(), strict=True),
+                strict=True,
+            )
+        )
+
+    def _codes(self, codes: dict[str, int], values: Sequence[str]) -> np.ndarray:
+        get = codes.get
+        return self._np.array(
+            [get(v) if v in codes else self._code(codes, v) for v in values], dtype=self._np.int32
+        )
 
     def _load_new(self) -> None:
-        np = self._np
-        rows = self.conn.execute(
-            """SELECT e.id, e.seq, e.dim, e.vector, m.namespace, m.kind,
-                      CAST((julianday(m.created_at) - 2440587.5) * 86400000 AS INTEGER)
-               FROM embeddings AS e JOIN memories AS m ON m.seq = e.seq
-               WHERE e.model = ? AND e.id > ? ORDER BY e.id""",
+        """Append the vectors written since the last load, read in chunks."""
+        total = self.conn.execute(
+            "SELECT count(*) FROM embeddings WHERE model = ? AND id > ?",
             (self.model, self._last_eid),
-        ).fetchall()
-        if not rows:
+        ).fetchone()[0]
+        if not total:
             return
-        self._last_eid = rows[-1][0]
+        self._reserve(self._n + total)
+        # "+model": walk the primary key in id order instead of the model index and a sort.
+        cursor = self.conn.execute(
+            "SELECT id, seq, dim, vector FROM embeddings WHERE +model = ? AND id > ? ORDER BY id",
+            (self.model, self._last_eid),
+        )
+        while rows := cursor.fetchmany(LOAD_CHUNK):
+            self._append(rows)  # raises IndexMismatch before moving on: it is not skipped
+            self._last_eid = rows[-1][0]
+
+    def _append(self, rows: list[tuple[int, int, int, bytes]]) -> None:
+        np = self._np
         width = self.dim * 4
-        good = []
-        for row in rows:
-            if row[2] != self.dim:
-                raise IndexMismatch(
-                    f"the store holds {row[2]}-dimensional vectors for model {self.model}, "
-                    f"which now gives {self.dim} dimensions: run `mnemex reindex --force`"
-                )
-            if not isinstance(row[3], bytes) or len(row[3]) != width:
-                self.corrupt += 1
-                continue
-            good.append(row)
+        wrong = next((r[2] for r in rows if r[2] != self.dim), None)
+        if wrong is not None:
+            raise IndexMismatch(
+                f"the store holds {wrong}-dimensional vectors for model {self.model}, "
+                f"which now gives {self.dim} dimensions: run `mnemex reindex --force`"
+            )
+        good = [r for r in rows if isinstance(r[3], bytes) and len(r[3]) == width]
+        self.corrupt += len(rows) - len(good)
         if not good:
             return
         block = np.frombuffer(b"".join(r[3] for r in good), dtype=np.float32).reshape(-1, self.dim)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
             self.corrupt += int((~finite).sum())
-            good = [r for r, ok in zip(good, finite, strict=True) if ok]
+            good = [r for r, ok in zip(good, finite.tolist(), strict=True) if ok]
             block = block[finite]
             if not good:
                 return
-        count = len(good)
-        self._reserve(self._n + count)
-        start, end = self._n, self._n + count
-        self._matrix[start:end] = block
-        self._eid[start:end] = [r[0] for r in good]
-        self._seq[start:end] = [r[1] for r in good]
-        self._ns[start:end] = [self._code(self._ns_codes, r[4]) for r in good]
-        self._kind[start:end] = [self._code(self._kind_codes, r[5]) for r in good]
-        self._created[start:end] = [r[6] for r in good]
-        self._valid[start:end] = True
-        for offset, r in enumerate(good):
-            row = start + offset
-            self._row_of_eid[r[0]] = row
-            old = self._rows_of_seq.get(r[1])
-            if old is not None:  # replaced by a newer vector of the same memory
-                self._valid[old] = False  # (its id leaves the map with its 'drop' entry)
-            self._rows_of_seq[r[1]] = row
+        eids = np.array([r[0] for r in good], dtype=np.int64)
+        seqs = np.array([r[1] for r in good], dtype=np.int64)
+        meta = self._metadata(sorted(set(seqs.tolist())))
+        present = np.array([int(s) in meta for s in seqs.tolist()], dtype=bool)
+        if not present.all():  # the memory went away while we read: skip its vector
+            eids, seqs, block = eids[present], seqs[present], block[present]
+            if not len(eids):
+                return
+        n = self._n
+        if n:  # a memory re-embedded: its older row is superseded
+            old = np.isin(self._seq[:n], seqs) & self._valid[:n]
+            self._valid[:n][old] = False
+        count = len(eids)
+        self._reserve(n + count)
+        end = n + count
+        self._matrix[n:end] = block
+        self._eid[n:end] = eids
+        self._seq[n:end] = seqs
+        fields = np.array([meta[int(s)] for s in seqs.tolist()], dtype=np.int64).reshape(-1, 3)
+        self._ns[n:end] = fields[:, 0]
+        self._kind[n:end] = fields[:, 1]
+        self._created[n:end] = fields[:, 2]
+        self._valid[n:end] = True
         self._n = end
+        if self.ann is not None:
+            self.ann.add(block, eids)
 
     @staticmethod
     def _code(codes: dict[str, int], value: str) -> int:
@@ -222,24 +291,27 @@ class VectorIndex:
             array[:count] = array[keep]
         self._n = count
         self._valid[count:] = False
-        self._row_of_eid = {int(e): i for i, e in enumerate(self._eid[:count])}
-        self._rows_of_seq = {int(s): i for i, s in enumerate(self._seq[:count])}
 
     # -- searching -----------------------------------------------------------------
 
     def search(self, query: np.ndarray, filters: Filters, k: int) -> list[VectorHit]:
         """The ``k`` rows with the highest cosine to ``query`` (unit length) within ``filters``."""
+        return self.top(query, self.mask_for(filters), k)
+
+    def mask_for(self, filters: Filters) -> np.ndarray | None:
+        """Rows allowed by ``filters`` (``None``: none). Reads the database: call it from
+        the thread that owns the connection."""
         np = self._np
         with self._lock:
             self.refresh()
             n = self._n
             if n == 0:
-                return []
+                return None
             mask = self._valid[:n].copy()
             if filters.namespace is not None:
                 code = self._ns_codes.get(filters.namespace)
                 if code is None:
-                    return []
+                    return None
                 mask &= self._ns[:n] == code
             if filters.kinds:
                 codes = [self._kind_codes[k_] for k_ in filters.kinds if k_ in self._kind_codes]
@@ -254,18 +326,61 @@ class VectorIndex:
                     for r in self.conn.execute("SELECT seq FROM memory_tags WHERE tag = ?", (tag,))
                 ]
                 mask &= np.isin(self._seq[:n], np.asarray(seqs, dtype=np.int64))
+            return mask
+
+    def top(self, query: np.ndarray, mask: np.ndarray | None, k: int) -> list[VectorHit]:
+        """The ``k`` best rows within ``mask`` by cosine. Pure numpy: safe on a worker thread."""
+        np = self._np
+        with self._lock:
+            if mask is None:
+                return []
+            n = len(mask)
             rows = np.flatnonzero(mask)
             if len(rows) == 0:
                 return []
             q = np.asarray(query, dtype=np.float32).reshape(-1)
-            if len(rows) < n // 4:
+            allowed = len(rows)
+            if self.ann is not None and allowed >= max(ANN_MIN_ALLOWED, n // 10):
+                found = self._search_ann(q, mask, k, allowed / n)
+                if found is not None:
+                    return found
+            k = min(k, allowed)
+            if allowed < n // 4:  # few rows: score only those
                 scores = self._matrix[rows] @ q
-            else:
-                scores = (self._matrix[:n] @ q)[rows]
-            k = min(k, len(rows))
-            top = np.argpartition(-scores, k - 1)[:k] if k < len(rows) else np.arange(len(rows))
-            order = top[np.lexsort((self._seq[rows[top]], -scores[top]))]
-            return [VectorHit(int(self._seq[rows[i]]), float(scores[i])) for i in order]
+                best = np.argpartition(-scores, k - 1)[:k] if k < allowed else np.arange(allowed)
+                picked, picked_scores = rows[best], scores[best]
+            else:  # most rows: score all, rule out the others
+                scores = self._matrix[:n] @ q
+                if allowed < n:
+                    scores[~mask] = -np.inf
+                picked = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+                picked_scores = scores[picked]
+            order = np.lexsort((self._seq[picked], -picked_scores))
+            return [VectorHit(int(self._seq[picked[i]]), float(picked_scores[i])) for i in order]
+
+    def _search_ann(
+        self, q: np.ndarray, mask: np.ndarray, k: int, allowed: float
+    ) -> list[VectorHit] | None:
+        """Top ``k`` within ``mask`` from the HNSW graph, or ``None`` if it gives too few."""
+        assert self.ann is not None
+        wanted = min(self.ann.size, int(k / allowed * 2) + k)
+        ids, scores = self.ann.search(q, wanted)
+        rows = self._rows_of_eids(ids.astype(self._np.int64))
+        hits: list[VectorHit] = []
+        for row, score in zip(rows.tolist(), scores.tolist(), strict=True):
+            if row < 0 or not mask[row]:
+                continue  # deleted since the graph was built, or filtered out
+            hits.append(VectorHit(int(self._seq[row]), float(score)))
+            if len(hits) == k:
+                return hits
+        return None
+
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """The searchable vectors and their embedding ids."""
+        with self._lock:
+            self.refresh()
+            keep = self._np.flatnonzero(self._valid[: self._n])
+            return self._matrix[keep], self._eid[keep]
 
     def memory_bytes(self) -> int:
         return int(

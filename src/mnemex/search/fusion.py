@@ -36,8 +36,8 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
 def weighted(
     text: Mapping[int, float],
     vector: Mapping[int, float],
-    vector_weight: float = 0.7,
-    text_weight: float = 0.3,
+    vector_weight: float,
+    text_weight: float,
 ) -> dict[int, float]:
     """Fused scores in [0, 1]: the weighted sum of the two arms' scores."""
     total = vector_weight + text_weight

@@ -1,0 +1,383 @@
+"""Vector and hybrid search at 10k / 100k / 1M memories, the local model's costs, memory.
+
+    python benchmarks/bench_hybrid.py [--data DIR] [--sizes 10000,100000,1000000]
+
+What it measures (medians over the queries of one run; baselines in the same run):
+- query embedding latency of the local model (int8 ONNX all-MiniLM-L6-v2);
+- search latency per mode *excluding the query embedding* (the queries' vectors
+  are computed first and handed to the store by an embedder that looks them
+  up): lexical, vector (exact), vector (HNSW, when faiss is installed), hybrid;
+- HNSW recall@10 against exact search;
+- a cold ``mnemex search`` in a new process (hybrid, with the real model) vs
+  a cold lexical one;
+- ingest with the local model vs the model's raw throughput on the same texts;
+- memory: the vector matrix, the HNSW file and the process's peak RSS.
+
+Vectors: at 10k and 100k, the real embeddings of the texts (computed once
+and cached under benchmarks/.cache). At 1M, each of the 100k real vectors
+appears ten times with Gaussian noise (sigma 0.02 per dimension, then
+renormalized): realistic for latency and memory, not for quality.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import numpy as np
+
+import mnemex
+from common import (
+    ROOT,
+    data_dir,
+    machine,
+    memories,
+    percentiles,
+    queries,
+    real_embeddings,
+    write_section,
+)
+from mnemex.embed import embed_checked
+from mnemex.embed.local import LocalEmbedder
+from mnemex.index import ann
+
+LIMIT = 10
+BATCH = 20_000
+
+
+class Precomputed:
+    """The local model's id and dimension, answering from a table of query vectors."""
+
+    def __init__(self, model_id: str, table: dict[str, np.ndarray]) -> None:
+        self.model_id = model_id
+        self.dim = 384
+        self.table = table
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.vstack([self.table[t] for t in texts])
+
+
+def noisy_copies(base: np.ndarray, total: int, seed: int = 7) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = np.empty((total, base.shape[1]), dtype=np.float32)
+    for start in range(0, total, len(base)):
+        chunk = base[: min(len(base), total - start)]
+        if start == 0:
+            out[: len(chunk)] = chunk
+            continue
+        noisy = chunk + rng.normal(0, 0.02, chunk.shape).astype(np.float32)
+        out[start : start + len(chunk)] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    return out
+
+
+def build(path: Path, texts: list[str], vectors: np.ndarray, model_id: str) -> float:
+    """Memories through add_many, their vectors written as the store writes them."""
+    started = time.perf_counter()
+    with mnemex.open(path, embedder=None) as store:
+        for start in range(0, len(texts), BATCH):
+            store.add_many(
+                [{"content": t, "tags": ["bench"]} for t in texts[start : start + BATCH]],
+                embed=False,
+            )
+        conn = store.conn
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
+        hashes = [r[0] for r in conn.execute("SELECT content_hash FROM memories ORDER BY seq")]
+        for start in range(0, len(seqs), BATCH):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
+                [
+                    (seqs[i], model_id, hashes[i], vectors[i].tobytes())
+                    for i in range(start, min(start + BATCH, len(seqs)))
+                ],
+            )
+            conn.execute("COMMIT")
+    return time.perf_counter() - started
+
+
+def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
+    samples = []
+    for item in items:
+        started = time.perf_counter()
+        fn(item)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def run_size(size: int, texts, vectors, qs, qvecs, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
+    path = tmp / f"hybrid-{size}.db"
+    build_s = build(path, texts[:size], vectors[:size], model_id)
+    table = dict(zip(qs, qvecs, strict=True))
+    row: dict[str, object] = {"size": size, "build_s": build_s}
+    with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
+        started = time.perf_counter()
+        index = store._vectors(384)
+        index.refresh()
+        row["load_s"] = time.perf_counter() - started
+        row["matrix_mb"] = index.memory_bytes() / 1e6
+        for q in qs[:30]:
+            store.search(q, LIMIT, mode="hybrid")
+        row["lexical"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="lexical"), qs))
+        row["vector"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="vector"), qs))
+        row["hybrid"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="hybrid"), qs))
+        row["hybrid6"] = percentiles(timed(lambda q: store.search(q, mode="hybrid"), qs))
+        exact_top = [
+            [h.id for h in store.search(q, LIMIT, mode="vector", snippets=False).hits] for q in qs
+        ]
+    if use_ann:
+        with mnemex.open(path, embedder=Precomputed(model_id, table), ann="on") as store:
+            started = time.perf_counter()
+            store._update_ann(store.embedder)  # type: ignore[arg-type]
+            row["ann_build_s"] = time.perf_counter() - started
+            sidecar = ann.sidecar(path, model_id)
+            row["ann_file_mb"] = sidecar.stat().st_size / 1e6
+            for q in qs[:30]:
+                store.search(q, LIMIT, mode="vector")
+            row["vector_ann"] = percentiles(
+                timed(lambda q: store.search(q, LIMIT, mode="vector"), qs)
+            )
+            row["hybrid_ann"] = percentiles(
+                timed(lambda q: store.search(q, LIMIT, mode="hybrid"), qs)
+            )
+            approx = [
+                [h.id for h in store.search(q, LIMIT, mode="vector", snippets=False).hits]
+                for q in qs
+            ]
+            row["ann_recall"] = statistics.fmean(
+                len(set(a) & set(e)) / len(e) for a, e in zip(approx, exact_top, strict=True) if e
+            )
+    row["rss_mb"] = process_memory(path, qs[0], "off")["rss_mb"]
+    if "ann_recall" in row:
+        row["rss_ann_mb"] = process_memory(path, qs[0], "on")["rss_mb"]
+    return row, path
+
+
+_RSS_PROBE = """
+import json, sys, mnemex
+store = mnemex.open(sys.argv[1])
+result = store.search(sys.argv[2], 10, mode="hybrid")
+assert result.mode_used == "hybrid", result.notes
+index = store._vectors(384)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(json.dumps({"rss_mb": hwm / 1024,
+                  "matrix_mb": index.memory_bytes() / 1e6, "ann": index.ann is not None}))
+"""
+
+
+def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
+    """Peak RSS of a new process that opens the store and runs one hybrid search."""
+    env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
+    env["PYTHONPATH"] = str(ROOT / "src")
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, str(path), query],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        sys.exit(f"memory probe failed: {done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
+    env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
+    env["PYTHONPATH"] = str(ROOT / "src")
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mnemex",
+                "--db",
+                str(path),
+                "search",
+                query,
+                "--mode",
+                mode,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        samples.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            sys.exit(f"cold search failed: {done.stderr}")
+        assert json.loads(done.stdout)["mode_used"] == mode
+    return statistics.median(samples)
+
+
+def ingest_ratio(texts: list[str], tmp: Path) -> dict[str, float]:
+    """add_many with the local model vs the model alone, same texts, same batches."""
+    model = LocalEmbedder()
+    model.load()
+    embed_checked(model, texts[:64])
+    started = time.perf_counter()
+    for start in range(0, len(texts), 256):
+        embed_checked(model, texts[start : start + 256])
+    raw = len(texts) / (time.perf_counter() - started)
+    with mnemex.open(tmp / "ingest.db", embedder=model) as store:
+        started = time.perf_counter()
+        for start in range(0, len(texts), 1000):
+            store.add_many(texts[start : start + 1000])
+        ours = len(texts) / (time.perf_counter() - started)
+        assert store.stats().pending_vectors == 0
+    return {"raw": raw, "add_many": ours, "ratio": ours / raw}
+
+
+def plot(rows: list[dict[str, object]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [r["size"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label in (
+        ("lexical", "lexical"),
+        ("vector", "vector (exact)"),
+        ("vector_ann", "vector (HNSW)"),
+        ("hybrid", "hybrid (exact vectors)"),
+        ("hybrid_ann", "hybrid (HNSW)"),
+    ):
+        points = [(r["size"], r[key]["p50"]) for r in rows if key in r]  # type: ignore[index]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+    ax.set_xlabel("memories")
+    ax.set_ylabel("p50 latency, ms (query embedding excluded)")
+    ax.set_title("Search latency vs store size (limit 10, with snippets)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data")
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    folder = data_dir(args.data)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    base_texts = memories(folder, 100_000)
+    base_vectors, _ = real_embeddings(base_texts, "bench")
+    texts = memories(folder, max(sizes))
+    vectors = (
+        base_vectors if max(sizes) <= len(base_vectors) else noisy_copies(base_vectors, max(sizes))
+    )
+    qs = queries(folder)[: args.queries]
+    model = LocalEmbedder()
+    model.load()
+    embed_checked(model, ["warm up"])
+    embed_ms = percentiles(timed(lambda q: embed_checked(model, [q]), qs))
+    qvecs = [embed_checked(model, [q])[0] for q in qs]
+    use_ann = ann.available()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        paths = {}
+        for size in sizes:
+            row, path = run_size(
+                size, texts, vectors, qs, qvecs, model.model_id, tmp, use_ann and size >= 100_000
+            )
+            rows.append(row)
+            paths[size] = path
+            print(json.dumps(row, default=float), flush=True)
+        cold_size = 100_000 if 100_000 in paths else sizes[0]
+        cold_hybrid = cold(paths[cold_size], qs[0], "hybrid")
+        cold_lexical = cold(paths[cold_size], qs[0], "lexical")
+        print(
+            f"cold search at {cold_size:,}: hybrid {cold_hybrid:.2f} s, lexical {cold_lexical:.2f} s"
+        )
+        ingest = ingest_ratio(base_texts[:3000], tmp)
+        print(
+            f"ingest: model alone {ingest['raw']:.0f}/s, add_many {ingest['add_many']:.0f}/s "
+            f"({ingest['ratio']:.0%})"
+        )
+    png = ROOT / "benchmarks" / "latency_vs_size.png"
+    plot(rows, png)
+    lines = [
+        "## Vector and hybrid search (`benchmarks/bench_hybrid.py`)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Local model (int8 ONNX all-MiniLM-L6-v2): query embedding p50 {embed_ms['p50']:.2f} ms, "
+        f"p95 {embed_ms['p95']:.2f} ms over {len(qs)} queries (5-10-word SciFact claims and "
+        "LoCoMo questions).",
+        "",
+        "Latency per search, limit 10 with snippets (and hybrid at the default limit, 6), "
+        "**query embedding excluded** (p50 / p95, ms):",
+        "",
+        "| memories | lexical | vector (exact) | hybrid | hybrid, limit 6 | vector (HNSW) | hybrid (HNSW) | HNSW recall@10 | vector matrix | process RSS (exact / HNSW) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def cell(r: dict[str, object], key: str) -> str:
+        v = r.get(key)
+        return f"{v['p50']:.2f} / {v['p95']:.2f}" if isinstance(v, dict) else "-"
+
+    for r in rows:
+        recall = f"{r['ann_recall']:.3f}" if "ann_recall" in r else "-"
+        lines.append(
+            f"| {r['size']:,} | {cell(r, 'lexical')} | {cell(r, 'vector')} | {cell(r, 'hybrid')} | "
+            f"{cell(r, 'hybrid6')} | "
+            f"{cell(r, 'vector_ann')} | {cell(r, 'hybrid_ann')} | {recall} | {r['matrix_mb']:.0f} MB | "
+            f"{r['rss_mb']:.0f} MB"
+            + (f" / {r['rss_ann_mb']:.0f} MB" if "rss_ann_mb" in r else "")
+            + " |"
+        )
+    big = rows[-1]
+    lines += [
+        "",
+        f"At {big['size']:,} memories: vector matrix {big['matrix_mb']:.0f} MB, loaded in "
+        f"{big['load_s']:.1f} s"
+        + (
+            f"; HNSW file {big['ann_file_mb']:.0f} MB, built in {big['ann_build_s']:.0f} s"
+            if "ann_file_mb" in big
+            else ""
+        )
+        + f"; a process that opens it and runs one hybrid search with the local model peaks at "
+        f"{big['rss_mb']:.0f} MB of RSS"
+        + (
+            f" ({big['rss_ann_mb']:.0f} MB with the HNSW index loaded)"
+            if "rss_ann_mb" in big
+            else ""
+        )
+        + ".",
+        "",
+        f"Cold `mnemex search` in a new process at {cold_size:,} memories (median of 5, wall): "
+        f"hybrid {cold_hybrid:.2f} s (loads the model and {cold_size:,} vectors), "
+        f"lexical {cold_lexical:.2f} s.",
+        "",
+        f"Ingest with the local model (3,000 texts, add_many in batches of 1,000): "
+        f"{ingest['add_many']:.0f} memories/s vs the model alone on the same texts "
+        f"{ingest['raw']:.0f} texts/s: {ingest['ratio']:.0%} of the model's throughput.",
+        "",
+        "At 1M the vectors are the 100k real ones repeated with noise (see the script). "
+        "![latency vs store size](latency_vs_size.png)",
+    ]
+    if not args.no_write:
+        write_section("bench_hybrid", "\n".join(lines))
+        print("wrote benchmarks/RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Approximate nearest neighbours for large stores: an HNSW graph (faiss), optional.
+
+Exact search is the default and stays the truth. Past ``ann_threshold``
+vectors, with ``pip install 'mnemex[ann]'``, ``mnemex embed`` and ``mnemex
+reindex`` build an HNSW index of the model's vectors and keep it beside the
+database (``<db>.<model>.hnsw``, one file per model, replaced atomically, so
+its size stays that of the vectors plus the graph). Searches use it when it
+exists:
+
+- it is keyed by embedding id, so any process can load it and add the
+  vectors written since (ids only grow) in memory;
+- vectors deleted since it was built are skipped in its answers; once they
+  are a quarter of it, the next ``embed`` rebuilds it;
+- a selective filter (few allowed rows) is answered exactly over the
+  allowed rows instead, as a graph search would return too few of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mnemex.errors import MissingExtra
+
+if TYPE_CHECKING:
+    import numpy as np
+
+HNSW_M = 32  # neighbours per node
+EF_CONSTRUCTION = 100
+EF_SEARCH = 256  # recall@10 against exact search is measured in benchmarks/RESULTS.md
+REBUILD_DEAD_FRACTION = 0.25
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is not None
+
+
+def sidecar(db_path: Path, model: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
+    return db_path.with_name(f"{db_path.name}.{safe}.hnsw")
+
+
+class HnswIndex:
+    """An HNSW graph over embedding ids, loaded from / saved to one file."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        try:
+            import faiss
+        except ImportError:
+            raise MissingExtra("ann", "approximate search", "faiss") from None
+        self._faiss = faiss
+        self.path = path
+        self.dim = dim
+        self._lock = threading.Lock()
+        self.index: Any = None
+        self.max_id = 0  # largest embedding id in the graph
+        self.size = 0
+
+    @classmethod
+    def load(cls, path: Path, dim: int) -> HnswIndex | None:
+        """The saved index, or ``None`` when there is none (or it does not fit)."""
+        meta_path = path.with_suffix(path.suffix + ".json")
+        if not path.exists() or not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        if meta.get("dim") != dim:
+            return None
+        ann = cls(path, dim)
+        try:
+            ann.index = ann._faiss.read_index(str(path))
+        except RuntimeError:
+            return None
+        ann.max_id = int(meta["max_id"])
+        ann.size = int(ann.index.ntotal)
+        ann._hnsw().efSearch = EF_SEARCH
+        return ann
+
+    def _hnsw(self) -> Any:
+        graph: Any = self._faiss.downcast_index(self.index.index)
+        return graph.hnsw
+
+    def build(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        faiss = self._faiss
+        graph: Any = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = EF_CONSTRUCTION
+        index = faiss.IndexIDMap2(graph)
+        if len(ids):
+            index.add_with_ids(vectors, ids.astype("int64"))
+        self.index = index
+        self._hnsw().efSearch = EF_SEARCH
+        self.max_id = int(ids.max()) if len(ids) else 0
+        self.size = int(index.ntotal)
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        """Add vectors whose ids are above ``max_id`` (others are already in)."""
+        keep = ids > self.max_id
+        if keep.any():
+            with self._lock:
+                self.index.add_with_ids(vectors[keep], ids[keep].astype("int64"))
+                self.max_id = int(ids[keep].max())
+                self.size = int(self.index.ntotal)
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Embedding ids and inner products of the approximately ``k`` best."""
+        with self._lock:
+            hnsw = self._hnsw()
+            hnsw.efSearch = max(EF_SEARCH, k)
+            scores, ids = self.index.search(query.reshape(1, -1), k)
+        return ids[0], scores[0]
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+        self._faiss.write_index(self.index, str(tmp))
+        os.replace(tmp, self.path)
+        meta = {"dim": self.dim, "max_id": self.max_id, "size": self.size}
+        meta_tmp = self.path.with_name(self.path.name + f".{os.getpid()}.json.tmp")
+        meta_tmp.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(meta_tmp, self.path.with_suffix(self.path.suffix + ".json"))
+
+    def remove_files(self) -> None:
+        for path in (self.path, self.path.with_suffix(self.path.suffix + ".json")):
+            path.unlink(missing_ok=True)

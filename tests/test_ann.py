@@ -1,0 +1,71 @@
+"""The optional HNSW index (faiss), on a small store with ann forced on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mnemex
+from mnemex.index import ann
+
+from .conftest import FakeEmbedder
+
+pytest.importorskip("faiss")
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+         "sigma tau upsilon phi chi psi omega").split()
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=6)) + f" item{i}" for i in range(n)]
+
+
+def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "ann.db"
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store:
+        ids = store.add_many(corpus(6000), embed=False)
+        store.embed()
+        sidecar = ann.sidecar(path, "fake:bow-64")
+        assert sidecar.exists()
+        index = store._vectors(64)
+        assert index.ann is not None and index.ann.size == 6000
+        # A fresh process view: loads the file, not a rebuild.
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store, mnemex.open(
+        path, embedder=FakeEmbedder(), ann="off"
+    ) as exact:
+        queries = corpus(30, seed=1)
+        overlap = []
+        for q in queries:
+            approx_ids = [h.id for h in store.search(q, 10, mode="vector").hits]
+            exact_ids = [h.id for h in exact.search(q, 10, mode="vector").hits]
+            overlap.append(len(set(approx_ids) & set(exact_ids)) / 10)
+        assert store._vectors(64).ann is not None
+        assert exact._vectors(64).ann is None
+        assert np.mean(overlap) >= 0.9
+        # New vectors after the build are searchable; forgotten ones are not returned.
+        new = store.add("omega omega omega brand new memory", embed=True)
+        store.forget(ids[:3000])
+        hits = store.search("omega omega omega brand new memory", 10, mode="vector").hits
+        assert hits[0].id == new
+        assert not {h.id for h in store.search("alpha beta", 50, mode="vector").hits} & set(ids[:3000])
+        # Half the graph is dead now: the next embed rebuilds it.
+        store.embed()
+        assert store._vectors(64).ann is not None
+        assert store._vectors(64).ann.size == 3001
+
+
+def test_selective_filters_fall_back_to_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with mnemex.open(tmp_path / "f.db", embedder=FakeEmbedder(), ann="on") as store:
+        store.add_many(corpus(6000), embed=False)
+        rare = store.add("alpha beta gamma rare kind", kind="rare", embed=False)
+        store.embed()
+        assert [h.id for h in store.search("alpha beta", 5, mode="vector", kinds=["rare"]).hits] == [rare]
+
+
+def test_auto_waits_for_the_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "auto.db"
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="auto", ann_threshold=10_000) as store:
+        store.add_many(corpus(500))
+        store.embed()
+        assert not ann.sidecar(path, "fake:bow-64").exists()
