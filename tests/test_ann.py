@@ -12,8 +12,10 @@ from .conftest import FakeEmbedder
 
 pytest.importorskip("faiss")
 
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
-         "sigma tau upsilon phi chi psi omega").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+    "sigma tau upsilon phi chi psi omega"
+).split()
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -31,9 +33,10 @@ def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[n
         index = store._vectors(64)
         assert index.ann is not None and index.ann.size == 6000
         # A fresh process view: loads the file, not a rebuild.
-    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store, mnemex.open(
-        path, embedder=FakeEmbedder(), ann="off"
-    ) as exact:
+    with (
+        mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store,
+        mnemex.open(path, embedder=FakeEmbedder(), ann="off") as exact,
+    ):
         queries = corpus(30, seed=1)
         overlap = []
         for q in queries:
@@ -48,7 +51,9 @@ def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[n
         store.forget(ids[:3000])
         hits = store.search("omega omega omega brand new memory", 10, mode="vector").hits
         assert hits[0].id == new
-        assert not {h.id for h in store.search("alpha beta", 50, mode="vector").hits} & set(ids[:3000])
+        assert not {h.id for h in store.search("alpha beta", 50, mode="vector").hits} & set(
+            ids[:3000]
+        )
         # Half the graph is dead now: the next embed rebuilds it.
         store.embed()
         assert store._vectors(64).ann is not None
@@ -60,7 +65,9 @@ def test_selective_filters_fall_back_to_exact(tmp_path) -> None:  # type: ignore
         store.add_many(corpus(6000), embed=False)
         rare = store.add("alpha beta gamma rare kind", kind="rare", embed=False)
         store.embed()
-        assert [h.id for h in store.search("alpha beta", 5, mode="vector", kinds=["rare"]).hits] == [rare]
+        assert [
+            h.id for h in store.search("alpha beta", 5, mode="vector", kinds=["rare"]).hits
+        ] == [rare]
 
 
 def test_auto_waits_for_the_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]

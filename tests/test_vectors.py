@@ -347,3 +347,29 @@ def test_empty_and_stop_word_queries(vector_store: Store) -> None:
     assert vector_store.search("   ").hits == ()
     assert vector_store.search("!!! ???").mode_used in ("hybrid", "lexical")
     assert ident in {h.id for h in vector_store.search("the who").hits}
+
+
+class Sleepy(FakeEmbedder):
+    """Takes 0.3 s per batch of texts (not per query)."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) > 1:
+            time.sleep(0.3)
+        return super().embed(texts)
+
+
+def test_searches_are_not_blocked_while_embedding(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store("busy.db", embedder=Sleepy())
+    store.add_many([f"background memory number {i}" for i in range(1000)], embed=False)
+    worker = threading.Thread(target=store.embed)
+    worker.start()
+    time.sleep(0.1)
+    slowest = 0.0
+    while worker.is_alive():
+        started = time.monotonic()
+        store.search("background memory", mode="lexical")
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.02)
+    worker.join()
+    assert store.stats().pending_vectors == 0
+    assert slowest < 0.25  # a search never waited for a whole 0.3 s batch

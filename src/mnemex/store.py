@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -188,6 +189,12 @@ class Store:
     def _errors(self) -> Any:
         return translate_errors(self.path, self.settings.busy_timeout)
 
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for this thread alone, with errors translated."""
+        with self._lock, self._errors():
+            yield self.conn
+
     def _ns(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         if namespace is None:
             return self.namespace
@@ -238,19 +245,21 @@ class Store:
 
         if self.settings.ann == "off" or not ann.available():
             return
-        index = self._vectors(embedder.dim)
-        vectors, ids = index.live()
+        with self._db():
+            index = self._vectors(embedder.dim)
+            vectors, ids = index.live()
+            graph = index.ann
         if self.settings.ann == "auto" and len(ids) < self.settings.ann_threshold:
             return
-        graph = index.ann
         dead = graph.size - len(ids) if graph is not None else 0
         if graph is None or dead > ann.REBUILD_DEAD_FRACTION * max(graph.size, 1):
             graph = ann.HnswIndex(ann.sidecar(self.path, embedder.model_id), embedder.dim)
-            graph.build(vectors, ids)
+            graph.build(vectors, ids)  # minutes for millions of vectors: no lock held
         else:
             graph.add(vectors, ids)
         graph.save()
-        index.ann = graph
+        with self._lock:
+            index.ann = graph
 
     def embed(
         self, *, progress: Callable[[int], None] | None = None, force: bool = False
@@ -271,26 +280,29 @@ class Store:
                 "embedder (MNEMEX_EMBEDDER) to sentence-transformers or openai"
             )
         report = vectors.EmbedReport(model=embedder.model_id)
-        with self._lock, self._errors():
-            conn = self.conn
+        # The store's lock is held for each use of the connection, not while the model
+        # runs: other threads keep searching during a long embedding pass.
+        with self._db() as conn:
             if force:
                 with write_transaction(conn):
                     conn.execute("DELETE FROM embeddings WHERE model = ?", (embedder.model_id,))
                 self._wrote()
             else:
                 self._check_dimension(embedder)
-            last = 0
-            while True:
+        last = 0
+        while True:
+            with self._db() as conn:
                 batch = vectors.pending(conn, embedder.model_id, after=last)
-                if not batch:
-                    break
-                last = batch[-1].seq
-                vectors.embed_and_store(conn, embedder, batch, report, progress)
-                self._wrote()
+            if not batch:
+                break
+            last = batch[-1].seq
+            vectors.embed_and_store(self.conn, embedder, batch, report, progress, guard=self._db)
+            self._wrote()
+        with self._db() as conn:
             with write_transaction(conn):
                 conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
             report.pending = vectors.count_pending(conn, embedder.model_id)
-            self._update_ann(embedder)
+        self._update_ann(embedder)
         self.last_embedding_error = None
         return report
 
@@ -341,11 +353,12 @@ class Store:
 
         report = vectors.EmbedReport(model=embedder.model_id)
         try:
-            with self._lock, self._errors():
+            with self._db() as conn:
                 self._check_dimension(embedder)
-                rows = vectors.rows_for(self.conn, seqs, embedder.model_id)
-                vectors.embed_and_store(self.conn, embedder, rows, report)
-                backlog = self.conn.execute(
+                rows = vectors.rows_for(conn, seqs, embedder.model_id)
+            vectors.embed_and_store(self.conn, embedder, rows, report, guard=self._db)
+            with self._db() as conn:
+                backlog = conn.execute(
                     "SELECT value FROM meta WHERE key = 'embed_backlog'"
                 ).fetchone()
             self._wrote()

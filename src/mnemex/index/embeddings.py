@@ -8,8 +8,10 @@ for memories whose content is still the one that was embedded.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,13 +99,19 @@ def embed_and_store(
     rows: Sequence[Pending],
     report: EmbedReport,
     progress: Callable[[int], None] | None = None,
+    guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> None:
-    """Give each row a vector for the embedder's model (raises EmbeddingError on failure)."""
+    """Give each row a vector for the embedder's model (raises EmbeddingError on failure).
+
+    ``guard`` is held around each use of the connection, never while the
+    model runs, so other threads can search meanwhile.
+    """
     for start in range(0, len(rows), EMBED_BATCH):
         batch = rows[start : start + EMBED_BATCH]
-        known = _known_vectors(
-            conn, embedder.model_id, embedder.dim, {r.content_hash for r in batch}
-        )
+        with guard():
+            known = _known_vectors(
+                conn, embedder.model_id, embedder.dim, {r.content_hash for r in batch}
+            )
         todo = [r for r in batch if r.content_hash not in known]
         texts = list(dict.fromkeys(r.content for r in todo))
         if texts:
@@ -113,7 +121,7 @@ def embed_and_store(
                 known[r.content_hash] = by_text[r.content]
             report.embedded += len(texts)
         report.reused += len(batch) - len(todo)
-        with write_transaction(conn):
+        with guard(), write_transaction(conn):
             conn.executemany(
                 """INSERT OR REPLACE INTO embeddings (seq, model, dim, content_hash, vector)
                    SELECT ?, ?, ?, ?, ? WHERE EXISTS (

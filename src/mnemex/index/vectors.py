@@ -328,6 +328,16 @@ class VectorIndex:
                 mask &= np.isin(self._seq[:n], np.asarray(seqs, dtype=np.int64))
             return mask
 
+    def work(self, mask: np.ndarray | None) -> int:
+        """Rows the exact product would read for this mask (0 when the HNSW index answers)."""
+        if mask is None:
+            return 0
+        n = len(mask)
+        allowed = int(mask.sum())
+        if self.ann is not None and allowed >= max(ANN_MIN_ALLOWED, n // 10):
+            return 0
+        return allowed if allowed < n // 4 else n
+
     def top(self, query: np.ndarray, mask: np.ndarray | None, k: int) -> list[VectorHit]:
         """The ``k`` best rows within ``mask`` by cosine. Pure numpy: safe on a worker thread."""
         np = self._np
