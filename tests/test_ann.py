@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import faiss  # noqa: F401  (the ann extra: make test installs it)
 import numpy as np
-import pytest
 
 import mnemex
 from mnemex.index import ann
 
 from .conftest import FakeEmbedder
-
-pytest.importorskip("faiss")
 
 WORDS = (
     "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "

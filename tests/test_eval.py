@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ir_measures  # noqa: F401  (the eval extra: make test installs it)
 import pytest
 from click.testing import CliRunner
 
@@ -13,8 +14,6 @@ from mnemex.eval.beir import run_beir
 from mnemex.eval.data import load_locomo, parse_session_time
 from mnemex.eval.locomo import run_locomo
 from mnemex.eval.metrics import latency, per_query, ranked_run
-
-pytest.importorskip("ir_measures")
 
 
 @pytest.fixture
