@@ -7,7 +7,7 @@ Baselines in the same run:
   with one trigger (no validation, ids, tags or metadata);
 - search: FTS5 alone: the query's words OR-joined (stop words removed),
   ``ORDER BY rank LIMIT 10`` (no snippets).
-mnemex search is measured with snippets, as an agent would call it (limit 10),
+mnemex search is measured lexical-only (no embedder), with snippets, as an agent would call it (limit 10),
 with query shaping (the default) and exact (``lexical_budget=0``); the
 agreement of the two top-10 lists is reported.
 """
@@ -84,7 +84,7 @@ def timed(fn, items):  # type: ignore[no-untyped-def]
 def run(size: int, texts: list[str], qs: list[str], tmp: Path) -> dict[str, object]:
     texts = texts[:size]
     base_seconds = baseline_ingest(texts, tmp / f"baseline-{size}.db")
-    store = mnemex.open(tmp / f"mnemex-{size}.db")
+    store = mnemex.open(tmp / f"mnemex-{size}.db", embedder=None)
     started = time.perf_counter()
     for start in range(0, size, BATCH):
         store.add_many(
@@ -96,8 +96,8 @@ def run(size: int, texts: list[str], qs: list[str], tmp: Path) -> dict[str, obje
     ingest_seconds = time.perf_counter() - started
     store.close()
 
-    shaped = mnemex.open(tmp / f"mnemex-{size}.db")
-    exact = mnemex.open(tmp / f"mnemex-{size}.db", lexical_budget=0)
+    shaped = mnemex.open(tmp / f"mnemex-{size}.db", embedder=None)
+    exact = mnemex.open(tmp / f"mnemex-{size}.db", embedder=None, lexical_budget=0)
     warm = qs[:50]
     for q in warm:
         shaped.search(q, LIMIT)

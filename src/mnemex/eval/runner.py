@@ -17,7 +17,7 @@ from mnemex.config import load_settings
 from mnemex.eval.metrics import ranked_run
 from mnemex.progress import progress_bar
 from mnemex.search import fusion as fusion_formulas
-from mnemex.store import Store
+from mnemex.store import ALL, Store
 
 INGEST_BATCH = 5_000
 
@@ -91,7 +91,7 @@ def ingest(
             batch = items[start : start + INGEST_BATCH]
             store.add_many(batch, namespace=namespace, on_conflict="skip", embed=embed)
             advance(len(batch))
-    if embed and store.stats(namespace=_all()).pending_vectors:
+    if embed and store.stats(namespace=ALL).pending_vectors:
         with progress_bar(None, "embedding", show) as advance:
             store.embed(progress=advance)
     return time.perf_counter() - started
@@ -125,12 +125,6 @@ def run_queries(
             modes[result.mode_used] += 1
             advance(1)
     return run, samples, modes
-
-
-def _all() -> Any:
-    from mnemex.store import ALL
-
-    return ALL
 
 
 def machine() -> dict[str, str]:
