@@ -61,10 +61,6 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WS = re.compile(r"\s+")
 
 
-def has_cjk(text: str) -> bool:
-    return CJK_CHAR.search(text) is not None
-
-
 def segment(text: str) -> str | None:
     """Text as indexed, or ``None`` when it needs no segmentation (no CJK)."""
     if CJK_CHAR.search(text) is None:

@@ -19,7 +19,7 @@ from mnemex.embed import Embedder, embed_checked
 from mnemex.storage import write_transaction
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 EMBED_BATCH = 256  # texts per embedder call and per write transaction
 
@@ -159,12 +159,3 @@ def _known_vectors(
         ):
             found.setdefault(content_hash, vector)
     return found
-
-
-def decode(blob: bytes, dim: int) -> np.ndarray | None:
-    import numpy as np
-
-    if len(blob) != dim * 4:
-        return None
-    vector = np.frombuffer(blob, dtype=np.float32)
-    return vector if np.isfinite(vector).all() else None
