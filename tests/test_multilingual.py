@@ -14,6 +14,7 @@ MEMORIES = {
     "ko2": "사과를 먹었다",
     "es": "La reunión con el equipo de diseño fue muy productiva; acordamos usar colores más claros",
     "es2": "Tomás migró la facturación a la nueva versión de la API de Stripe",
+    "pt": "A equipe de vendas apresenta o relatório trimestral na sexta-feira",
     "de": "Die Rechnungen werden nachts um zwei Uhr erzeugt",
     "ru": "Счета формируются каждую ночь",
     "ar": "يتم إنشاء الفواتير كل ليلة",
@@ -79,3 +80,70 @@ def test_cjk_tags(store: Store) -> None:
     ident = store.add("quarterly invoice check", tags=["发票"])
     assert [h.id for h in store.search("发票").hits] == [ident]
     assert [e.id for e in store.timeline(tags=["发票"])] == [ident]
+
+
+# Memories made of function words only: a question shares nothing else with them.
+FUNCTION_WORDS = {
+    "ko": "누가, 언제, 어디서, 무엇을, 왜 하나요?",
+    "zh": "这是什么？那是谁的？我们的在哪里？",
+    "ja": "それはいつですか、何ですか",
+    "es": "¿Con quién fue? Fue con ella, la de siempre, con la que fue",
+    "pt": "O que é isso? Quando e onde foi?",
+    "ar": "متى كان ذلك؟ ماذا في هذا؟",
+}
+
+
+@pytest.fixture
+def noisy(store: Store) -> tuple[Store, dict[str, str], set[str]]:
+    ids = dict(zip(MEMORIES, store.add_many(list(MEMORIES.values())), strict=True))
+    return store, ids, set(store.add_many(list(FUNCTION_WORDS.values())))
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # Korean: particles stripped, question words set aside
+        ("데이터베이스를 언제 확인해야 하나요?", "ko"),
+        ("마이그레이션은 무엇을 확인해야 합니까?", "ko"),
+        ("누가 사과를 먹었어?", "ko2"),
+        # Chinese: runs cut at function words
+        ("我们用什么数据库来存储会话？", "zh"),
+        ("上海的客户要什么样的发票？", "zh2"),
+        # Japanese: particles and auxiliaries cut out of the run
+        ("明日の会議では何を説明しますか", "ja"),
+        ("データベースの移行はいつですか", "ja"),
+        # Spanish, Portuguese, Arabic: stop words set aside
+        ("¿Con quién fue la reunión de diseño?", "es"),
+        ("¿Qué versión de la API usa la facturación?", "es2"),
+        ("Quando a equipe de vendas apresenta o relatório?", "pt"),
+        ("متى يتم إنشاء الفواتير؟", "ar"),
+    ],
+)
+def test_questions_find_their_memory_not_their_function_words(
+    noisy: tuple[Store, dict[str, str], set[str]], question: str, expected: str
+) -> None:
+    store, ids, function_words = noisy
+    result = store.search(question, mode="lexical")
+    assert result.mode_used == "lexical"
+    found = [h.id for h in result.hits]
+    assert found and found[0] == ids[expected], (question, [h.snippet for h in result.hits])
+    assert not function_words & set(found), (question, [h.snippet for h in result.hits])
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [("con la de", "es"), ("的", "zh"), ("の", "ja"), ("كل", "ar")],
+)
+def test_a_question_of_stop_words_still_finds_memories(
+    polyglot: tuple[Store, dict[str, str]], question: str, expected: str
+) -> None:
+    store, ids = polyglot
+    assert ids[expected] in {h.id for h in store.search(question, mode="lexical").hits}
+
+
+def test_stop_words_come_back_when_content_words_match_nothing(
+    polyglot: tuple[Store, dict[str, str]],
+) -> None:
+    store, ids = polyglot
+    hits = store.search("¿zzyzx con el equipo?", mode="lexical").hits
+    assert hits and hits[0].id == ids["es"]

@@ -36,7 +36,7 @@ store = mnemex.open(db)
 while time.time() < start:
     time.sleep(0.001)
 for i in range(1000):
-    store.add(f"process {name} wrote memory number {i} about the deploy queue", tags=[name])
+    store.add(f"process {name} wrote memory number {i} about the deploy queue", tags=[name], dedup=False)
 store.close()
 print("done")
 """

@@ -5,22 +5,40 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import mnemex
+from mnemex.index.fts import plan
 from mnemex.search.query import (
+    MAX_CJK_STOPWORD,
     Term,
     Token,
     build_terms,
     content_terms,
+    expand_terms,
     idf,
     keep_rarest,
     normalized_score,
     quote,
+    run_pieces,
     shape,
+    strip_particle,
+    weak_word,
 )
-from mnemex.search.stopwords import STOPWORDS
+from mnemex.search.stopwords import (
+    ARABIC,
+    CHINESE,
+    ENGLISH,
+    JAPANESE,
+    KOREAN,
+    KOREAN_PARTICLES,
+    PORTUGUESE,
+    SPANISH,
+    STOPWORDS,
+)
+from mnemex.store import Store
 
 
 def tok(surface: str, position: int, stem: str | None = None) -> Token:
@@ -114,6 +132,158 @@ def test_normalized_score_bounds_and_order(a: float, b: float) -> None:
         assert sa <= sb
 
 
+# -- query expansion --------------------------------------------------------------
+
+
+def words(text: str) -> list[Token]:
+    """Tokens of lower-case, accent-free text (stems as written)."""
+    return [tok(w, i) for i, w in enumerate(text.split())]
+
+
+def kept(terms: list[Term]) -> list[str]:
+    return [t.key for t in content_terms(terms)[0]]
+
+
+def test_every_stop_word_is_in_the_tokenizers_form(store: Store) -> None:
+    for word in ENGLISH | SPANISH | PORTUGUESE | ARABIC:
+        assert [(t.surface, t.cjk_run) for t in store._lexicon.tokenize(word)] == [(word, False)]
+    for word in CHINESE | JAPANESE | KOREAN | set(KOREAN_PARTICLES):
+        assert [(t.surface, t.cjk_run) for t in store._lexicon.tokenize(word)] == [(word, True)]
+    assert max(len(w) for w in CHINESE | JAPANESE) <= MAX_CJK_STOPWORD
+
+
+def test_words_that_are_content_elsewhere_are_not_stop_words() -> None:
+    # English words and abbreviations that are function words in Spanish or Portuguese.
+    assert not {"son", "era", "mi", "os", "nos", "eu", "ate", "sem"} & STOPWORDS
+
+
+@pytest.mark.parametrize(
+    ("question", "content"),
+    [
+        ("what did we decide about the invoices", ["decide", "invoices"]),
+        ("que decidimos con el equipo sobre las facturas", ["decidimos", "equipo", "facturas"]),
+        ("quando a equipe decidiu sobre as faturas", ["equipe", "decidiu", "faturas"]),
+        ("ماذا قررنا في الاجتماع مع العميل", ["قررنا", "الاجتماع", "العميل"]),
+    ],
+)
+def test_stop_words_of_each_language(question: str, content: list[str]) -> None:
+    assert kept(expand_terms(words(question), STOPWORDS)) == content
+
+
+def test_one_letter_words_are_set_aside_numbers_and_two_letter_words_kept() -> None:
+    terms = expand_terms(words("vitamin c dose in 2023 for 5 days db ui"), STOPWORDS)
+    assert kept(terms) == ["vitamin", "dose", "2023", "5", "days", "db", "ui"]
+    assert [t.key for t in terms if t.stop] == ["c", "in", "for"]
+    assert weak_word("x", frozenset()) and not weak_word("7", frozenset())
+
+
+def test_a_query_of_weak_words_keeps_them() -> None:
+    assert kept(expand_terms(words("who is x"), STOPWORDS)) == ["who", "is", "x"]
+
+
+def test_expansion_deduplicates_and_content_wins() -> None:
+    # "does" is a stop word whose stem is the content word "doe".
+    terms = expand_terms([tok("does", 0, "doe"), tok("doe", 1), tok("does", 2, "doe")], STOPWORDS)
+    assert [(t.key, t.match, t.stop) for t in terms] == [("doe", '"doe"', False)]
+    terms = expand_terms([run("数据", 0), run("数据库", 1)], STOPWORDS)
+    assert [t.key for t in terms] == ["数 据", "据 库"]
+
+
+@pytest.mark.parametrize(
+    ("word", "stem"),
+    [
+        ("사과를", "사과"),
+        ("데이터베이스는", "데이터베이스"),
+        ("서울에서는", "서울"),
+        ("고양이에게", "고양이"),
+        ("친구랑", "친구"),
+        ("회의", "회의"),  # 의 is a particle, but one syllable is too short a rest
+        ("책을", "책을"),
+        ("사과", "사과"),
+    ],
+)
+def test_strip_particle(word: str, stem: str) -> None:
+    assert strip_particle(word) == stem
+
+
+def test_particles_are_tried_longest_first() -> None:
+    assert list(KOREAN_PARTICLES) == sorted(KOREAN_PARTICLES, key=len, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        (
+            "上海的客户要什么发票",
+            [("上海", False), ("的", True), ("客户要", False), ("什么", True), ("发票", False)],
+        ),
+        ("为什么", [("为什么", True)]),
+        (
+            "明日の会議でデータベースの移行計画を説明します",
+            [
+                ("明日", False),
+                ("の", True),
+                ("会議", False),
+                ("で", True),
+                ("データベース", False),
+                ("の", True),
+                ("移行計画", False),
+                ("を", True),
+                ("説明", False),
+                ("します", True),
+            ],
+        ),
+        ("会議はいつですか", [("会議", False), ("はいつですか", True)]),
+        ("これは何ですか", [("これは", True), ("何", True), ("ですか", True)]),
+        ("おにぎり", [("おにぎり", False)]),  # hiragana not made of stop words is a word
+        ("もも", [("もも", False)]),  # も + も, but a run never opens with a particle
+        ("사과를", [("사과", False)]),
+        ("무엇을", [("무엇", True)]),
+        ("내가", [("내가", True)]),
+        ("그림", [("그림", False)]),  # 그 ("that") is a word, not a piece of one
+    ],
+)
+def test_run_pieces(text: str, pieces: list[tuple[str, bool]]) -> None:
+    assert run_pieces(text, STOPWORDS) == pieces
+
+
+def test_long_hiragana_runs_are_cut_in_linear_time() -> None:
+    assert run_pieces("の" * 100_000, STOPWORDS) == [("の" * 100_000, False)]
+    assert run_pieces("本" + "の" * 100_000, STOPWORDS) == [("本", False), ("の" * 100_000, True)]
+
+
+def test_cjk_questions_keep_their_content_phrases() -> None:
+    terms = expand_terms([run("上海的客户要什么发票", 0)], STOPWORDS)
+    assert kept(terms) == ["上 海", "客 户", "户 要", "发 票"]
+    terms = expand_terms([run("사과를", 0), run("누가", 1), run("먹었어", 2)], STOPWORDS)
+    assert kept(terms) == ["사 과", "먹 었", "었 어"]
+
+
+def test_punctuation_makes_no_token(store: Store) -> None:
+    assert store._lexicon.tokenize("¿¡?!… -- _ · 、。「」") == []
+
+
+def test_without_expansion_terms_are_as_before(store: Store) -> None:
+    text = "¿Qué es el 数据库? 사과를 a x 2023"
+    off = plan(store._lexicon, text, expand=False)
+    assert [t.key for t in off.terms] == [
+        "que",
+        "es",
+        "el",
+        "数 据",
+        "据 库",
+        "사 과",
+        "과 를",
+        "x",
+        "2023",
+    ]
+    assert [t.key for t in off.dropped] == ["a"]
+    assert {*off.terms, *off.dropped} == set(build_terms(store._lexicon.tokenize(text), ENGLISH))
+    on = plan(store._lexicon, text)
+    assert [t.key for t in on.terms] == ["数 据", "据 库", "사 과", "2023"]
+    assert [t.key for t in on.dropped] == ["que", "es", "el", "a", "x"]
+
+
 # -- properties on a real store ---------------------------------------------------
 
 _WORD = st.text(
@@ -162,6 +332,6 @@ def test_a_word_in_a_memory_is_always_found(
     with tempfile.TemporaryDirectory() as tmp, mnemex.open(Path(tmp) / "w.db") as store:
         store.add_many(["completely unrelated text", "another memory entirely"])
         ident = store.add(f"{filler} {word} end")
-        hits = store.search(f"{before} {word} {after}", limit=50).hits
+        hits = store.search(f"{before} {word} {after}", limit=50, threshold=False).hits
         assert hits, f"no hits for {word!r}"
         assert ident in {h.id for h in hits}

@@ -87,7 +87,8 @@ def test_explain(vector_store: Store) -> None:
     assert top.explain["lexical"]["rank"] == 1 and top.explain["lexical"]["bm25"] > 0
     assert top.explain["vector"]["rank"] == 1 and 0 < top.explain["vector"]["cosine"] <= 1
     assert top.explain["fusion"] == "rrf(k=60)"
-    assert top.explain["fused"] == pytest.approx(top.score, abs=1e-6)
+    assert top.explain["final"] == pytest.approx(top.score, abs=1e-6)
+    assert top.explain["fused"] * 0.8 == pytest.approx(top.score, abs=1e-6)  # confidence 0.8
     assert top.explain["stages"]
     assert "explain" in top.to_dict()
     assert vector_store.search("billing").hits[0].explain is None

@@ -171,6 +171,11 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
 @click.option("--id", "ident", help="Use this id instead of a new one.")
+@click.option(
+    "--no-dedup",
+    is_flag=True,
+    help="Insert even if it repeats an existing memory (default: merge into that one).",
+)
 @json_option
 @click.pass_obj
 @handle_errors
@@ -185,16 +190,21 @@ def add(
     created_at: str | None,
     meta: tuple[str, ...],
     ident: str | None,
+    no_dedup: bool,
     as_json: bool,
 ) -> None:
-    """Store a memory (CONTENT, or - to read it from standard input)."""
+    """Store a memory (CONTENT, or - to read it from standard input).
+
+    A memory that repeats one already stored (same text, or near enough) is
+    merged into it: the existing id is printed, and "deduplicated" on stderr.
+    """
     metadata: dict[str, str] = {}
     for pair in meta:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             fail(f"--meta expects KEY=VALUE, got {pair!r}", 2)
         metadata[key] = value
-    new = obj.store().add(
+    added = obj.store().remember(
         _read_text(content),
         kind=kind,
         tags=_split(tags),
@@ -204,12 +214,21 @@ def add(
         created_at=created_at,
         metadata=metadata or None,
         id=ident,
+        dedup=False if no_dedup else None,
     )
     warning = obj.store().last_embedding_error
     if as_json:
-        emit_json({"id": new, "namespace": obj.store().namespace, "embedding_error": warning})
+        emit_json(
+            {**added.to_dict(), "namespace": obj.store().namespace, "embedding_error": warning}
+        )
     else:
-        click.echo(new)
+        click.echo(added.id)
+        if added.deduplicated:
+            click.echo(
+                f"deduplicated: merged into {added.id} ({added.by}, similarity "
+                f"{added.similarity:.2f})",
+                err=True,
+            )
     if warning:
         click.echo(f"warning: stored without a vector ({warning}); run `mnemex embed`", err=True)
 
@@ -244,6 +263,11 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
+@click.option(
+    "--decay/--no-decay", default=None, help="Rank older memories lower (half-life 30 days)."
+)
+@click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
+@click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -261,6 +285,9 @@ def search(
     weights: str | None,
     explain: bool,
     raw: bool,
+    decay: bool | None,
+    mmr: bool | None,
+    no_threshold: bool,
     all_namespaces: bool,
     as_json: bool,
 ) -> None:
@@ -280,6 +307,9 @@ def search(
         weights=_weights(weights),
         explain=explain,
         raw=raw,
+        decay=decay,
+        mmr=mmr,
+        threshold=False if no_threshold else None,
         namespace=ALL if all_namespaces else None,
     )
     if as_json:
@@ -321,8 +351,122 @@ def _explain_line(explain: dict[str, Any]) -> str:
     ]
     if explain["fusion"]:
         parts.append(f"{explain['fusion']} -> {explain['fused']:.4f}")
-    parts.extend(explain["stages"])
+    parts.extend(_stage_text(stage) for stage in explain["stages"] if stage["stage"] != "threshold")
+    parts.append(f"final {explain['final']:.4f}")
     return " | ".join(parts)
+
+
+def _stage_text(stage: dict[str, Any]) -> str:
+    name = stage["stage"]
+    if name == "decay":
+        if "exempt" in stage:
+            return f"no decay ({stage['exempt']})"
+        return f"decay x{stage['factor']:.3f} ({stage['age_days']:.1f}d)"
+    if name == "confidence":
+        return f"confidence x{stage['factor']:.2f}"
+    if name == "mmr":
+        return f"mmr pick {stage['pick']} ({stage['similarity']}, lambda {stage['lambda']:g})"
+    if name == "top_k":
+        return f"top {stage['k']} of {stage['kept']} kept / {stage['candidates']} candidates"
+    return str(name)
+
+
+@cli.command()
+@click.argument("task")
+@click.option(
+    "-b", "--budget", type=click.IntRange(1, None), help="Most tokens in the block (default 500)."
+)
+@click.option(
+    "-n", "--max-memories", type=click.IntRange(1, 100), help="Most memories (default 5)."
+)
+@kind_option
+@tag_option
+@click.option(
+    "--mode",
+    type=click.Choice(["lexical", "vector", "hybrid"]),
+    help="Search arms to run (default: hybrid with an embedder, else lexical).",
+)
+@click.option("--decay/--no-decay", default=None, help="Rank older memories lower.")
+@click.option("--mmr/--no-mmr", default=None, help="Prefer memories that do not repeat each other.")
+@click.option(
+    "--tokens",
+    "token_counter",
+    type=click.Choice(["chars", "wordpiece"]),
+    help="How tokens are counted: chars (len/4, default) or wordpiece (needs mnemex[embed]).",
+)
+@json_option
+@click.pass_obj
+@handle_errors
+def recall(
+    obj: Context,
+    task: str,
+    budget: int | None,
+    max_memories: int | None,
+    kinds: tuple[str, ...],
+    tags: tuple[str, ...],
+    mode: str | None,
+    decay: bool | None,
+    mmr: bool | None,
+    token_counter: str | None,
+    as_json: bool,
+) -> None:
+    """Print the memories relevant to TASK as a markdown block for a prompt.
+
+    The block starts with "## Relevant Memories" and has one line per memory,
+    best first, within the token budget. - reads TASK from standard input.
+    """
+    result = obj.store().recall(
+        _read_text(task),
+        budget,
+        max_memories,
+        kinds=_split(kinds),
+        tags=_split(tags),
+        mode=mode,
+        decay=decay,
+        mmr=mmr,
+        token_counter=token_counter,
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if not result.memories:
+        click.echo("no relevant memories", err=True)
+        return
+    click.echo(result.markdown, nl=False)
+    click.echo(
+        f"{len(result.memories)} memories, {result.tokens}/{result.budget_tokens} tokens "
+        f"({result.token_counter}), {result.skipped} skipped",
+        err=True,
+    )
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Only list the duplicates; change nothing.")
+@json_option
+@click.pass_obj
+@handle_errors
+def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
+    """Merge memories that repeat an older one in the namespace.
+
+    Each duplicate is folded into the older memory (confidence raised, tags
+    merged, the duplicate recorded in its metadata) and then moved, unchanged,
+    to the namespace NAMESPACE/duplicates. Nothing is deleted.
+    """
+    from mnemex.progress import progress_bar
+
+    store = obj.store()
+    total = store.count()
+    with progress_bar(total, "checking", enabled=not as_json) as advance:
+        report = store.dedup(dry_run=dry_run, progress=advance)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    for pair in report.pairs:
+        click.echo(f"{pair.duplicate} -> {pair.keep}  {pair.by} {pair.similarity:.2f}")
+    verb = "would be merged" if dry_run else f"merged (moved to {report.moved_to!r})"
+    click.echo(f"{len(report.pairs)} of {report.checked} memories {verb}", err=True)
 
 
 @cli.command()

@@ -38,7 +38,19 @@ DEFAULT_FUSION = "weighted"
 RRF_K = 60
 VECTOR_WEIGHT = 0.5
 TEXT_WEIGHT = 0.5
+# Ranking stages after fusion (mnemex.search.rank); on/off defaults chosen by evaluation on
+# LoCoMo-dev (README, "Ranking for agents").
+HALF_LIFE_DAYS = 30.0  # seeds 003, 004
+MMR_LAMBDA = 0.7  # seed 004
+MIN_TEXT_SCORE = 0.0  # normalized BM25 a lexical hit needs (off: see README, "Thresholds")
+MIN_VECTOR_SCORE = -1.0  # cosine a vector hit needs (off)
+DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (seed 003)
+DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
+RECALL_BUDGET_TOKENS = 500  # seed 003
+RECALL_MAX_MEMORIES = 5  # seed 003
 MODES = ("auto", "lexical", "vector", "hybrid")
+SIMILARITIES = ("auto", "jaccard", "cosine")
+TOKEN_COUNTERS = ("chars", "wordpiece")
 FUSIONS = ("rrf", "weighted")
 DB_FILENAME = "memories.db"
 CONFIG_FILENAME = "config.toml"
@@ -79,12 +91,28 @@ class Settings:
     text_weight: float = TEXT_WEIGHT
     ann: str = "auto"  # auto: an HNSW index past ann_threshold vectors (needs mnemex[ann])
     ann_threshold: int = 300_000
+    decay: bool = False
+    half_life_days: float = HALF_LIFE_DAYS
+    confidence_weighting: bool = True
+    mmr: bool = False
+    mmr_lambda: float = MMR_LAMBDA
+    mmr_similarity: str = "auto"  # auto: cosine when every candidate has a vector
+    min_text_score: float = MIN_TEXT_SCORE
+    min_vector_score: float = MIN_VECTOR_SCORE
+    dedup: bool = True  # merge a near-duplicate single write into the memory it repeats
+    dedup_text: float = DEDUP_TEXT
+    dedup_cosine: float = DEDUP_COSINE
+    recall_budget: int = RECALL_BUDGET_TOKENS
+    recall_max: int = RECALL_MAX_MEMORIES
+    token_counter: str = "chars"  # chars: len/4; wordpiece: the local model's tokenizer
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
 
 _ENV_PREFIX = "MNEMEX_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 _TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path")}
 
 
@@ -100,6 +128,15 @@ def default_home() -> Path:
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _TUNABLES[name].type
+    if kind in ("bool", bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise InvalidInput(f"{source}: {name} must be true or false, got {value!r}")
     try:
         if kind in ("int", int):
             if isinstance(value, bool):
@@ -196,3 +233,23 @@ def _validate(s: Settings) -> None:
         raise InvalidInput(f"ann must be auto, on or off, got {s.ann!r}")
     if s.query_timeout <= 0 or s.embed_timeout <= 0:
         raise InvalidInput("query_timeout and embed_timeout must be > 0 seconds")
+    if s.half_life_days <= 0:
+        raise InvalidInput("half_life_days must be > 0")
+    if not 0.0 <= s.mmr_lambda <= 1.0:
+        raise InvalidInput("mmr_lambda must be between 0 and 1")
+    if s.mmr_similarity not in SIMILARITIES:
+        raise InvalidInput(
+            f"mmr_similarity must be one of {', '.join(SIMILARITIES)}, got {s.mmr_similarity!r}"
+        )
+    for name in ("min_text_score", "dedup_text"):
+        if not 0.0 <= getattr(s, name) <= 1.0:
+            raise InvalidInput(f"{name} must be between 0 and 1")
+    for name in ("min_vector_score", "dedup_cosine"):
+        if not -1.0 <= getattr(s, name) <= 1.0:
+            raise InvalidInput(f"{name} must be between -1 and 1")
+    if s.recall_budget < 1 or s.recall_max < 1:
+        raise InvalidInput("recall_budget and recall_max must be at least 1")
+    if s.token_counter not in TOKEN_COUNTERS:
+        raise InvalidInput(
+            f"token_counter must be one of {', '.join(TOKEN_COUNTERS)}, got {s.token_counter!r}"
+        )

@@ -206,3 +206,132 @@ class ImportReport:
             "skipped": self.skipped,
             "errors": [e.to_dict() for e in self.errors],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A memory in a recall block: the line as rendered and what it was made from."""
+
+    id: str
+    kind: str
+    content: str
+    confidence: float
+    created_at: datetime
+    score: float
+    line: str
+    tokens: int
+    cut: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "content": self.content,
+            "confidence": self.confidence,
+            "created_at": format_time(self.created_at),
+            "score": round(self.score, 6),
+            "line": self.line,
+            "tokens": self.tokens,
+            "cut": self.cut,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """The ``## Relevant Memories`` block for a task, and the memories in it.
+
+    ``tokens`` is the block's size by the counter used (never above
+    ``budget_tokens``); ``skipped`` counts ranked memories left out because
+    they did not fit.
+    """
+
+    task: str
+    markdown: str
+    memories: tuple[Recalled, ...]
+    tokens: int
+    budget_tokens: int
+    max_memories: int
+    skipped: int
+    mode_used: str
+    token_counter: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.memories)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "markdown": self.markdown,
+            "ids": list(self.ids),
+            "memories": [m.to_dict() for m in self.memories],
+            "tokens": self.tokens,
+            "budget_tokens": self.budget_tokens,
+            "max_memories": self.max_memories,
+            "skipped": self.skipped,
+            "mode_used": self.mode_used,
+            "token_counter": self.token_counter,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """The outcome of one write: the id to use, and whether it merged into an existing memory.
+
+    When ``deduplicated`` is true, ``id`` is the existing memory's id and
+    ``similarity`` / ``by`` say how closely the new text repeated it
+    (``exact``, ``text`` or ``cosine``).
+    """
+
+    id: str
+    deduplicated: bool = False
+    similarity: float | None = None
+    by: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "deduplicated": self.deduplicated}
+        if self.deduplicated:
+            data["similarity"] = round(self.similarity or 0.0, 4)
+            data["by"] = self.by
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicatePair:
+    """A memory found to repeat an older one."""
+
+    keep: str
+    duplicate: str
+    similarity: float
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "keep": self.keep,
+            "duplicate": self.duplicate,
+            "similarity": round(self.similarity, 4),
+            "by": self.by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DedupReport:
+    """What a dedup pass found and, unless ``dry_run``, merged."""
+
+    namespace: str
+    checked: int
+    pairs: tuple[DuplicatePair, ...]
+    dry_run: bool
+    moved_to: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "checked": self.checked,
+            "duplicates": len(self.pairs),
+            "dry_run": self.dry_run,
+            "moved_to": self.moved_to,
+            "pairs": [p.to_dict() for p in self.pairs],
+        }

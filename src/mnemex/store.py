@@ -38,7 +38,20 @@ from mnemex.errors import (
     UnknownMemory,
 )
 from mnemex.index.fts import Filters, Lexicon
-from mnemex.models import ForgetResult, GetResult, Memory, SearchResult, Stats, TimelineEntry
+from mnemex.models import (
+    Added,
+    DedupReport,
+    DuplicatePair,
+    ForgetResult,
+    GetResult,
+    Memory,
+    Recalled,
+    RecallResult,
+    SearchResult,
+    Stats,
+    TimelineEntry,
+)
+from mnemex.search.rank import Ranking
 from mnemex.storage import (
     connect,
     migrate,
@@ -106,6 +119,7 @@ _INPUT_KEYS = frozenset(
 )
 _UNSET: Final = object()
 _CHUNK = 500  # ids per IN (...) query
+RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
 OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
 OPTIMIZE_MIN_ROWS = 10_000
@@ -122,9 +136,11 @@ def open_store(
     """Open (creating if needed) a store. ``db`` defaults to the data folder's ``memories.db``.
 
     Keyword arguments override :class:`~mnemex.config.Settings` fields;
-    ``embedder`` overrides the ``embedder`` setting with an instance (or
-    ``None`` for lexical only).
+    ``embedder`` is the ``embedder`` setting's name (``local``, ``none``, ...)
+    or an instance (or ``None`` for lexical only).
     """
+    if isinstance(embedder, str):
+        settings["embedder"], embedder = embedder, FROM_SETTINGS
     return Store(load_settings(db, namespace=namespace, **settings), embedder=embedder)
 
 
@@ -344,11 +360,16 @@ class Store:
                 f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
             )
 
-    def _embed_new(self, seqs: Sequence[int]) -> None:
-        """Embed memories just written. On failure they stay stored, marked pending."""
+    def _embed_new(self, seqs: Sequence[int], primed: dict[str, Any] | None = None) -> None:
+        """Embed memories just written. On failure they stay stored, marked pending.
+
+        ``primed`` maps texts to vectors already computed (by the duplicate check).
+        """
         embedder = self.embedder
         if embedder is None or not seqs:
             return
+        if primed:
+            embedder = _Primed(embedder, primed)
         from mnemex.index import embeddings as vectors
 
         report = vectors.EmbedReport(model=embedder.model_id)
@@ -391,8 +412,52 @@ class Store:
         id: str | None = None,
         namespace: str | None = None,
         embed: bool = True,
+        dedup: bool | None = None,
     ) -> str:
-        """Store one memory and return its id (then embed it, see :meth:`add_many`)."""
+        """Store one memory and return its id: see :meth:`remember`, which says more."""
+        return self.remember(
+            content,
+            kind=kind,
+            tags=tags,
+            source=source,
+            confidence=confidence,
+            pinned=pinned,
+            created_at=created_at,
+            metadata=metadata,
+            id=id,
+            namespace=namespace,
+            embed=embed,
+            dedup=dedup,
+        ).id
+
+    def remember(
+        self,
+        content: str,
+        *,
+        kind: str = DEFAULT_KIND,
+        tags: Iterable[str] | None = None,
+        source: str | None = None,
+        confidence: float = DEFAULT_CONFIDENCE,
+        pinned: bool = False,
+        created_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        namespace: str | None = None,
+        embed: bool = True,
+        dedup: bool | None = None,
+    ) -> Added:
+        """Store one memory unless it repeats one already in the namespace.
+
+        With ``dedup`` (default: the ``dedup`` setting, on) a memory that
+        repeats an existing one (same text, normalized BM25 above
+        ``dedup_text``, or cosine above ``dedup_cosine`` with embeddings; see
+        :mod:`mnemex.dedup`) is merged into it instead of inserted: the result
+        has the existing id and ``deduplicated=True``. A memory given its own
+        ``id`` is always inserted. Bulk writes (:meth:`add_many`, imports)
+        never deduplicate; run :meth:`dedup` after them.
+        """
+        from mnemex import dedup as dups
+
         item: dict[str, Any] = {
             "content": content,
             "kind": kind,
@@ -404,7 +469,89 @@ class Store:
             "metadata": metadata,
             "id": id,
         }
-        return self.add_many([item], namespace=namespace, embed=embed)[0]
+        check = self.settings.dedup if dedup is None else bool(dedup)
+        if not check or id is not None:
+            return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
+        ns = self._ns(namespace)
+        assert ns is not None
+        row = self._row(item, ns, utcnow(), False)
+        text = row[3]
+        vector, index = self._dedup_vector(text, row[10]) if embed else (None, None)
+        settings = self.settings
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            conn.execute("SAVEPOINT mnemex_dedup")
+            seq = conn.execute(
+                f"INSERT INTO memories ({_ROW_COLUMNS}) VALUES ({','.join('?' * 14)})", row
+            ).lastrowid
+            assert seq is not None
+            self._lexicon.invalidate()
+            match = dups.find(
+                conn,
+                self._lexicon,
+                seq=seq,
+                content=text,
+                content_hash=row[10],
+                namespace=ns,
+                text_threshold=settings.dedup_text,
+                budget=settings.lexical_budget,
+                vector=vector,
+                index=index,
+                cosine_threshold=settings.dedup_cosine,
+            )
+            if match is not None:
+                conn.execute("ROLLBACK TO mnemex_dedup")
+                self._lexicon.invalidate(counts=True)
+                dups.merge(
+                    conn,
+                    match,
+                    content=text,
+                    tags=json.loads(row[4]),
+                    confidence=row[6],
+                    pinned=bool(row[7]),
+                    created_at=row[8],
+                    source=row[5],
+                    duplicate_id=None,
+                    max_bytes=settings.max_content_bytes,
+                )
+            conn.execute("RELEASE mnemex_dedup")
+        self._wrote()
+        if match is not None:
+            logger.info(
+                "merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity
+            )
+            return Added(match.id, True, match.similarity, match.by)
+        if embed:
+            self._embed_new([seq], primed=None if vector is None else {text: vector})
+        return Added(row[0])
+
+    def _dedup_vector(self, text: str, digest: str) -> tuple[Any, VectorIndex | None]:
+        """The new text's vector and the index to compare it with (``None`` without vectors).
+
+        A text already embedded (in any namespace) is not embedded again.
+        """
+        embedder = self.embedder
+        if embedder is None:
+            return None, None
+        import numpy as np
+
+        from mnemex.embed import embed_checked
+
+        try:
+            with self._db() as conn:
+                self._check_dimension(embedder)
+                known = conn.execute(
+                    "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
+                    "AND dim = ? LIMIT 1",
+                    (embedder.model_id, digest, embedder.dim),
+                ).fetchone()
+            if known is not None and len(known[0]) == 4 * embedder.dim:
+                vector = np.frombuffer(known[0], dtype=np.float32)
+            else:
+                vector = embed_checked(embedder, [text])[0]
+            return vector, self._vectors(int(vector.shape[0]))
+        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+            logger.warning("duplicate check without vectors: %s", exc)
+            return None, None
 
     def add_many(
         self,
@@ -700,6 +847,104 @@ class Store:
             self._embed_new([row[-1]])
         return _memory(row)
 
+    def dedup(
+        self,
+        *,
+        dry_run: bool = False,
+        namespace: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> DedupReport:
+        """Find memories that repeat an older one in the namespace and merge them.
+
+        Each duplicate is folded into the older memory as a write-time
+        duplicate would be (see :mod:`mnemex.dedup`), then moved, unchanged,
+        to the namespace ``<namespace>/duplicates`` with ``duplicate_of`` in
+        its metadata: it leaves searches but nothing is deleted. With
+        ``dry_run`` only the pairs are reported. ``progress`` is called with
+        the number of memories checked since the last call.
+        """
+        from mnemex import dedup as dups
+
+        ns = self._ns(namespace)
+        assert ns is not None
+        moved_to = f"{ns}/duplicates"
+        settings = self.settings
+        index = None
+        embedder = self.embedder
+        if embedder is not None:
+            try:
+                with self._db():
+                    self._check_dimension(embedder)
+                index = self._vectors(embedder.dim)
+            except IndexMismatch as exc:
+                logger.warning("dedup without vectors: %s", exc)
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
+                "ORDER BY seq",
+                (ns,),
+            ).fetchall()
+        pairs: list[DuplicatePair] = []
+        for count, (seq, ident, content, digest) in enumerate(rows, start=1):
+            if progress is not None and count % 100 == 0:
+                progress(100)
+            with self._lock, self._errors(), write_transaction(self.conn) as conn:
+                if not conn.execute(
+                    "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?", (seq, ns)
+                ).fetchone():
+                    continue
+                vector = None if index is None else index.vectors_of([seq]).get(seq)
+                match = dups.find(
+                    conn,
+                    self._lexicon,
+                    seq=seq,
+                    content=content,
+                    content_hash=digest,
+                    namespace=ns,
+                    text_threshold=settings.dedup_text,
+                    budget=settings.lexical_budget,
+                    vector=vector,
+                    index=index,
+                    cosine_threshold=settings.dedup_cosine,
+                    older_only=True,
+                )
+                if match is None:
+                    continue
+                pairs.append(DuplicatePair(match.id, ident, match.similarity, match.by))
+                if dry_run:
+                    continue
+                tags, confidence, pinned, created, source = conn.execute(
+                    "SELECT tags, confidence, pinned, created_at, source FROM memories "
+                    "WHERE seq = ?",
+                    (seq,),
+                ).fetchone()
+                dups.merge(
+                    conn,
+                    match,
+                    content=content,
+                    tags=json.loads(tags),
+                    confidence=confidence,
+                    pinned=bool(pinned),
+                    created_at=created,
+                    source=source,
+                    duplicate_id=ident,
+                    max_bytes=settings.max_content_bytes,
+                )
+                conn.execute(
+                    "UPDATE memories SET namespace = ?, "
+                    "metadata = json_set(metadata, '$.duplicate_of', ?) WHERE seq = ?",
+                    (moved_to, match.id, seq),
+                )
+                # the vector index keys rows by namespace: have it re-read this one
+                conn.execute(
+                    "INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, ?)",
+                    (seq,),
+                )
+            self._wrote()
+        if progress is not None and len(rows) % 100:
+            progress(len(rows) % 100)
+        return DedupReport(ns, len(rows), tuple(pairs), dry_run, moved_to)
+
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
         ns = self._ns(namespace)
@@ -791,6 +1036,11 @@ class Store:
         explain: bool = False,
         raw: bool = False,
         snippets: bool = True,
+        decay: bool | None = None,
+        confidence: bool | None = None,
+        mmr: bool | None = None,
+        threshold: bool | None = None,
+        now: datetime | str | None = None,
         namespace: NamespaceArg = None,
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
@@ -803,6 +1053,11 @@ class Store:
         ``raw`` the query is an FTS5 expression used as is (syntax errors raise
         :class:`~mnemex.errors.InvalidQuery`). ``snippets=False`` skips the
         highlighted snippets, which is faster when only ids are needed.
+
+        The ranking stages after fusion (see :mod:`mnemex.search.rank`) follow
+        the settings unless switched here: ``decay`` (by age, measured from
+        ``now``), ``confidence`` weighting, ``mmr`` diversity and the minimum
+        score ``threshold`` of each arm.
         """
         from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
 
@@ -829,10 +1084,131 @@ class Store:
             raw=raw,
             explain=explain,
             snippets=snippets,
+            ranking=self._ranking(decay, confidence, mmr, threshold),
+            now=None if now is None else parse_time(now, what="now"),
         )
         with self._lock, self._errors():
             engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
             return run_search(engine, request)
+
+    def _ranking(
+        self,
+        decay: bool | None,
+        confidence: bool | None,
+        mmr: bool | None,
+        threshold: bool | None,
+    ) -> Ranking:
+        s = self.settings
+        use_threshold = True if threshold is None else bool(threshold)
+        return Ranking(
+            decay=s.decay if decay is None else bool(decay),
+            half_life_days=s.half_life_days,
+            confidence=s.confidence_weighting if confidence is None else bool(confidence),
+            mmr=s.mmr if mmr is None else bool(mmr),
+            mmr_lambda=s.mmr_lambda,
+            mmr_similarity=s.mmr_similarity,
+            min_text_score=s.min_text_score if use_threshold else 0.0,
+            min_vector_score=s.min_vector_score if use_threshold else -1.0,
+        )
+
+    def recall(
+        self,
+        task: str,
+        budget_tokens: int | None = None,
+        max_memories: int | None = None,
+        *,
+        kinds: Iterable[str] | str | None = None,
+        tags: Iterable[str] | str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        mode: str | None = None,
+        decay: bool | None = None,
+        mmr: bool | None = None,
+        now: datetime | str | None = None,
+        token_counter: str | Callable[[str], int] | None = None,
+        namespace: NamespaceArg = None,
+    ) -> RecallResult:
+        """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
+
+        At most ``max_memories`` (default 5) memories, best first, in at most
+        ``budget_tokens`` (default 500) tokens counted by ``token_counter``:
+        ``chars`` (``len / 4``, the default), ``wordpiece`` (the local model's
+        tokenizer) or any callable from text to a count. A memory that does
+        not fit is skipped and the next one tried; only if none fits is the
+        best one cut at a word boundary.
+        """
+        from mnemex.search import recall as packing
+        from mnemex.search.rank import age_days
+
+        settings = self.settings
+        budget = settings.recall_budget if budget_tokens is None else budget_tokens
+        most = settings.recall_max if max_memories is None else max_memories
+        for name, value in (("budget_tokens", budget), ("max_memories", most)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+        counter_name, count = _token_counter(token_counter or settings.token_counter)
+        moment = utcnow() if now is None else parse_time(now, what="now")
+        found = self.search(
+            task,
+            limit=min(MAX_SEARCH_LIMIT, max(RECALL_CANDIDATES, 4 * most)),
+            kinds=kinds,
+            tags=tags,
+            since=since,
+            until=until,
+            mode=mode,
+            decay=decay,
+            mmr=mmr,
+            now=moment,
+            snippets=False,
+            namespace=namespace,
+        )
+        ids = [hit.id for hit in found.hits]
+        with self._db() as conn:
+            rows = {
+                r[0]: r
+                for start in range(0, len(ids), _CHUNK)
+                for r in conn.execute(
+                    "SELECT id, kind, content, confidence, created_at FROM memories "
+                    f"WHERE id IN ({','.join('?' * len(ids[start : start + _CHUNK]))})",
+                    ids[start : start + _CHUNK],
+                )
+            }
+        hits = [hit for hit in found.hits if hit.id in rows]
+        lines = []
+        for hit in hits:
+            _, kind, content, confidence, created = rows[hit.id]
+            age = age_days(parse_stored_time(created), moment)
+            lines.append(packing.render_line(kind, content, confidence, packing.format_age(age)))
+        packed = packing.pack(lines, budget, most, count)
+        chosen = []
+        for position, index in enumerate(packed.chosen):
+            hit, line = hits[index], packed.lines[position]
+            _, kind, content, confidence, _ = rows[hit.id]
+            chosen.append(
+                Recalled(
+                    id=hit.id,
+                    kind=kind,
+                    content=content,
+                    confidence=confidence,
+                    created_at=hit.created_at,
+                    score=hit.score,
+                    line=line,
+                    tokens=count(line),
+                    cut=packed.cut == index,
+                )
+            )
+        return RecallResult(
+            task=task if isinstance(task, str) else found.query,
+            markdown=packed.markdown,
+            memories=tuple(chosen),
+            tokens=packed.tokens,
+            budget_tokens=budget,
+            max_memories=most,
+            skipped=packed.considered - len(chosen),
+            mode_used=found.mode_used,
+            token_counter=counter_name,
+            notes=found.notes,
+        )
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
         ns = self._ns(namespace, allow_all=True)
@@ -1007,6 +1383,23 @@ class Store:
         )
 
 
+class _Primed:
+    """An embedder that answers texts it was given vectors for without the model."""
+
+    def __init__(self, embedder: Embedder, vectors: dict[str, Any]) -> None:
+        self._embedder = embedder
+        self._vectors = vectors
+        self.model_id = embedder.model_id
+        self.dim = embedder.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        if all(t in self._vectors for t in texts):
+            return np.stack([self._vectors[t] for t in texts])
+        return self._embedder.embed(texts)
+
+
 def _clean_source(value: object) -> str:
     return clean_name(value, "source", 1000)
 
@@ -1018,6 +1411,16 @@ def _id_list(ids: Iterable[str] | str) -> list[str]:
     if not cleaned:
         raise InvalidInput("no ids given")
     return list(dict.fromkeys(cleaned))
+
+
+def _token_counter(counter: str | Callable[[str], int]) -> tuple[str, Callable[[str], int]]:
+    from mnemex.search.recall import COUNTERS
+
+    if callable(counter):
+        return getattr(counter, "__name__", "custom"), counter
+    if counter not in COUNTERS:
+        raise InvalidInput(f"token_counter must be one of {', '.join(COUNTERS)} or a function")
+    return counter, COUNTERS[counter]
 
 
 def _check_limit(limit: int) -> int:

@@ -30,11 +30,13 @@ from mnemex.search.query import (
     Token,
     build_terms,
     content_terms,
+    expand_terms,
     idf,
     keep_rarest,
     or_join,
     shape,
 )
+from mnemex.search.stopwords import ENGLISH, STOPWORDS
 from mnemex.storage.migrations import TOKENIZER
 from mnemex.text import CJK_CHAR, CJK_RUNS, format_time, unsegment
 
@@ -200,9 +202,15 @@ class Lexicon:
                     tokens.append(Token(surface, stem, len(tokens)))
         return tokens
 
-    def invalidate(self) -> None:
-        """Forget the cached row count (call after this connection writes)."""
+    def invalidate(self, counts: bool = False) -> None:
+        """Forget the cached row count (call after this connection writes).
+
+        With ``counts`` the cached document frequencies go too (after a
+        rolled-back write, whose rows they may have counted).
+        """
         self._n_docs = None
+        if counts:
+            self._df.clear()
 
     def n_docs(self) -> int:
         """Rows in the index (what ``bm25()`` calls N), cached until the data changes.
@@ -229,7 +237,7 @@ class Lexicon:
         self._setup()
         n_docs = self.n_docs()
         if (
-            abs(n_docs - self._df_basis) > DF_CACHE_DRIFT * max(self._df_basis, 1000)
+            abs(n_docs - self._df_basis) > DF_CACHE_DRIFT * self._df_basis
             or len(self._df) > DF_CACHE_SIZE
         ):
             self._df.clear()
@@ -255,9 +263,21 @@ class Lexicon:
         return [cache[t.key] for t in terms]
 
 
-def plan(lexicon: Lexicon, text: str, stopwords: frozenset[str]) -> LexicalPlan:
-    """Tokenize natural-language text and gather the statistics to search it."""
-    terms = build_terms(lexicon.tokenize(text), stopwords)
+def plan(
+    lexicon: Lexicon, text: str, stopwords: frozenset[str] | None = None, *, expand: bool = True
+) -> LexicalPlan:
+    """Tokenize natural-language text and gather the statistics to search it.
+
+    With ``expand`` the query's content words are searched (see
+    :func:`mnemex.search.query.expand_terms`) and ``stopwords`` defaults to
+    every supported language; without it, every word is a term and only
+    English stop words are set aside.
+    """
+    tokens = lexicon.tokenize(text)
+    if expand:
+        terms = expand_terms(tokens, STOPWORDS if stopwords is None else stopwords)
+    else:
+        terms = build_terms(tokens, ENGLISH if stopwords is None else stopwords)
     kept, dropped = content_terms(terms)
     doc_freqs = lexicon.doc_freqs([*kept, *dropped])
     keep = keep_rarest(kept, doc_freqs[: len(kept)], MAX_QUERY_TERMS)

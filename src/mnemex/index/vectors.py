@@ -139,7 +139,8 @@ class VectorIndex:
             return
         meta = self._metadata([int(s) for s in self._seq[affected]])
         for row in affected.tolist():
-            _, kind, created = meta[int(self._seq[row])]
+            ns, kind, created = meta[int(self._seq[row])]
+            self._ns[row] = ns
             self._kind[row] = kind
             self._created[row] = created
 
@@ -384,6 +385,15 @@ class VectorIndex:
             if len(hits) == k:
                 return hits
         return None
+
+    def vectors_of(self, seqs: Sequence[int]) -> dict[int, np.ndarray]:
+        """The stored vector of each memory that has one (rows of the matrix, not copies)."""
+        np = self._np
+        with self._lock:
+            n = self._n
+            wanted = np.asarray(list(seqs), dtype=np.int64)
+            rows = np.flatnonzero(np.isin(self._seq[:n], wanted) & self._valid[:n])
+            return {int(self._seq[r]): self._matrix[r] for r in rows}
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
         """The searchable vectors and their embedding ids."""

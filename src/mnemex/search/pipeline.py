@@ -9,11 +9,13 @@
    of them: BM25 from FTS5, cosine from the vector index. If the lexical arm
    found nothing, stop words were dropped and there is no vector arm, retry
    with them (a stop-word ranking would only add noise to a fusion).
-4. Fuse: RRF (default) or weighted; a single arm keeps its own normalized
+4. Fuse: weighted (default) or RRF; a single arm keeps its own normalized
    score. If the query could not be embedded, answer from the lexical arm and
    say so in ``mode_used`` and ``notes``.
-5. Keep the top ``limit``; fetch those memories and their snippets in one
-   query each; attach the explain trace when asked.
+5. Rank (:mod:`mnemex.search.rank`): threshold each arm in its own units,
+   then decay, confidence and MMR as configured; keep the top ``limit``.
+6. Fetch those memories and their snippets in one query each; attach the
+   explain trace (each arm, the fusion, every stage) when asked.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ import contextlib
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import (
+    TAGS_WEIGHT,
     Candidate,
     Filters,
     LexicalPlan,
@@ -41,11 +46,22 @@ from mnemex.index.fts import (
     snippets,
 )
 from mnemex.models import Hit, SearchResult
-from mnemex.search import fusion
+from mnemex.search import fusion, rank
 from mnemex.search.query import normalized_score
+from mnemex.search.rank import (
+    Ranking,
+    age_days,
+    apply_confidence,
+    apply_decay,
+    decay_factor,
+    evergreen_source,
+    jaccard,
+    passes,
+    word_set,
+)
 from mnemex.search.stopwords import STOPWORDS
 from mnemex.storage import read_transaction
-from mnemex.text import clean_query, clip, parse_stored_time, summarize
+from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,6 +114,8 @@ class Request:
     raw: bool = False
     explain: bool = False
     snippets: bool = True
+    ranking: Ranking = field(default_factory=Ranking)
+    now: datetime | None = None  # the time ages are measured from (default: now)
 
 
 @dataclass
@@ -209,6 +227,18 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
         cosines = {h.seq: h.cosine for h in vector_hits}
         if mode == "hybrid":
             if request.fusion == "weighted":
+                # A candidate one arm did not return still has a score in that arm:
+                # fetch it, so the fusion does not depend on how deep each arm looked.
+                assert query_vector is not None
+                extra_raw = _bm25_of(
+                    engine.conn, lexical, [s for s in cosines if s not in text_scores]
+                )
+                text_scores.update({s: normalized_score(r, norm) for s, r in extra_raw.items()})
+                index = engine.vectors(int(query_vector.shape[0]))
+                for seq, vector in index.vectors_of(
+                    [s for s in text_scores if s not in cosines]
+                ).items():
+                    cosines[seq] = float(vector @ query_vector)
                 scores = fusion.weighted(
                     text_scores, cosines, request.vector_weight, request.text_weight
                 )
@@ -228,8 +258,35 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
             scores = text_scores
             order, fusion_name = [c.seq for c in lexical_hits], None
 
-        # 5. top-K, rows, snippets
+        # 5. threshold, decay, confidence, MMR, top-K
+        candidates = len(order)
+        ranking = request.ranking
+        order = [
+            seq
+            for seq in order
+            if passes(
+                text_scores.get(seq),
+                cosines.get(seq),
+                ranking.min_text_score,
+                ranking.min_vector_score,
+            )
+        ]
+        relevance = scores
+        trace: dict[int, list[dict[str, Any]]] = {
+            seq: [
+                {
+                    "stage": "threshold",
+                    "min_text_score": ranking.min_text_score,
+                    "min_vector_score": ranking.min_vector_score,
+                }
+            ]
+            for seq in order
+        }
+        if order and ranking.reorders:
+            scores, order = _rerank(engine, request, order, scores, trace, query_vector)
         top = order[: request.limit]
+
+        # 6. rows, snippets
         rows = _rows(engine.conn, top)
         cut = (
             snippets(
@@ -259,10 +316,13 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
                 lexical_rank,
                 vector_rank,
                 text_scores,
-                scores,
+                relevance,
                 fusion_name,
-                len(order),
-                request.limit,
+                trace[seq],
+                scores[seq],
+            )
+            explain["stages"].append(
+                {"stage": "top_k", "k": request.limit, "candidates": candidates, "kept": len(order)}
             )
         hits.append(
             Hit(
@@ -284,6 +344,18 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
         fusion=fusion_name,
         notes=tuple(notes),
     )
+
+
+def _bm25_of(conn: sqlite3.Connection, lexical: LexicalPlan, seqs: list[int]) -> dict[int, float]:
+    """BM25 (positive) of these rows for the plan's terms; rows matching no term are left out."""
+    if not seqs or lexical.empty:
+        return {}
+    rows = conn.execute(
+        f"SELECT rowid, -bm25(memories_fts, 1.0, {TAGS_WEIGHT}) FROM memories_fts "
+        f"WHERE memories_fts MATCH ? AND rowid IN ({','.join('?' * len(seqs))})",
+        [lexical.match, *seqs],
+    ).fetchall()
+    return {seq: raw for seq, raw in rows if raw > 0}
 
 
 def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
@@ -332,10 +404,10 @@ def _explain(
     lexical_rank: dict[int, tuple[int, float]],
     vector_rank: dict[int, tuple[int, float]],
     text_scores: dict[int, float],
-    scores: dict[int, float],
+    relevance: dict[int, float],
     fusion_name: str | None,
-    candidates: int,
-    limit: int,
+    stages: list[dict[str, Any]],
+    final: float,
 ) -> dict[str, Any]:
     lex = lexical_rank.get(seq)
     vec = vector_rank.get(seq)
@@ -345,6 +417,97 @@ def _explain(
         else {"rank": lex[0], "bm25": round(lex[1], 6), "score": round(text_scores[seq], 6)},
         "vector": None if vec is None else {"rank": vec[0], "cosine": round(vec[1], 6)},
         "fusion": fusion_name,
-        "fused": round(scores[seq], 6),
-        "stages": [f"top {limit} of {candidates} candidates"],
+        "fused": round(relevance[seq], 6),
+        "stages": list(stages),
+        "final": round(final, 6),
     }
+
+
+def _rerank(
+    engine: Engine,
+    request: Request,
+    order: list[int],
+    scores: dict[int, float],
+    trace: dict[int, list[dict[str, Any]]],
+    query_vector: np.ndarray | None,
+) -> tuple[dict[int, float], list[int]]:
+    """Decay, confidence and MMR over the candidates that passed the threshold."""
+    ranking = request.ranking
+    meta = _meta(engine.conn, order)
+    order = [seq for seq in order if seq in meta]  # deleted meanwhile
+    scores = {seq: scores[seq] for seq in order}
+    if ranking.decay:
+        now = request.now or utcnow()
+        ages: dict[int, float | None] = {}
+        for seq in order:
+            created, _, pinned, source = meta[seq]
+            if pinned or evergreen_source(source):
+                ages[seq] = None
+                trace[seq].append({"stage": "decay", "exempt": "pinned" if pinned else "evergreen"})
+            else:
+                age = age_days(parse_stored_time(created), now)
+                ages[seq] = age
+                factor = decay_factor(age, ranking.half_life_days)
+                trace[seq].append(
+                    {"stage": "decay", "age_days": round(age, 2), "factor": round(factor, 6)}
+                )
+        scores = apply_decay(scores, ages, ranking.half_life_days)
+    if ranking.confidence:
+        confidences = {seq: float(meta[seq][1]) for seq in order}
+        scores = apply_confidence(scores, confidences)
+        for seq in order:
+            trace[seq].append({"stage": "confidence", "factor": confidences[seq]})
+    order = rank.ranked(scores, order)
+    if ranking.mmr and len(order) > 1:
+        similarity, name = _similarity(engine, ranking, order, query_vector)
+        picked = rank.mmr(order, scores, similarity, request.limit, ranking.mmr_lambda)
+        for position, seq in enumerate(picked, start=1):
+            trace[seq].append(
+                {"stage": "mmr", "similarity": name, "lambda": ranking.mmr_lambda, "pick": position}
+            )
+        chosen = set(picked)
+        order = picked + [seq for seq in order if seq not in chosen]
+    return scores, order
+
+
+def _similarity(
+    engine: Engine, ranking: Ranking, order: list[int], query_vector: np.ndarray | None
+) -> tuple[Callable[[int, int], float], str]:
+    """Cosine between stored vectors when every candidate has one, else Jaccard over words."""
+    if ranking.mmr_similarity != "jaccard" and query_vector is not None:
+        index = engine.vectors(int(query_vector.shape[0]))
+        vectors = index.vectors_of(order)
+        if len(vectors) == len(order):
+            cache: dict[tuple[int, int], float] = {}
+
+            def cosine(a: int, b: int) -> float:
+                key = (a, b) if a < b else (b, a)
+                if key not in cache:
+                    cache[key] = float(vectors[a] @ vectors[b])
+                return cache[key]
+
+            return cosine, "cosine"
+    words = {
+        seq: word_set(content)
+        for seq, content in engine.conn.execute(
+            f"SELECT seq, content FROM memories WHERE seq IN ({','.join('?' * len(order))})",
+            order,
+        )
+    }
+    return (lambda a, b: jaccard(words.get(a, frozenset()), words.get(b, frozenset()))), "jaccard"
+
+
+def _meta(
+    conn: sqlite3.Connection, seqs: list[int]
+) -> dict[int, tuple[str, float, int, str | None]]:
+    """created_at, confidence, pinned and source of each memory."""
+    out: dict[int, tuple[str, float, int, str | None]] = {}
+    for start in range(0, len(seqs), 500):
+        chunk = seqs[start : start + 500]
+        for seq, created, confidence, pinned, source in conn.execute(
+            "SELECT seq, created_at, confidence, pinned, source FROM memories "
+            f"WHERE seq IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ):
+            out[seq] = (created, confidence, pinned, source)
+    return out

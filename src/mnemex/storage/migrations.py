@@ -122,9 +122,82 @@ _VECTORS: Final = (
     END""",
 )
 
+# Relations ``subject -[predicate]-> object``, searched apart from memories with
+# their own FTS5 index (see mnemex.relations). A triple is unique per namespace,
+# comparing entity names case-insensitively through their ``*_key`` columns
+# (Unicode case folding, which COLLATE NOCASE does not do beyond ASCII). The
+# ``fts_*`` columns hold the indexed text when it differs from the stored text:
+# CJK segmented, and the predicate's underscores as spaces.
+_RELATIONS_ROW_NEW = (
+    "new.seq, COALESCE(new.fts_subject, new.subject), "
+    "COALESCE(new.fts_predicate, new.predicate), COALESCE(new.fts_object, new.object)"
+)
+_RELATIONS_ROW_OLD = (
+    "old.seq, COALESCE(old.fts_subject, old.subject), "
+    "COALESCE(old.fts_predicate, old.predicate), COALESCE(old.fts_object, old.object)"
+)
+
+_RELATIONS: Final = (
+    """CREATE TABLE IF NOT EXISTS relations (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        namespace TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        predicate TEXT NOT NULL,
+        object TEXT NOT NULL,
+        subject_key TEXT NOT NULL,
+        object_key TEXT NOT NULL,
+        confidence REAL NOT NULL DEFAULT 0.8 CHECK (confidence BETWEEN 0.0 AND 1.0),
+        source_memory TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        fts_subject TEXT,
+        fts_predicate TEXT,
+        fts_object TEXT,
+        UNIQUE (namespace, subject_key, predicate, object_key)
+    )""",
+    # Neighbors by subject use the UNIQUE index (its prefix); by object, this one.
+    "CREATE INDEX IF NOT EXISTS relations_object ON relations (namespace, object_key)",
+    """CREATE INDEX IF NOT EXISTS relations_source_memory ON relations (source_memory)
+        WHERE source_memory IS NOT NULL""",
+    """CREATE VIEW IF NOT EXISTS relations_fts_source AS
+        SELECT seq,
+               COALESCE(fts_subject, subject) AS subject,
+               COALESCE(fts_predicate, predicate) AS predicate,
+               COALESCE(fts_object, object) AS object
+        FROM relations""",
+    f"""CREATE VIRTUAL TABLE IF NOT EXISTS relations_fts USING fts5(
+        subject, predicate, object,
+        content='relations_fts_source', content_rowid='seq',
+        tokenize='{TOKENIZER}'
+    )""",
+    f"""CREATE TRIGGER IF NOT EXISTS relations_after_insert AFTER INSERT ON relations BEGIN
+        INSERT INTO relations_fts (rowid, subject, predicate, object)
+            VALUES ({_RELATIONS_ROW_NEW});
+    END""",
+    f"""CREATE TRIGGER IF NOT EXISTS relations_after_delete AFTER DELETE ON relations BEGIN
+        INSERT INTO relations_fts (relations_fts, rowid, subject, predicate, object)
+            VALUES ('delete', {_RELATIONS_ROW_OLD});
+    END""",
+    f"""CREATE TRIGGER IF NOT EXISTS relations_after_update_text
+        AFTER UPDATE OF subject, predicate, object, fts_subject, fts_predicate, fts_object
+        ON relations BEGIN
+        INSERT INTO relations_fts (relations_fts, rowid, subject, predicate, object)
+            VALUES ('delete', {_RELATIONS_ROW_OLD});
+        INSERT INTO relations_fts (rowid, subject, predicate, object)
+            VALUES ({_RELATIONS_ROW_NEW});
+    END""",
+    # A relation outlives the memory it was read from; only the pointer goes.
+    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_relations
+        AFTER DELETE ON memories BEGIN
+        UPDATE relations SET source_memory = NULL WHERE source_memory = old.id;
+    END""",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
+    (3, "relations with their own fts5 index", _RELATIONS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

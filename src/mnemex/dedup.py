@@ -1,0 +1,238 @@
+"""Near-duplicates: finding the memory a new one repeats, and merging into it (seed 003).
+
+A memory repeats another in its namespace when
+
+- its text is the same (``exact``);
+- the other scores more than ``dedup_text`` (0.7) of what the memory itself
+  scores for its own text as a BM25 query, and more than 0.7 of the other's
+  terms (weighted by IDF) are in the memory too (``text``). Normalizing by
+  the memory's own score makes the measure about overlap, not about how rare
+  its words are; the converse check keeps a short remark from merging into a
+  longer memory that contains its words;
+- with embeddings, their cosine is above ``dedup_cosine`` (0.85) (``cosine``).
+
+Two texts that differ in their numbers ("the queue holds 17 jobs" / "18
+jobs") or in a negation ("we use X" / "we don't use X") are never
+duplicates, however similar: bag-of-words and embedding similarity both miss
+exactly the words that make them different facts.
+
+Merging keeps the existing memory and its id, raises its confidence to the
+higher of the two, adds the new tags, pins it if either was pinned, and
+records the duplicate (its time, source, and its text when it differs) in the
+existing memory's ``metadata["duplicates"]``. Nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mnemex.index.fts import Filters, Lexicon, plan, retrieve
+from mnemex.search.query import build_terms, content_terms, idf
+from mnemex.search.stopwords import STOPWORDS
+from mnemex.text import format_time, tags_columns, utcnow
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mnemex.index.vectors import VectorIndex
+
+NEGATIONS = frozenset(
+    "not no never none nothing nobody nor without cannot don doesn didn isn aren wasn weren "
+    "won wouldn shouldn couldn hasn haven hadn mustn ni nunca não nem jamais kein keine nicht "
+    "pas".split()
+)
+_WORDS = re.compile(r"\w+")
+CANDIDATES = 5  # nearest memories compared with a new one, per arm
+MAX_RECORDED_TEXT = 2_000  # characters of a differing duplicate kept in metadata
+_BM25 = "bm25(memories_fts, 1.0, 1.0)"
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The memory another one repeats, and how closely."""
+
+    seq: int
+    id: str
+    similarity: float
+    by: str  # exact | text | cosine
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "similarity": round(self.similarity, 4), "by": self.by}
+
+
+def text_overlap(
+    conn: sqlite3.Connection,
+    lexicon: Lexicon,
+    seq: int,
+    content: str,
+    filters: Filters,
+    budget: int,
+) -> list[tuple[int, float]]:
+    """Other rows' BM25 for ``content`` as a query, over row ``seq``'s own (capped at 1)."""
+    lexical = plan(lexicon, content, STOPWORDS)
+    if lexical.empty:
+        return []
+    row = conn.execute(
+        f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?",
+        (lexical.match, seq),
+    ).fetchone()
+    own = row[0] if row else 0.0
+    if not own or own <= 0:
+        return []
+    found = retrieve(conn, lexical, filters, CANDIDATES + 1, budget).candidates
+    return [(c.seq, min(1.0, c.raw / own)) for c in found if c.seq != seq]
+
+
+def coverage(lexicon: Lexicon, text: str, by: str) -> float:
+    """The IDF-weighted share of ``text``'s terms that ``by`` also has.
+
+    The BM25 ratio measures how much of the new memory an existing one holds;
+    this measures the converse, so that a short remark is not merged into a
+    longer memory that happens to contain its words.
+    """
+    mine = content_terms(build_terms(lexicon.tokenize(text), STOPWORDS))[0]
+    if not mine:
+        return 0.0
+    theirs = {t.key for t in content_terms(build_terms(lexicon.tokenize(by), STOPWORDS))[0]}
+    n_docs = lexicon.n_docs()
+    weights = [idf(df, n_docs) for df in lexicon.doc_freqs(mine)]
+    total = sum(weights)
+    shared = sum(w for t, w in zip(mine, weights, strict=True) if t.key in theirs)
+    return shared / total if total > 0 else 0.0
+
+
+def find(
+    conn: sqlite3.Connection,
+    lexicon: Lexicon,
+    *,
+    seq: int,
+    content: str,
+    content_hash: str,
+    namespace: str,
+    text_threshold: float,
+    budget: int,
+    vector: np.ndarray | None = None,
+    index: VectorIndex | None = None,
+    cosine_threshold: float = 1.0,
+    older_only: bool = False,
+) -> Match | None:
+    """The memory row ``seq`` (already in the index) repeats, if any.
+
+    With ``older_only`` only rows written before it count (for a pass over
+    existing memories, so that the older copy is the one kept).
+    """
+    limit = " AND seq < ?" if older_only else ""
+    params: list[Any] = [namespace, content_hash, seq] + ([seq] if older_only else [])
+    row = conn.execute(
+        "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq != ?"
+        f"{limit} ORDER BY seq LIMIT 1",
+        params,
+    ).fetchone()
+    if row:
+        return Match(row[0], row[1], 1.0, "exact")
+    found: list[tuple[float, int, str]] = []  # (similarity, seq, by)
+    filters = Filters(namespace=namespace)
+    close = [
+        (other, ratio)
+        for other, ratio in text_overlap(conn, lexicon, seq, content, filters, budget)
+        if ratio > text_threshold and (not older_only or other < seq)
+    ]
+    if close:
+        others = dict(
+            conn.execute(
+                f"SELECT seq, content FROM memories WHERE seq IN ({','.join('?' * len(close))})",
+                [c[0] for c in close],
+            ).fetchall()
+        )
+        for other, ratio in close:
+            back = coverage(lexicon, others.get(other, ""), content)
+            if min(ratio, back) > text_threshold:
+                found.append((min(ratio, back), other, "text"))
+    if vector is not None and index is not None:
+        for hit in index.top(vector, index.mask_for(filters), CANDIDATES + 1):
+            if hit.seq == seq or (older_only and hit.seq > seq):
+                continue
+            if hit.cosine > cosine_threshold:
+                found.append((hit.cosine, hit.seq, "cosine"))
+    if not found:
+        return None
+    texts = dict(
+        conn.execute(
+            f"SELECT seq, content FROM memories WHERE seq IN ({','.join('?' * len(found))})",
+            [f[1] for f in found],
+        ).fetchall()
+    )
+    mine = markers(content)
+    for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
+        if other in texts and markers(texts[other]) == mine:
+            ident = conn.execute("SELECT id FROM memories WHERE seq = ?", (other,)).fetchone()[0]
+            return Match(other, ident, similarity, by)
+    return None
+
+
+def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The numbers and negations in a text: two memories must share them to be duplicates."""
+    words = _WORDS.findall(text.lower())
+    return (
+        frozenset(w for w in words if any(c.isdigit() for c in w)),
+        frozenset(w for w in words if w in NEGATIONS),
+    )
+
+
+def merge(
+    conn: sqlite3.Connection,
+    keep: Match,
+    *,
+    content: str,
+    tags: list[str],
+    confidence: float,
+    pinned: bool,
+    created_at: str,
+    source: str | None,
+    duplicate_id: str | None,
+    max_bytes: int,
+) -> None:
+    """Fold a duplicate into the memory it repeats (within the caller's transaction)."""
+    row = conn.execute(
+        "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?",
+        (keep.seq,),
+    ).fetchone()
+    old_content, old_tags, old_confidence, old_pinned, old_metadata = row
+    merged_tags = list(dict.fromkeys([*json.loads(old_tags), *tags]))
+    tags_json, fts_tags = tags_columns(tuple(merged_tags))
+    metadata = json.loads(old_metadata)
+    record: dict[str, Any] = {
+        "at": created_at,
+        "merged_at": format_time(utcnow()),
+        "by": keep.by,
+        "similarity": round(keep.similarity, 4),
+    }
+    if duplicate_id is not None:
+        record["id"] = duplicate_id
+    if source is not None:
+        record["source"] = source
+    if content != old_content:
+        record["content"] = content[:MAX_RECORDED_TEXT]
+    duplicates = metadata.get("duplicates")
+    metadata["duplicates"] = [*(duplicates if isinstance(duplicates, list) else []), record]
+    text = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+    if len(text.encode("utf-8")) > max_bytes:  # keep the record, drop its text
+        record.pop("content", None)
+        text = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+    conn.execute(
+        "UPDATE memories SET tags = ?, fts_tags = ?, confidence = ?, pinned = ?, metadata = ?, "
+        "updated_at = ? WHERE seq = ?",
+        (
+            tags_json,
+            fts_tags,
+            max(old_confidence, confidence),
+            int(bool(old_pinned) or pinned),
+            text,
+            format_time(utcnow()),
+            keep.seq,
+        ),
+    )

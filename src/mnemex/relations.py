@@ -1,0 +1,424 @@
+"""Relations ``subject -[predicate]-> object``: stored, searched and walked apart from memories.
+
+A relation is a short fact about two entities ("Jared -[works_on]-> engram").
+Scoring it against memories would mix two kinds of evidence on one scale, so
+relations have their own table and FTS5 index (schema migration 3) and a
+search returns them in a list of their own. They are ranked by FTS5's BM25
+against the query, with the same query expansion as memories (every term
+quoted, OR-joined, stop words left out unless nothing else matches), so a
+relation's score says how well it answers the query and is never a constant:
+``tanh(bm25 / Σidf) · confidence`` (see
+:func:`mnemex.search.query.normalized_score`).
+
+Entity names are compared case-insensitively (Unicode case folding) and
+predicates are kept in one snake_case spelling, so ``worksOn``, ``works on``
+and ``works-on`` name the same relation; the index holds the predicate's
+words apart, so ``works_on`` is found by "works on" (and, stemmed, "work").
+
+The functions take a connection in autocommit mode (as :mod:`mnemex.storage`
+opens it) and run their own transactions.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT
+from mnemex.errors import InvalidInput, UnknownMemory
+from mnemex.index.fts import LexicalPlan, Lexicon
+from mnemex.models import ForgetResult
+from mnemex.search.query import (
+    MAX_QUERY_TERMS,
+    Term,
+    content_terms,
+    expand_terms,
+    keep_rarest,
+    normalized_score,
+)
+from mnemex.search.stopwords import STOPWORDS
+from mnemex.storage.connect import read_transaction, write_transaction
+from mnemex.text import (
+    batched,
+    clean_confidence,
+    clean_id,
+    clean_label,
+    clean_name,
+    clean_namespace,
+    clean_query,
+    format_time,
+    new_id,
+    parse_stored_time,
+    segment,
+    utcnow,
+)
+
+MAX_ENTITY_CHARS: Final = 256
+MAX_PREDICATE_CHARS: Final = 64
+POOL_FACTOR: Final = 4  # rows ranked by SQL per wanted result, before exact scoring
+_CHUNK: Final = 500  # values per IN (...) list
+
+_COLUMNS: Final = (
+    "id, namespace, subject, predicate, object, confidence, source_memory, created_at, updated_at"
+)
+_VOCAB: Final = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_relations_vocab "
+    "USING fts5vocab(main, relations_fts, row)"
+)
+_UPSERT: Final = f"""INSERT INTO relations (
+        id, namespace, subject, predicate, object, subject_key, object_key, confidence,
+        source_memory, created_at, updated_at, fts_subject, fts_predicate, fts_object
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (namespace, subject_key, predicate, object_key) DO UPDATE SET
+        confidence = max(relations.confidence, excluded.confidence),
+        source_memory = COALESCE(relations.source_memory, excluded.source_memory),
+        updated_at = max(relations.updated_at, excluded.updated_at)
+    RETURNING {_COLUMNS}"""
+
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_PREDICATE_GAPS = re.compile(r"[\s_\-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """One relation; ``score`` is set when it comes from a search, in [0, 1), higher is better."""
+
+    id: str
+    namespace: str
+    subject: str
+    predicate: str
+    object: str
+    confidence: float
+    source_memory: str | None
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "namespace": self.namespace,
+            "subject": self.subject,
+            "predicate": self.predicate,
+            "object": self.object,
+            "confidence": self.confidence,
+            "source_memory": self.source_memory,
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+        }
+        if self.score is not None:
+            data["score"] = round(self.score, 6)
+        return data
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def clean_entity(value: object, what: str = "entity") -> str:
+    """An entity name: NFC, inner whitespace collapsed, 1 to ``MAX_ENTITY_CHARS`` characters."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if not stripped:
+            raise InvalidInput(f"{what} is empty: a relation links two named entities")
+        if len(stripped) > MAX_ENTITY_CHARS:
+            raise InvalidInput(
+                f"{what} {stripped[:20]!r}... is longer than {MAX_ENTITY_CHARS} characters; "
+                "name the entity, and keep longer text in a memory"
+            )
+    name = " ".join(clean_name(value, what, MAX_ENTITY_CHARS).split())
+    if not name.isascii():
+        name = unicodedata.normalize("NFC", name)
+    return name
+
+
+def clean_predicate(value: object) -> str:
+    """A predicate in snake_case: one spelling for ``worksOn``, ``Works on`` and ``works-on``."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"predicate must be text, got {type(value).__name__}")
+    words = _PREDICATE_GAPS.sub("_", _CAMEL_HUMP.sub("_", value.strip())).strip("_")
+    return clean_label(words, "predicate", MAX_PREDICATE_CHARS)
+
+
+def _entity_key(name: str) -> str:
+    return name.casefold()
+
+
+def _fts_text(stored: str, indexed: str) -> str | None:
+    """What the index holds for a column (CJK segmented), or None when it is the stored text."""
+    text = segment(indexed) or indexed
+    return None if text == stored else text
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise InvalidInput(
+            f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
+        )
+    return limit
+
+
+def _optional_namespace(namespace: str | None) -> str | None:
+    return None if namespace is None else clean_namespace(namespace)
+
+
+def _relation(row: Sequence[Any], score: float | None = None) -> Relation:
+    return Relation(
+        id=row[0],
+        namespace=row[1],
+        subject=row[2],
+        predicate=row[3],
+        object=row[4],
+        confidence=row[5],
+        source_memory=row[6],
+        created_at=parse_stored_time(row[7]),
+        updated_at=parse_stored_time(row[8]),
+        score=score,
+    )
+
+
+# -- writes ---------------------------------------------------------------------
+
+
+def relate(
+    conn: sqlite3.Connection,
+    namespace: str,
+    subject: str,
+    predicate: str,
+    object: str,
+    confidence: float = DEFAULT_CONFIDENCE,
+    source_memory: str | None = None,
+    now: datetime | None = None,
+) -> Relation:
+    """Store ``subject -[predicate]-> object``, or strengthen it if the namespace has it.
+
+    Relating a known triple again (names compared case-insensitively) keeps
+    one row: its confidence becomes the higher of the two, ``updated_at``
+    moves to ``now``, and the first spelling and source memory stay.
+    ``source_memory`` must be a memory of the namespace.
+    """
+    ns = clean_namespace(namespace)
+    subj = clean_entity(subject, "subject")
+    pred = clean_predicate(predicate)
+    obj = clean_entity(object, "object")
+    conf = clean_confidence(confidence)
+    source = None if source_memory is None else clean_id(source_memory)
+    stamp = format_time(now or utcnow())
+    row = (
+        new_id(),
+        ns,
+        subj,
+        pred,
+        obj,
+        _entity_key(subj),
+        _entity_key(obj),
+        conf,
+        source,
+        stamp,
+        stamp,
+        _fts_text(subj, subj),
+        _fts_text(pred, pred.replace("_", " ")),
+        _fts_text(obj, obj),
+    )
+    with write_transaction(conn):
+        if source is not None and not _memory_exists(conn, source, ns):
+            raise UnknownMemory([source], ns)
+        stored = conn.execute(_UPSERT, row).fetchall()
+    return _relation(stored[0])
+
+
+def _memory_exists(conn: sqlite3.Connection, memory_id: str, namespace: str) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM memories WHERE id = ? AND namespace = ?", (memory_id, namespace)
+    ).fetchone()
+    return found is not None
+
+
+def forget_relations(
+    conn: sqlite3.Connection, ids: Iterable[str] | str, namespace: str
+) -> ForgetResult:
+    """Delete relations by id; ids not in the namespace are reported in ``missing``."""
+    ns = clean_namespace(namespace)
+    wanted = list(dict.fromkeys(clean_id(i) for i in ([ids] if isinstance(ids, str) else ids)))
+    if not wanted:
+        raise InvalidInput("no relation ids given")
+    gone: set[str] = set()
+    with write_transaction(conn):
+        for chunk in batched(wanted, _CHUNK):
+            gone.update(
+                r[0]
+                for r in conn.execute(
+                    f"DELETE FROM relations WHERE namespace = ? AND id IN "
+                    f"({','.join('?' * len(chunk))}) RETURNING id",
+                    [ns, *chunk],
+                ).fetchall()
+            )
+    return ForgetResult(
+        forgotten=tuple(i for i in wanted if i in gone),
+        missing=tuple(i for i in wanted if i not in gone),
+    )
+
+
+# -- reads ----------------------------------------------------------------------
+
+
+def count_relations(conn: sqlite3.Connection, namespace: str | None) -> int:
+    """Relations in the namespace (``None``: in every namespace)."""
+    ns = _optional_namespace(namespace)
+    if ns is None:
+        return int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
+    return int(
+        conn.execute("SELECT count(*) FROM relations WHERE namespace = ?", (ns,)).fetchone()[0]
+    )
+
+
+def neighbors(
+    conn: sqlite3.Connection, entity: str, namespace: str | None, limit: int = 50
+) -> list[Relation]:
+    """Relations with ``entity`` as subject or object, most confident then newest first.
+
+    The name must match a whole subject or object, ignoring case.
+    """
+    key = _entity_key(clean_entity(entity))
+    ns = _optional_namespace(namespace)
+    where, params = _namespace_sql(ns)
+    rows = conn.execute(
+        f"""SELECT {_COLUMNS} FROM relations
+            WHERE (subject_key = ? OR object_key = ?){where}
+            ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?""",
+        [key, key, *params, _check_limit(limit)],
+    ).fetchall()
+    return [_relation(r) for r in rows]
+
+
+def _namespace_sql(namespace: str | None, alias: str = "") -> tuple[str, list[object]]:
+    column = f"{alias}.namespace" if alias else "namespace"
+    return ("", []) if namespace is None else (f" AND {column} = ?", [namespace])
+
+
+def search_relations(
+    conn: sqlite3.Connection, lexicon: Lexicon, text: str, namespace: str | None, limit: int
+) -> list[Relation]:
+    """The relations that best answer ``text``, best first, scored by BM25 · confidence.
+
+    ``lexicon`` is the connection's :class:`~mnemex.index.fts.Lexicon`, used
+    only to tokenize ``text`` as the index does. Any text is safe: text with
+    no indexed word returns nothing. Stop words are searched only when the
+    other words match nothing.
+    """
+    ns = _optional_namespace(namespace)
+    count = _check_limit(limit)
+    terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
+    if not terms:
+        return []
+    conn.execute(_VOCAB)
+    with read_transaction(conn):
+        lexical = _plan(conn, terms)
+        found = _ranked(conn, lexical, ns, count)
+        if not found and lexical.dropped:
+            found = _ranked(conn, lexical.with_dropped(), ns, count)
+    return found
+
+
+def _plan(conn: sqlite3.Connection, terms: Sequence[Term]) -> LexicalPlan:
+    """The terms to search (at most ``MAX_QUERY_TERMS``, the rarest) with their statistics."""
+    kept, dropped = content_terms(terms)
+    freqs = _doc_freqs(conn, [*kept, *dropped])
+    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
+    return LexicalPlan(
+        terms=tuple(kept[i] for i in keep),
+        doc_freqs=tuple(freqs[i] for i in keep),
+        n_docs=int(conn.execute("SELECT count(*) FROM relations").fetchone()[0]),
+        dropped=tuple(dropped),
+        dropped_freqs=tuple(freqs[len(kept) :]),
+    )
+
+
+def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
+    """Relations containing each term: from the index's vocabulary, phrases by a count query."""
+    found: dict[str, int] = {}
+    words = sorted({t.key for t in terms if not t.phrase})
+    for chunk in batched(words, _CHUNK):
+        found.update(
+            conn.execute(
+                f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+        )
+    for term in terms:
+        if term.phrase and term.key not in found:
+            found[term.key] = conn.execute(
+                "SELECT count(*) FROM relations_fts WHERE relations_fts MATCH ?", (term.match,)
+            ).fetchone()[0]
+    return [int(found.get(t.key, 0)) for t in terms]
+
+
+def _ranked(
+    conn: sqlite3.Connection, lexical: LexicalPlan, namespace: str | None, limit: int
+) -> list[Relation]:
+    if lexical.empty:
+        return []
+    best = _best(conn, lexical, namespace, limit)
+    if not best:
+        return []
+    scores = dict(best)
+    rows: dict[int, Sequence[Any]] = {}
+    for chunk in batched([seq for seq, _ in best], _CHUNK):
+        rows.update(
+            (r[0], r[1:])
+            for r in conn.execute(
+                f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            )
+        )
+    return [_relation(rows[seq], scores[seq]) for seq, _ in best if seq in rows]
+
+
+def _best(
+    conn: sqlite3.Connection, lexical: LexicalPlan, namespace: str | None, limit: int
+) -> list[tuple[int, float]]:
+    """(seq, score) of the ``limit`` best matching relations, best first.
+
+    SQL orders by ``bm25 · confidence``, which can differ from the order of
+    the score ``tanh(bm25 / Σidf) · confidence``. As tanh is concave and
+    confidence at most 1, no relation outscores ``tanh(bm25 · confidence /
+    Σidf)``; so when the ``limit``-th best score among the first rows reaches
+    that bound for the first row left out, the answer is exact. Otherwise
+    (confidences far apart) every matching relation is scored.
+    """
+    pool = limit * POOL_FACTOR
+    rows = _matches(conn, lexical.match, namespace, pool + 1)
+    if len(rows) > pool:
+        top = _scored(rows[:pool], lexical.norm)[:limit]
+        bound = normalized_score(rows[pool][1] * rows[pool][2], lexical.norm)
+        if len(top) == limit and top[-1][1] >= bound:
+            return top
+        rows = _matches(conn, lexical.match, namespace, None)
+    return _scored(rows, lexical.norm)[:limit]
+
+
+def _matches(
+    conn: sqlite3.Connection, match: str, namespace: str | None, limit: int | None
+) -> list[tuple[int, float, float]]:
+    """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best first."""
+    where, params = _namespace_sql(namespace, "r")
+    rows = conn.execute(
+        f"""SELECT r.seq, -bm25(relations_fts) AS raw, r.confidence
+            FROM relations_fts CROSS JOIN relations AS r ON r.seq = relations_fts.rowid
+            WHERE relations_fts MATCH ?{where}
+            ORDER BY raw * r.confidence DESC, r.seq DESC LIMIT ?""",
+        [match, *params, -1 if limit is None else limit],
+    ).fetchall()
+    return [(int(seq), float(raw), float(conf)) for seq, raw, conf in rows]
+
+
+def _scored(rows: Sequence[tuple[int, float, float]], norm: float) -> list[tuple[int, float]]:
+    """(seq, normalized BM25 · confidence), best first; ties keep the SQL order (newest first)."""
+    scored = [(seq, normalized_score(raw, norm) * conf) for seq, raw, conf in rows]
+    return sorted(scored, key=lambda item: -item[1])

@@ -1,0 +1,179 @@
+"""Recall: the best memories for a task in a token budget, as a markdown block."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mnemex.errors import InvalidInput
+from mnemex.search.recall import HEADER, count_chars, cut_to_fit, format_age, pack, render
+from mnemex.store import Store
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+LINE = re.compile(r"^- \[[a-z_]+\] .+ \(confidence: [0-9.]+, age: \d+(m|h|d|mo|y)\)$")
+
+
+@pytest.mark.parametrize(
+    ("days", "text"),
+    [
+        (0, "0m"),
+        (0.5 / 24, "30m"),
+        (5 / 24, "5h"),
+        (3.2, "3d"),
+        (59, "59d"),
+        (120, "3mo"),
+        (800, "2y"),
+    ],
+)
+def test_format_age(days: float, text: str) -> None:
+    assert format_age(days) == text
+
+
+def test_chars_counter_is_len_over_four_rounded_up() -> None:
+    assert [count_chars("x" * n) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
+
+
+def test_pack_skips_what_does_not_fit_and_keeps_going() -> None:
+    lines = ["- [fact] " + "long " * 200, "- [fact] short one", "- [fact] short two"]
+    packed = pack(lines, budget=40, max_items=5)
+    assert packed.chosen == (1, 2)
+    assert packed.markdown == render(lines[1:])
+    assert packed.markdown.startswith(HEADER)
+    assert packed.tokens == count_chars(packed.markdown) <= 40
+    assert packed.considered == 3 and packed.cut is None
+
+
+def test_pack_stops_at_max_items() -> None:
+    packed = pack([f"- [fact] memory {i}" for i in range(9)], budget=500, max_items=3)
+    assert packed.chosen == (0, 1, 2) and packed.considered == 3
+
+
+def test_only_when_nothing_fits_is_the_best_cut_at_a_word() -> None:
+    lines = ["- [fact] " + " ".join(f"word{i}" for i in range(100))]
+    packed = pack(lines, budget=30, max_items=5)
+    assert packed.cut == 0 and packed.tokens <= 30
+    (line,) = packed.lines
+    assert line.endswith("…")
+    assert all(re.fullmatch(r"word\d+", w) for w in line[len("- [fact] ") : -1].split())
+    assert pack(lines, budget=5, max_items=5).markdown == ""  # not even the header fits
+    assert cut_to_fit("- [fact] x", 1, count_chars) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.text(st.characters(codec="utf-8"), min_size=0, max_size=400).map(
+            lambda t: "- [fact] " + t
+        ),
+        max_size=12,
+    ),
+    budget=st.integers(1, 700),
+    max_items=st.integers(1, 8),
+)
+def test_the_budget_is_never_exceeded(lines: list[str], budget: int, max_items: int) -> None:
+    packed = pack(lines, budget, max_items)
+    assert count_chars(packed.markdown) <= budget
+    assert packed.tokens == (count_chars(packed.markdown) if packed.lines else 0)
+    assert len(packed.chosen) <= max_items
+    assert list(packed.chosen) == sorted(packed.chosen)  # best first, as ranked
+    for index, line in zip(packed.chosen, packed.lines, strict=True):
+        assert line == lines[index] or (packed.cut == index and line.endswith("…"))
+
+
+@pytest.fixture
+def sample(store: Store) -> Store:
+    store.add_many(
+        [
+            {
+                "content": "We chose PostgreSQL for the billing service because of JSONB",
+                "kind": "decision",
+                "confidence": 0.9,
+                "created_at": NOW - timedelta(days=3),
+            },
+            {
+                "content": "Billing runs nightly at 02:00 UTC and emails invoices",
+                "kind": "fact",
+                "created_at": NOW - timedelta(days=40),
+            },
+            {
+                "content": "Maria prefers small pull requests",
+                "kind": "preference",
+                "created_at": NOW - timedelta(days=1),
+            },
+            {
+                "content": "billing " + "details " * 600,
+                "kind": "observation",
+                "created_at": NOW - timedelta(hours=5),
+            },
+        ]
+    )
+    return store
+
+
+def test_recall_renders_the_block(sample: Store) -> None:
+    result = sample.recall("how does billing work?", now=NOW)
+    assert result.markdown.startswith("## Relevant Memories\n\n")
+    lines = result.markdown.splitlines()[2:]
+    assert lines and all(LINE.match(line) for line in lines), lines
+    assert "- [decision] We chose PostgreSQL for the billing service because of JSONB " in (
+        result.markdown
+    )
+    assert "(confidence: 0.9, age: 3d)" in result.markdown
+    assert result.tokens <= 500 and result.tokens == count_chars(result.markdown)
+    assert result.skipped == 1  # the 600-word memory does not fit 500 tokens
+    assert all(not m.cut for m in result.memories)
+    assert [m.line for m in result.memories] == lines
+    data = result.to_dict()
+    assert data["ids"] == [m.id for m in result.memories]
+    json.dumps(data)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(budget=st.integers(1, 600), most=st.integers(1, 6))
+def test_recall_never_exceeds_the_budget(sample: Store, budget: int, most: int) -> None:
+    result = sample.recall("billing invoices postgres", budget, most, now=NOW)
+    assert count_chars(result.markdown) <= budget
+    assert len(result.memories) <= most
+
+
+def test_recall_with_a_custom_counter_and_wordpiece(sample: Store) -> None:
+    words = sample.recall("billing", 60, token_counter=lambda text: len(text.split()), now=NOW)
+    assert len(words.markdown.split()) <= 60 and words.token_counter == "<lambda>"
+    pytest.importorskip("tokenizers")
+    wordpiece = sample.recall("billing", 80, token_counter="wordpiece", now=NOW)
+    assert wordpiece.token_counter == "wordpiece" and 0 < wordpiece.tokens <= 80
+
+
+def test_recall_bad_input(sample: Store) -> None:
+    for kwargs in ({"budget_tokens": 0}, {"max_memories": 0}, {"token_counter": "gpt"}):
+        with pytest.raises(InvalidInput):
+            sample.recall("billing", **kwargs)  # type: ignore[arg-type]
+    assert sample.recall("").memories == ()
+    assert sample.recall('"zebra* NEAR(').markdown == ""  # FTS5 syntax is plain text
+
+
+def test_recall_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from mnemex.cli import cli
+
+    db = str(tmp_path / "r.db")
+    runner = CliRunner()
+    runner.invoke(cli, ["--db", db, "add", "Invoices are emailed at 02:00", "--kind", "fact"])
+    out = runner.invoke(cli, ["--db", db, "recall", "when are invoices emailed?"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("## Relevant Memories\n\n- [fact] Invoices are emailed at 02:00")
+    data = json.loads(
+        runner.invoke(cli, ["--db", db, "recall", "invoices", "-b", "30", "--json"]).stdout
+    )
+    assert data["tokens"] <= 30 and data["budget_tokens"] == 30
+    empty = runner.invoke(cli, ["--db", db, "recall", "zebra"])
+    assert empty.exit_code == 0 and empty.stdout == ""
