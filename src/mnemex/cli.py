@@ -124,6 +124,11 @@ def _when(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%d %H:%M")
 
 
+mode_option = click.option(
+    "--mode",
+    type=click.Choice(["lexical", "vector", "hybrid"]),
+    help="Search arms to run (default: hybrid with an embedder, else lexical).",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
     "--kind", "kinds", multiple=True, help="Only this kind (repeat or comma-separate)."
@@ -250,11 +255,7 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @tag_option
 @click.option("--since", help="Created at or after (ISO 8601, epoch, or an age like 7d).")
 @click.option("--until", help="Created before.")
-@click.option(
-    "--mode",
-    type=click.Choice(["lexical", "vector", "hybrid"]),
-    help="Search arms to run (default: hybrid with an embedder, else lexical).",
-)
+@mode_option
 @click.option(
     "--fusion", type=click.Choice(["rrf", "weighted"]), help="How hybrid fuses (default weighted)."
 )
@@ -381,11 +382,7 @@ def _stage_text(stage: dict[str, Any]) -> str:
 )
 @kind_option
 @tag_option
-@click.option(
-    "--mode",
-    type=click.Choice(["lexical", "vector", "hybrid"]),
-    help="Search arms to run (default: hybrid with an embedder, else lexical).",
-)
+@mode_option
 @click.option("--decay/--no-decay", default=None, help="Rank older memories lower.")
 @click.option("--mmr/--no-mmr", default=None, help="Prefer memories that do not repeat each other.")
 @click.option(
