@@ -17,7 +17,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,watch,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
