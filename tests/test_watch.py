@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
+import signal
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -16,6 +19,8 @@ import pytest
 from mnemex import MissingExtra
 from mnemex.models import SyncReport
 from mnemex.store import Store
+
+from .conftest import PYTHON, python_env
 
 WAIT = 30.0  # seconds to wait for a sync the test caused (the machine may be busy)
 
@@ -129,3 +134,44 @@ def test_watch_names_the_extra_when_watchdog_is_missing(
     with pytest.raises(MissingExtra, match=r"mnemex\[watch\]"):
         store.watch(root, stop=threading.Event())
 
+
+@pytest.mark.slow
+def test_mnemex_watch_process(tmp_path: Path, root: Path) -> None:
+    db = str(tmp_path / "proc.db")
+    env = {**python_env(), "MNEMEX_SYNC_ON_SEARCH": "false"}
+    watching = subprocess.Popen(
+        [PYTHON, "-m", "mnemex", "--db", db, "watch", str(root), "--debounce", "0.2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(watching.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        deadline = time.monotonic() + WAIT
+        while not any("watching" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        saved = time.monotonic()
+        (root / "memory/2025-11-29.md").write_text("# Day\n\nthe saved note\n")
+        found: list[object] = []
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.1)
+            out = subprocess.run(
+                [PYTHON, "-m", "mnemex", "--db", db, "search", "saved note", "--json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
+            if out.returncode == 0:
+                found = json.loads(out.stdout)["hits"]
+        assert found, "".join(lines)
+        assert time.monotonic() - saved < WAIT
+    finally:
+        watching.send_signal(signal.SIGTERM)
+        watching.wait(timeout=30)
+        reader.join(timeout=10)
+    err = "".join(lines)
+    assert watching.returncode == 0, err
+    assert "initial sync of" in err and "1 added" in err.split("watching", 1)[1]

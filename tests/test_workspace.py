@@ -612,3 +612,81 @@ def test_scan_walks_only_what_the_globs_reach(tmp_path: Path) -> None:
     assert sorted(found.files) == ["MEMORY.md", "memory/a.md"] and not found.errors
     blocked.chmod(stat.S_IRWXU)
 
+
+# -- the CLI --------------------------------------------------------------------------
+
+
+def test_cli_sync_status_search_and_write_through(root: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from mnemex.cli import cli
+
+    runner = CliRunner()
+    db = str(tmp_path / "cli.db")
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = runner.invoke(cli, ["--db", db, *args], catch_exceptions=False)
+        assert result.exit_code == code, result.output + result.stderr
+        return result
+
+    write(root, "memory/bad.md", b"\xff")
+    result = run("sync", str(root), "--json", code=1)  # a file could not be indexed
+    report = json.loads(result.stdout)
+    assert (report["files"], report["added"]) == (4, 4)
+    assert report["problems"][0]["path"] == "memory/bad.md"
+    assert "skipped memory/bad.md: not valid UTF-8" in result.stderr
+    (root / "memory/bad.md").unlink()
+    human = run("sync", str(root)).stdout
+    assert "3 files" in human and "1 deleted" in human
+
+    status = json.loads(run("status", "--json").stdout)["workspaces"][0]
+    assert status["in_sync"] and status["files"] == 3 and status["pending_vectors"] is None
+    assert "in sync with the files" in run("status", str(root)).stdout
+    write(root, "memory/2025-12-02.md", "# Day\n\nchanged on disk\n")
+    assert "1 file(s) changed since" in run("status").stdout
+
+    found = json.loads(run("search", "hybrid search ship", "--json").stdout)
+    assert found["stale"] is False
+    assert found["hits"][0]["location"]["label"] == "memory/projects/search.md:1-3"
+    assert "memory/projects/search.md:1-3" in run("search", "hybrid search ship").stdout
+    assert "at: memory/projects/search.md:1-3" in run("get", found["hits"][0]["id"]).stdout
+
+    added = run(
+        "add", "Rotate the deploy token monthly", "--to-workspace", str(root), "--kind", "todo"
+    )
+    ident = added.stdout.strip()
+    assert len(ident) == 16 and "appended to memory/" in added.stderr
+    assert json.loads(run("get", ident, "--json").stdout)["memories"][0]["location"]
+    appended = json.loads(
+        run("add", "Second note", "--to-workspace", str(root), "--tag", "ops", "--json").stdout
+    )
+    assert appended["ids"] and appended["location"]["path"].startswith("memory/")
+    refused = run("add", "x", "--to-workspace", str(root), "--pinned", "--id", "abc", code=2)
+    assert "cannot hold --pinned, --id" in refused.stderr
+
+    removed = json.loads(run("sync", str(root), "--remove", "--json").stdout)
+    assert removed["removed"] and removed["chunks"] > 3
+    assert json.loads(run("status", "--json").stdout) == {"workspaces": []}
+    assert "no workspaces here" in run("status").stdout
+
+
+def test_cli_sync_and_status_in_a_real_process(root: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "proc.db")
+
+    def mnemex(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PYTHON, "-m", "mnemex", "--db", db, *args],
+            capture_output=True,
+            text=True,
+            env=python_env(),
+            timeout=60,
+        )
+
+    synced = mnemex("sync", str(root), "--json")
+    assert synced.returncode == 0, synced.stderr
+    assert json.loads(synced.stdout)["files"] == 3
+    status = mnemex("status")
+    assert status.returncode == 0, status.stderr
+    assert str(root.resolve()) in status.stdout and "in sync with the files" in status.stdout
+    missing = mnemex("sync", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
