@@ -182,6 +182,8 @@ class Store:
             raise
         self._lexicon = Lexicon(self._conn)
         self._executor: ThreadPoolExecutor | None = None
+        self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
+        self._files_cache: dict[int, tuple[tuple[int, int], Any]] = {}  # see ingest.workspace
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -228,6 +230,7 @@ class Store:
         return clean_namespace(namespace)
 
     def _wrote(self) -> None:
+        self._generation += 1
         self._lexicon.invalidate()
         if self._vector_index is not None:
             self._vector_index.mark_dirty()

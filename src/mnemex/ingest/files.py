@@ -13,10 +13,12 @@ import functools
 import hashlib
 import os
 import re
+import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 RACY_NS = 2_000_000_000  # a file modified this close before it was read is read again
 _WILD = re.compile(r"[*?\[]")
@@ -61,13 +63,25 @@ def _segment_regex(segment: str) -> str:
     return "".join(out)
 
 
-def matches(path: str, patterns: Iterable[str]) -> bool:
-    return any(glob_regex(p).match(path) for p in patterns)
+@functools.lru_cache(maxsize=64)
+def any_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex matching what any of the globs matches (None for no globs)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{glob_regex(p).pattern})" for p in patterns))
+
+
+def matches(path: str, patterns: Sequence[str]) -> bool:
+    regex = any_regex(tuple(patterns))
+    return regex is not None and regex.match(path) is not None
 
 
 def ignored(path: str, ignore: Sequence[str], *, folder: bool = False) -> bool:
     """Whether an ignore pattern matches the path (a folder also as ``folder/``)."""
-    return matches(path, ignore) or (folder and matches(path + "/", ignore))
+    regex = any_regex(tuple(ignore))
+    if regex is None:
+        return False
+    return regex.match(path) is not None or (folder and regex.match(path + "/") is not None)
 
 
 def check_patterns(patterns: Sequence[str], what: str) -> tuple[str, ...]:
@@ -85,8 +99,7 @@ def check_patterns(patterns: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
+class Stat(NamedTuple):
     size: int
     mtime_ns: int
 
@@ -167,19 +180,18 @@ def stat_into(
     except OSError as exc:
         found.errors.append((path, exc.strerror or str(exc)))
         return
-    if _regular(info.st_mode) and matches(path, globs):
+    if stat.S_ISREG(info.st_mode) and matches(path, globs):
         found.files[path] = Stat(info.st_size, info.st_mtime_ns)
-
-
-def _regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 def _walk(
     found: Scan, root: Path, start: str, depth: int, globs: Sequence[str], ignore: Sequence[str]
 ) -> None:
+    select = any_regex(tuple(globs))
+    skip = any_regex(tuple(ignore))
+    assert select is not None
+    regular = stat.S_ISREG
+    out = found.files
     pending = [(start, 1)]
     while pending:
         folder, level = pending.pop()
@@ -192,17 +204,21 @@ def _walk(
             found.unlisted.append(folder)
             found.errors.append((folder or ".", exc.strerror or str(exc)))
             continue
+        prefix = f"{folder}/" if folder else ""
+        deeper = depth < 0 or level < depth
         for entry in listed:
-            path = f"{folder}/{entry.name}" if folder else entry.name
+            path = prefix + entry.name
             try:
                 is_folder = entry.is_dir(follow_symlinks=False)
             except OSError:
                 is_folder = False
             if is_folder:
-                if (depth < 0 or level < depth) and not ignored(path, ignore, folder=True):
+                if deeper and not (
+                    skip is not None and (skip.match(path) or skip.match(path + "/"))
+                ):
                     pending.append((path, level + 1))
                 continue
-            if not matches(path, globs) or ignored(path, ignore):
+            if select.match(path) is None or (skip is not None and skip.match(path)):
                 continue
             try:
                 info = entry.stat()
@@ -211,8 +227,8 @@ def _walk(
             except OSError as exc:
                 found.errors.append((path, exc.strerror or str(exc)))
                 continue
-            if _regular(info.st_mode):
-                found.files[path] = Stat(info.st_size, info.st_mtime_ns)
+            if regular(info.st_mode):
+                out[path] = Stat(info.st_size, info.st_mtime_ns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mnemex.config import CHUNK_KIND
 from mnemex.errors import InvalidInput, MnemexError, StoreLocked
@@ -202,8 +202,7 @@ def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
 # -- comparing the disk with the index --------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Known:
+class _Known(NamedTuple):
     """A file's row in ``files``, with how many chunk rows it really has."""
 
     id: int
@@ -270,7 +269,16 @@ def _plan(
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
     with store._db() as conn:
-        known = _known(conn, ws.id, count=count)
+        if count:
+            known = _known(conn, ws.id, count=True)
+        else:  # a search's check: the rows as last read, unless the store changed since
+            version = (conn.execute("PRAGMA data_version").fetchone()[0], store._generation)
+            cached = store._files_cache.get(ws.id)
+            if cached is not None and cached[0] == version:
+                known = cached[1]
+            else:
+                known = _known(conn, ws.id, count=False)
+                store._files_cache[ws.id] = (version, known)
     to_read = sorted(
         p for p, stat in found.files.items() if rechunk or _needs_read(known.get(p), stat, retry)
     )
@@ -677,6 +685,8 @@ def sync(
     max_bytes = store.settings.max_content_bytes
     prepared: list[_Prepared] = []
     remaining = 0
+    if progress is not None and plan.to_read:
+        progress("reading", 0, len(plan.to_read))
     for done, path in enumerate(plan.to_read):
         if deadline is not None and time.monotonic() > deadline:
             remaining = len(plan.to_read) - done
@@ -776,6 +786,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
         return None
     advance = None
     if progress is not None:
+        progress("embedding", 0, len(seqs))
         done = [0]
 
         def advance(count: int) -> None:
