@@ -189,6 +189,15 @@ def remove(conn: sqlite3.Connection, ws: Workspace) -> int:
     return chunks
 
 
+def _recorded_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
+    """The chunks the files rows say they have (their real count differs after a forget)."""
+    return int(
+        conn.execute(
+            "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?", (workspace_id,)
+        ).fetchone()[0]
+    )
+
+
 def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
     return int(
         conn.execute(
@@ -269,9 +278,9 @@ def _plan(
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
     with store._db() as conn:
-        if count:
-            known = _known(conn, ws.id, count=True)
-        else:  # a search's check: the rows as last read, unless the store changed since
+        if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
+            known = _known(conn, ws.id, count=True)  # find the files that lost chunks
+        else:  # the rows as last read, unless the store changed since
             version = (conn.execute("PRAGMA data_version").fetchone()[0], store._generation)
             cached = store._files_cache.get(ws.id)
             if cached is not None and cached[0] == version:
