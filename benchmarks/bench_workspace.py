@@ -50,6 +50,7 @@ REPEATS = 30
 WATCH_SAVES = 10
 DAY_NS = 86_400 * 1_000_000_000
 SRC = ROOT / "src"
+LOAD = os.getloadavg()[0]
 
 
 # -- the workspace -------------------------------------------------------------------
@@ -365,10 +366,14 @@ def section(
 ) -> list[str]:
     report = lexical["report"]
     mb = made["bytes"] / 1e6
+    command = "python benchmarks/bench_workspace.py" + (
+        f" --model-files {args.model_files}" if args.model_files else ""
+    )
     lines = [
         "## Markdown workspace sync (`benchmarks/bench_workspace.py`)",
         "",
-        f"Machine: {machine()}",
+        f"Machine: {machine()}; load average {LOAD:.1f} when the run started (the cores are "
+        f"shared). Command: `{command}`.",
         "",
         f"Workspace: generated, {made['files']:,} files and {mb:.1f} MB of markdown (MEMORY.md, "
         "10 % project notes, daily notes; headings, paragraphs, lists, fenced code; Zipf-"
@@ -417,6 +422,20 @@ def section(
         "`watch`, a save becomes searchable after the 1.5 s debounce plus one incremental sync; "
         "a search finds it sooner by syncing first (the lower row).",
     ]
+    if model is not None and args.model_files:
+        part = model["report"]
+        lines += [
+            "",
+            f"**The first sync with the local model was not run on the whole workspace**: the "
+            f"model embeds a 400-token chunk at its 256-token truncation, "
+            f"{part.chunks / model['embedding_seconds']:.1f} chunks/s on these cores, so the "
+            f"{report.chunks:,} chunks would take about {model['extrapolated'] / 60:.0f} minutes. "
+            f"It was measured on the first {part.files:,} files ({part.files / made['files']:.0%}) "
+            "and scaled by chunk count; embedding is nearly all of it (the lexical sync of the "
+            f"whole workspace takes {lexical['seconds']:.1f} s). `mnemex sync --no-embed` indexes "
+            "the text at once and `mnemex embed` adds the vectors later; searches meanwhile use "
+            "the lexical arm for the chunks without one.",
+        ]
     return lines
 
 

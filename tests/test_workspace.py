@@ -352,6 +352,42 @@ def test_a_forgotten_chunk_comes_back_at_the_next_sync(wstore: Store, root: Path
     consistent(wstore, root)
 
 
+def test_a_chunk_is_edited_through_its_file(wstore: Store, root: Path) -> None:
+    wstore.sync(root)
+    hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
+    with pytest.raises(InvalidInput, match="edit the file"):
+        wstore.update(hit.id, content="something else")
+    assert wstore.update(hit.id, confidence=0.95).confidence == 0.95
+
+
+def test_concurrent_syncs_of_one_workspace(make_store: Callable[..., Store], root: Path) -> None:
+    """Two stores (two connections, as two processes would be) sync the same changes at once."""
+    import threading
+
+    stores = [make_store("shared.db", busy_timeout=30), make_store("shared.db", busy_timeout=30)]
+    stores[0].sync(root)
+    for day in range(1, 30):
+        write(root, f"memory/2025-09-{day:02d}.md", long_note(f"Day {day}", [f"topic{day}"]))
+    (root / "memory/projects/search.md").rename(root / "memory/projects/moved.md")
+    (root / "MEMORY.md").write_text("# Lasting\n\nrewritten\n")
+    errors: list[BaseException] = []
+
+    def run(store: Store) -> None:
+        try:
+            store.sync(root)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert indexed(stores[1]) == expected(root) and stores[1].check()["ok"]
+    assert stores[0].sync(root).touched == 0
+
+
 def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) -> None:
     other = tmp_path / "other-agent"
     write(other, "MEMORY.md", "# Other\n\nThe other agent keeps kubernetes notes.\n")

@@ -852,7 +852,8 @@ class Store:
         """Change fields of one memory; returns it as stored. Unknown ids raise.
 
         New content drops the memory's vectors and embeds it again (when an
-        embedder is configured and ``embed`` is true).
+        embedder is configured and ``embed`` is true). The content of a chunk
+        of a workspace file cannot be changed here: its file is the truth.
         """
         ns = self._ns(namespace)
         assert ns is not None
@@ -879,6 +880,17 @@ class Store:
         sets["updated_at"] = format_time(utcnow())
         assignments = ", ".join(f"{k} = ?" for k in sets)
         with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            if "content" in sets:
+                place = conn.execute(
+                    "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
+                    "JOIN files AS f ON f.id = c.file_id WHERE m.id = ?",
+                    (ident,),
+                ).fetchone()
+                if place:
+                    raise InvalidInput(
+                        f"memory {ident} is a chunk of the workspace file {place[0]}: edit the "
+                        "file (the next sync or search indexes it), not the chunk"
+                    )
             cursor = conn.execute(
                 f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
                 [*sets.values(), ident, ns],

@@ -201,6 +201,8 @@ _RELATIONS: Final = (
 # table rather than columns on ``memories``: only chunks have a place, and its life is
 # tied to the file's row. Triggers keep the three in step whatever deletes a row:
 # a file's row takes its chunk memories with it, a memory takes its chunk row.
+# A renamed file's chunks get new ids (derived from the path): relations that
+# point at them by id follow.
 _WORKSPACES: Final = (
     """CREATE TABLE IF NOT EXISTS workspaces (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -241,6 +243,11 @@ _WORKSPACES: Final = (
     END""",
     """CREATE TRIGGER IF NOT EXISTS memories_after_delete_chunks AFTER DELETE ON memories BEGIN
         DELETE FROM chunks WHERE seq = old.seq;
+    END""",
+    # A chunk's id follows its file's path: a relation read from it follows the rename.
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_id_relations
+        AFTER UPDATE OF id ON memories BEGIN
+        UPDATE relations SET source_memory = new.id WHERE source_memory = old.id;
     END""",
 )
 
