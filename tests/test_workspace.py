@@ -360,6 +360,18 @@ def test_a_chunk_is_edited_through_its_file(wstore: Store, root: Path) -> None:
     assert wstore.update(hit.id, confidence=0.95).confidence == 0.95
 
 
+def test_a_relation_follows_its_chunk_through_a_rename(wstore: Store, root: Path) -> None:
+    wstore.sync(root)
+    chunk = wstore.search("hybrid search ship", mode="lexical").hits[0].id
+    relation = wstore.relate("team", "ships", "hybrid search", source_memory=chunk)
+    (root / "memory/projects/search.md").rename(root / "memory/projects/hybrid.md")
+    assert wstore.sync(root).renamed == 1
+    moved = wstore.search("hybrid search ship", mode="lexical").hits[0].id
+    assert moved != chunk
+    (kept,) = wstore.neighbors("team")
+    assert kept.id == relation.id and kept.source_memory == moved
+
+
 def test_concurrent_syncs_of_one_workspace(make_store: Callable[..., Store], root: Path) -> None:
     """Two stores (two connections, as two processes would be) sync the same changes at once."""
     import threading

@@ -48,6 +48,7 @@ DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (see
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
 RECALL_MAX_MEMORIES = 5  # seed 003
+SEARCH_RELATIONS = 5  # relations returned beside the memories of a search (seed 002)
 # Markdown workspaces (mnemex.ingest).
 CHUNK_TOKENS = 400  # seed 004
 CHUNK_OVERLAP = 80  # seed 004
@@ -113,6 +114,8 @@ class Settings:
     recall_budget: int = RECALL_BUDGET_TOKENS
     recall_max: int = RECALL_MAX_MEMORIES
     token_counter: str = "chars"  # chars: len/4; wordpiece: the local model's tokenizer
+    query_expansion: bool = True  # multilingual stop words, CJK pieces, Korean particles
+    search_relations: int = SEARCH_RELATIONS  # 0: searches return no relations
     chunk_tokens: int = CHUNK_TOKENS
     chunk_overlap: int = CHUNK_OVERLAP
     workspace_globs: tuple[str, ...] = WORKSPACE_GLOBS
@@ -269,6 +272,8 @@ def _validate(s: Settings) -> None:
             raise InvalidInput(f"{name} must be between -1 and 1")
     if s.recall_budget < 1 or s.recall_max < 1:
         raise InvalidInput("recall_budget and recall_max must be at least 1")
+    if not 0 <= s.search_relations <= MAX_SEARCH_LIMIT:
+        raise InvalidInput(f"search_relations must be between 0 and {MAX_SEARCH_LIMIT}")
     if s.chunk_tokens < 32:
         raise InvalidInput(f"chunk_tokens must be at least 32, got {s.chunk_tokens}")
     if not 0 <= s.chunk_overlap <= s.chunk_tokens // 2:

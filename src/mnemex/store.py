@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
     from mnemex.index.vectors import VectorIndex
 
+from mnemex import relations as relations_db
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
@@ -51,6 +52,7 @@ from mnemex.models import (
     Memory,
     Recalled,
     RecallResult,
+    Relation,
     SearchResult,
     Stats,
     SyncReport,
@@ -1025,6 +1027,63 @@ class Store:
             missing=tuple(i for i in wanted if i not in gone),
         )
 
+    # -- relations -------------------------------------------------------------
+
+    def relate(
+        self,
+        subject: str,
+        predicate: str,
+        object: str,
+        *,
+        confidence: float = DEFAULT_CONFIDENCE,
+        source_memory: str | None = None,
+        namespace: str | None = None,
+    ) -> Relation:
+        """Store ``subject -[predicate]-> object`` in the namespace, or strengthen it.
+
+        Entity names are compared ignoring case and predicates spelled in
+        snake_case (``worksOn``, ``works on`` and ``works-on`` are one), so
+        relating a known triple again keeps one relation whose confidence is
+        the higher of the two. ``source_memory`` names the memory the
+        relation was read from; it must be in the namespace.
+        """
+        ns = self._ns(namespace)
+        assert ns is not None
+        with self._lock, self._errors():
+            return relations_db.relate(
+                self.conn, ns, subject, predicate, object, confidence, source_memory
+            )
+
+    def neighbors(
+        self, entity: str, *, limit: int = 50, namespace: NamespaceArg = None
+    ) -> list[Relation]:
+        """Relations with ``entity`` (a whole name, any case) as subject or object,
+        most confident first."""
+        ns = self._ns(namespace, allow_all=True)
+        with self._lock, self._errors():
+            return relations_db.neighbors(self.conn, entity, ns, limit)
+
+    def forget_relations(
+        self, ids: Iterable[str] | str, *, namespace: str | None = None
+    ) -> ForgetResult:
+        """Delete relations by id; ids not in the namespace are reported in ``missing``."""
+        ns = self._ns(namespace)
+        assert ns is not None
+        with self._lock, self._errors():
+            return relations_db.forget_relations(self.conn, ids, ns)
+
+    def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
+        """Every relation of the namespace (or all), oldest first."""
+        ns = self._ns(namespace, allow_all=True)
+        last = 0
+        while True:
+            with self._lock, self._errors():
+                rows = relations_db.page(self.conn, ns, last, 1000)
+            if not rows:
+                return
+            yield from (relation for _, relation in rows)
+            last = rows[-1][0]
+
     # -- reads -----------------------------------------------------------------
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
@@ -1102,6 +1161,8 @@ class Store:
         confidence: bool | None = None,
         mmr: bool | None = None,
         threshold: bool | None = None,
+        expand: bool | None = None,
+        relations: int | None = None,
         now: datetime | str | None = None,
         namespace: NamespaceArg = None,
     ) -> SearchResult:
@@ -1119,7 +1180,13 @@ class Store:
         The ranking stages after fusion (see :mod:`mnemex.search.rank`) follow
         the settings unless switched here: ``decay`` (by age, measured from
         ``now``), ``confidence`` weighting, ``mmr`` diversity and the minimum
-        score ``threshold`` of each arm.
+        score ``threshold`` of each arm. ``expand`` switches query expansion
+        (see :func:`mnemex.search.query.expand_terms`).
+
+        Up to ``relations`` relations (default ``settings.search_relations``;
+        0 for none) that best match the query come back apart from the
+        memories, in ``SearchResult.relations``, ranked by BM25 · confidence.
+        The memory filters (kinds, tags, dates) do not apply to them.
         """
         from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
 
@@ -1133,6 +1200,9 @@ class Store:
         vector_weight, text_weight = weights or (settings.vector_weight, settings.text_weight)
         if vector_weight < 0 or text_weight < 0 or vector_weight + text_weight <= 0:
             raise InvalidInput("weights must be two numbers >= 0, not both 0 (vector, text)")
+        wanted = settings.search_relations if relations is None else relations
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 0 <= wanted <= 1000:
+            raise InvalidInput(f"relations must be an integer between 0 and 1000, got {wanted!r}")
         embedder = self.embedder if (mode or settings.search_mode) != "lexical" else None
         request = Request(
             query=query,
@@ -1147,19 +1217,30 @@ class Store:
             explain=explain,
             snippets=snippets,
             ranking=self._ranking(decay, confidence, mmr, threshold),
+            expand=settings.query_expansion if expand is None else bool(expand),
             now=None if now is None else parse_time(now, what="now"),
         )
         started = time.perf_counter()
         notes, stale = self._freshen(filters.namespace)
-        freshen_ms = (time.perf_counter() - started) * 1000
+        took = (time.perf_counter() - started) * 1000
+        found: tuple[Any, ...] = ()
         with self._lock, self._errors():
             engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
             result = run_search(engine, request)
+            if wanted:
+                started = time.perf_counter()
+                found = tuple(
+                    relations_db.search_relations(
+                        self.conn, self._lexicon, result.query, filters.namespace, wanted
+                    )
+                )
+                took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,
             notes=(*notes, *result.notes),
             stale=stale,
-            took_ms=result.took_ms + freshen_ms,
+            relations=found,
+            took_ms=result.took_ms + took,
         )
 
     def _ranking(
@@ -1309,6 +1390,7 @@ class Store:
             models = dict(
                 conn.execute("SELECT model, count(*) FROM embeddings GROUP BY model").fetchall()
             )
+            relation_count = relations_db.count_relations(conn, ns)
             embedder = self.embedder
             model = embedder.model_id if embedder is not None else None
             vector_count = models.pop(model, 0) if model else 0
@@ -1329,6 +1411,7 @@ class Store:
             vectors=vector_count,
             pending_vectors=sum(per_ns.values()) - vector_count if model else 0,
             other_models=models,
+            relations=relation_count,
         )
 
     def iter_memories(
@@ -1375,10 +1458,11 @@ class Store:
             result = conn.execute("PRAGMA integrity_check").fetchone()[0]
             if result != "ok":
                 problems.append(f"sqlite integrity_check: {result}")
-            try:
-                conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')")
-            except sqlite3.DatabaseError as exc:
-                problems.append(f"fts5 integrity-check: {exc}")
+            for table in ("memories_fts", "relations_fts"):
+                try:
+                    conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"fts5 integrity-check of {table}: {exc}")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_check")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_check_v")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_index_v")
