@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
 from common import ROOT, machine, write_section
+from mnemex.models import SyncReport
 from mnemex.store import Store
 
 SEED = 2025
@@ -166,30 +168,35 @@ def touch(path: Path) -> None:
     os.utime(path, ns=(now, now))
 
 
+def timed_syncs(
+    store: Store, root: Path, change: Callable[[], object], repeats: int = REPEATS
+) -> tuple[float, list[SyncReport]]:
+    """Median milliseconds of ``store.sync(root)`` right after each ``change()``; the reports."""
+    samples, reports = [], []
+    for _ in range(repeats):
+        change()
+        started = time.perf_counter()
+        reports.append(store.sync(root))
+        samples.append(time.perf_counter() - started)
+    return median_ms(samples), reports
+
+
+def append_paragraph(rng: random.Random, paths: list[Path], writer: Writer) -> None:
+    with open(rng.choice(paths), "a", encoding="utf-8") as handle:
+        handle.write("\n" + writer.paragraph() + "\n")
+
+
 def resyncs(store: Store, root: Path, paths: list[Path], writer: Writer) -> dict[str, float]:
-    """Median seconds of a re-sync after touching one file, editing one, changing none."""
+    """Median ms of a re-sync after touching one file, editing one, changing none."""
     rng = random.Random(SEED + 1)
-    touched, edited, idle = [], [], []
-    for _ in range(REPEATS):
-        touch(rng.choice(paths))
-        started = time.perf_counter()
-        report = store.sync(root)
-        touched.append(time.perf_counter() - started)
-        assert report.touched == 0 and report.chunks_added == 0, report
-    for _ in range(REPEATS):
-        with open(rng.choice(paths), "a", encoding="utf-8") as handle:
-            handle.write("\n" + writer.paragraph() + "\n")
-        started = time.perf_counter()
-        report = store.sync(root)
-        edited.append(time.perf_counter() - started)
-        assert report.changed >= 1, report
+    touch_ms, reports = timed_syncs(store, root, lambda: touch(rng.choice(paths)))
+    assert all(r.touched == 0 and r.chunks_added == 0 for r in reports), reports
+    edit_ms, reports = timed_syncs(store, root, lambda: append_paragraph(rng, paths, writer))
+    assert all(r.changed >= 1 for r in reports), reports
     time.sleep(2.1)  # out of the racy window: nothing is read again
     store.sync(root)
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        store.sync(root)
-        idle.append(time.perf_counter() - started)
-    return {"touch": median_ms(touched), "edit": median_ms(edited), "idle": median_ms(idle)}
+    idle_ms, _ = timed_syncs(store, root, lambda: None)
+    return {"touch": touch_ms, "edit": edit_ms, "idle": idle_ms}
 
 
 def freshness_cost(db: Path, root: Path) -> dict[str, float]:
@@ -340,16 +347,10 @@ def run_model(folder: Path, root: Path, files: int, total_chunks: int) -> dict[s
     paths = sorted(target.rglob("*.md"))
     rng = random.Random(SEED + 3)
     writer = Writer(SEED + 4)
-    samples = []
-    for _ in range(10):
-        with open(rng.choice(paths), "a", encoding="utf-8") as handle:
-            handle.write("\n" + writer.paragraph() + "\n")
-        started = time.perf_counter()
-        synced = store.sync(target)
-        samples.append(time.perf_counter() - started)
-        assert synced.embedded >= 1, synced
+    edit_ms, reports = timed_syncs(store, target, lambda: append_paragraph(rng, paths, writer), 10)
+    assert all(r.embedded >= 1 for r in reports), reports
     store.close()
-    result["edit_ms"] = median_ms(samples)
+    result["edit_ms"] = edit_ms
     print(f"re-sync after editing one file, with the model: p50 {result['edit_ms']:.0f} ms")
     return result
 

@@ -532,6 +532,8 @@ def test_changing_chunk_sizes_rechunks(make_store: Callable[..., Store], root: P
     small = make_store("sizes.db", chunk_tokens=100, chunk_overlap=20)
     report = small.sync(root)
     assert report.changed == 2  # the short file is one chunk at either size
+    assert small.conn.execute("SELECT chunking FROM workspaces").fetchone()[0] == "md-v1 100/20"
+    assert small.sync(root).touched == 0
     assert report.chunks == sum(
         len(chunk_markdown((root / p).read_text(), 100, 20))
         for p in ("MEMORY.md", "memory/2025-11-27.md", "memory/projects/search.md")

@@ -1575,11 +1575,17 @@ class Store:
                 else old.globs if old else settings.workspace_globs,
                 _patterns(ignore, "ignore", empty=True) if ignore is not None
                 else old.ignore if old else settings.workspace_ignore,
-                chunking,
+                old.chunking if old else chunking,  # a new chunking once every file has it
             )  # fmt: skip
-        rechunk = old is not None and old.chunking != chunking
+        rechunk = ws.chunking != chunking
         with self._errors():
-            return spaces.sync(self, ws, embed=embed, progress=progress, rechunk=rechunk)
+            return spaces.sync(
+                self,
+                dataclasses.replace(ws, chunking=chunking),
+                embed=embed,
+                progress=progress,
+                rechunk=rechunk,
+            )
 
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None

@@ -683,8 +683,9 @@ def sync(
     embedding chunks when passed: the report says ``complete=False``.
     ``retry`` reads again files that could not be indexed before; ``record``
     writes the report to the workspace row even when nothing changed; ``only``
-    limits the sync to these paths; ``rechunk`` re-cuts every file (after the
-    chunk sizes changed). Raises ``FileNotFoundError`` when the folder is gone.
+    limits the sync to these paths; ``rechunk`` re-cuts every file with the
+    sizes ``ws.chunking`` names, recorded as the workspace's once all are.
+    Raises ``FileNotFoundError`` when the folder is gone.
     """
     started = time.perf_counter()
     if plan is None:
@@ -719,10 +720,12 @@ def sync(
         embedding = _embed(store, ws, deadline, progress)
     report = _report(store, ws, plan, tally, started, embedding, remaining)
     if record or report.touched or tally.failed:
+        done = report.complete and not tally.failed  # every file is cut as ws.chunking says
         with store._lock, store._errors(), write_transaction(store.conn) as conn:
             conn.execute(
-                "UPDATE workspaces SET synced_at = ?, last_sync = ? WHERE id = ?",
-                (format_time(utcnow()), json.dumps(report.to_dict()), ws.id),
+                "UPDATE workspaces SET synced_at = ?, last_sync = ?, "
+                "chunking = CASE WHEN ? THEN ? ELSE chunking END WHERE id = ?",
+                (format_time(utcnow()), json.dumps(report.to_dict()), done, ws.chunking, ws.id),
             )
     return report
 
