@@ -400,6 +400,28 @@ def test_concurrent_syncs_of_one_workspace(make_store: Callable[..., Store], roo
     assert stores[0].sync(root).touched == 0
 
 
+def test_a_file_synced_by_another_process_meanwhile(
+    make_store: Callable[..., Store], root: Path
+) -> None:
+    """A reads a file that another process indexed with other text after A looked at the
+    table: A must cut it again, not keep the other process's chunks under its own hash."""
+    first, second = make_store("race.db"), make_store("race.db")
+    first.sync(root)
+    target = root / "memory/projects/search.md"
+    original = target.read_text()
+    write(root, "memory/projects/search.md", original, age_hours=0.5)  # touched: A will read it
+
+    def meanwhile(phase: str, done: int, total: int) -> None:
+        if phase == "reading" and done == 0:
+            write(root, "memory/projects/search.md", "# Search\n\nWe ship vector search.\n")
+            assert second.sync(root).changed == 1
+            write(root, "memory/projects/search.md", original, age_hours=0.25)
+
+    first.sync(root, progress=meanwhile)
+    assert indexed(first) == expected(root) and first.check()["ok"]
+    assert fts_hits(first, "vector") == 0
+
+
 def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) -> None:
     other = tmp_path / "other-agent"
     write(other, "MEMORY.md", "# Other\n\nThe other agent keeps kubernetes notes.\n")

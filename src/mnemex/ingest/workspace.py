@@ -337,15 +337,28 @@ def _prepare(
     max_bytes: int,
     rechunk: bool,
 ) -> _Prepared:
+    """Read a file and, unless it hashes as indexed (with all its chunks), cut it."""
     text = files.read(folder, path)
     prepared = _Prepared(text, stat, error=text.error)
-    intact = known is not None and known.error is None and known.chunks == known.actual
-    if text.text is None or (not rechunk and intact and known.sha256 == text.sha256):  # type: ignore[union-attr]
-        return prepared
+    intact = (
+        known is not None
+        and known.error is None
+        and known.chunks == known.actual
+        and known.sha256 == text.sha256
+    )
+    if text.text is not None and (rechunk or not intact):
+        _cut(prepared, sizes, max_bytes)
+    return prepared
+
+
+def _cut(prepared: _Prepared, sizes: tuple[int, int], max_bytes: int) -> None:
+    """Give a read file its chunk rows (or the error that keeps it out)."""
+    assert prepared.text.text is not None
+    path = prepared.text.path
     rows: list[_ChunkRow] = []
     seen: dict[str, int] = {}
     try:
-        for piece in chunk_markdown(text.text, *sizes):
+        for piece in chunk_markdown(prepared.text.text, *sizes):
             if not piece.text.strip():
                 continue
             content = clean_content(piece.text, max_bytes, what=f"{path}:{piece.start_line}")
@@ -365,9 +378,8 @@ def _prepare(
             )
     except InvalidInput as exc:
         prepared.error = str(exc)
-        return prepared
+        return
     prepared.chunks = rows
-    return prepared
 
 
 def _batches(prepared: list[_Prepared]) -> Iterator[list[_Prepared]]:
@@ -454,6 +466,9 @@ class _Writer:
                 self.tally.unchanged += 1
             else:
                 self.tally.changed += 1
+        if item.chunks is None and item.error is None and (row is None or row[1] != text.sha256):
+            # another process synced this file in between: cut it after all
+            _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
         if item.error is not None:
             self.doomed.extend(_chunk_seqs(conn, file_id))
             count = 0
