@@ -185,7 +185,7 @@ class Store:
         self._lexicon = Lexicon(self._conn)
         self._executor: ThreadPoolExecutor | None = None
         self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
-        self._files_cache: dict[int, tuple[tuple[int, int], Any]] = {}  # see ingest.workspace
+        self._files_cache: dict[int, tuple[Any, ...]] = {}  # see ingest.workspace._cached
 
     # -- lifecycle -------------------------------------------------------------
 

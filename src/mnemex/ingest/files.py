@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 RACY_NS = 2_000_000_000  # a file modified this close before it was read is read again
+MAX_REMEMBERED = 200_000  # paths whose selection is remembered between scans
 _WILD = re.compile(r"[*?\[]")
 
 
@@ -130,16 +131,24 @@ def scan(root: Path, globs: Sequence[str], ignore: Sequence[str]) -> Scan:
     if not root.is_dir():
         raise FileNotFoundError(2, "no such folder", str(root))
     found = Scan()
-    literals, walks = _plan_walks(globs)
+    literals, walks = _plan_walks(tuple(globs))
     for folder, depth in walks.items():
         if not folder or not ignored(folder, ignore, folder=True):
             _walk(found, root, folder, depth, globs, ignore)
+    listings: dict[str, list[str]] = {}
     for path in literals:
-        stat_into(found, root, path, globs, ignore)
+        stat_into(found, root, path, globs, ignore, listings)
     return found
 
 
-def _plan_walks(globs: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+@functools.lru_cache(maxsize=16)
+def _chosen(globs: tuple[str, ...], ignore: tuple[str, ...]) -> dict[str, bool]:
+    """Whether the patterns select each path seen so far (paths repeat from scan to scan)."""
+    return {}
+
+
+@functools.lru_cache(maxsize=64)
+def _plan_walks(globs: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
     """Files named without wildcards, and the folders to walk with their depth (-1: all)."""
     literals: list[str] = []
     walks: dict[str, int] = {}
@@ -165,15 +174,23 @@ def _plan_walks(globs: Sequence[str]) -> tuple[list[str], dict[str, int]]:
 
 
 def stat_into(
-    found: Scan, root: Path, path: str, globs: Sequence[str], ignore: Sequence[str]
+    found: Scan,
+    root: Path,
+    path: str,
+    globs: Sequence[str],
+    ignore: Sequence[str],
+    listings: dict[str, list[str]] | None = None,
 ) -> None:
     """Add ``path`` to ``found`` if it is a regular file the patterns select."""
     if path in found.files or ignored(path, ignore):
         return
     parent, _, name = path.rpartition("/")
+    listings = {} if listings is None else listings
     try:
         info = os.stat(root / path)
-        if name not in os.listdir(root / parent):  # a case-insensitive file system
+        if parent not in listings:
+            listings[parent] = os.listdir(root / parent)
+        if name not in listings[parent]:  # a case-insensitive file system
             return
     except FileNotFoundError:
         return
@@ -190,6 +207,7 @@ def _walk(
     select = any_regex(tuple(globs))
     skip = any_regex(tuple(ignore))
     assert select is not None
+    chosen = _chosen(tuple(globs), tuple(ignore))
     regular = stat.S_ISREG
     out = found.files
     pending = [(start, 1)]
@@ -218,7 +236,14 @@ def _walk(
                 ):
                     pending.append((path, level + 1))
                 continue
-            if select.match(path) is None or (skip is not None and skip.match(path)):
+            wanted = chosen.get(path)
+            if wanted is None:
+                if len(chosen) > MAX_REMEMBERED:
+                    chosen.clear()
+                wanted = chosen[path] = select.match(path) is not None and not (
+                    skip is not None and skip.match(path)
+                )
+            if not wanted:
                 continue
             try:
                 info = entry.stat()

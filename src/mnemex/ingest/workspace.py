@@ -236,6 +236,26 @@ def _known(conn: sqlite3.Connection, workspace_id: int, *, count: bool) -> dict[
     return {r[0]: _Known(*r[1:]) for r in rows}
 
 
+def _cached(
+    store: Store, conn: sqlite3.Connection, ws: Workspace
+) -> tuple[dict[str, _Known], dict[str, files.Stat] | None]:
+    """The files rows as last read, unless the store changed since (``PRAGMA data_version``
+    for other connections, the store's write count for this one); and, when no file needs
+    a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
+    version = (conn.execute("PRAGMA data_version").fetchone()[0], store._generation)
+    cached = store._files_cache.get(ws.id)
+    if cached is not None and cached[0] == version:
+        return cached[1], cached[2]
+    known = _known(conn, ws.id, count=False)
+    settled: dict[str, files.Stat] | None = {
+        path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()
+    }
+    if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
+        settled = None
+    store._files_cache[ws.id] = (version, known, settled)
+    return known, settled
+
+
 def _needs_read(known: _Known | None, stat: files.Stat, retry: bool) -> bool:
     """Whether a file must be read: new, changed size or mtime, racily clean, chunks
     missing from the index, or (with ``retry``) a file that could not be indexed."""
@@ -266,10 +286,13 @@ def _plan(
     only: Sequence[str] | None = None,
     rechunk: bool = False,
     count: bool = True,
+    found: files.Scan | None = None,
 ) -> _Plan:
     """Scan the folder (or only these paths) and decide which files to read and drop."""
     folder = ws.folder
-    if only is None:
+    if found is not None:
+        pass
+    elif only is None:
         found = files.scan(folder, ws.globs, ws.ignore)
     else:
         if not folder.is_dir():
@@ -280,14 +303,8 @@ def _plan(
     with store._db() as conn:
         if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
             known = _known(conn, ws.id, count=True)  # find the files that lost chunks
-        else:  # the rows as last read, unless the store changed since
-            version = (conn.execute("PRAGMA data_version").fetchone()[0], store._generation)
-            cached = store._files_cache.get(ws.id)
-            if cached is not None and cached[0] == version:
-                known = cached[1]
-            else:
-                known = _known(conn, ws.id, count=False)
-                store._files_cache[ws.id] = (version, known)
+        else:
+            known = _cached(store, conn, ws)[0]
     to_read = sorted(
         p for p, stat in found.files.items() if rechunk or _needs_read(known.get(p), stat, retry)
     )
@@ -895,14 +912,19 @@ def _report(
 def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str | None:
     """Before a search: sync ``ws`` if files changed since the last sync, by ``deadline``.
 
-    Costs a scan (sizes and mtimes) and one query when nothing changed.
+    Costs a scan (sizes and mtimes) and a cheap query when nothing changed.
     Returns ``None`` when the index matches the folder, else a note saying why
     the results may be stale and what to run.
     """
     try:
-        plan = _plan(store, ws, retry=False, count=False)
+        found = files.scan(ws.folder, ws.globs, ws.ignore)
     except FileNotFoundError:
         return f"the workspace folder {ws.root} is missing: its chunks may be stale"
+    with store._db() as conn:
+        settled = _cached(store, conn, ws)[1]
+    if settled is not None and not found.unlisted and found.files == settled:
+        return None  # the common case: one comparison of two dicts
+    plan = _plan(store, ws, retry=False, count=False, found=found)
     if not plan.to_read and not plan.gone:
         return None
     pending = len(plan.to_read) + len(plan.gone)
