@@ -473,6 +473,11 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @tag_option
 @click.option("-l", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
+@click.option(
+    "--around", metavar="ID", help="The memory ID and those created just before and after."
+)
+@click.option("--before", type=click.IntRange(0, 1000), default=5, show_default=True)
+@click.option("--after", type=click.IntRange(0, 1000), default=5, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -485,10 +490,17 @@ def timeline(
     tags: tuple[str, ...],
     limit: int,
     oldest_first: bool,
+    around: str | None,
+    before: int,
+    after: int,
     all_namespaces: bool,
     as_json: bool,
 ) -> None:
-    """List memories by time: id, when, kind, tags and a one-line summary."""
+    """List memories by time: id, when, kind, tags and a one-line summary.
+
+    With --around ID: that memory, the --before memories created just before
+    it and the --after just after it (instead of the --limit newest).
+    """
     from mnemex.store import ALL
 
     entries = obj.store().timeline(
@@ -498,6 +510,9 @@ def timeline(
         tags=_split(tags),
         limit=limit,
         oldest_first=oldest_first,
+        around=around,
+        before=before,
+        after=after,
         namespace=ALL if all_namespaces else None,
     )
     if as_json:
