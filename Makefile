@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed]"
+	$(BIN)/pip install --quiet -e ".[embed,mcp]"
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
