@@ -40,7 +40,30 @@ STAGES: list[tuple[str, dict[str, Any]]] = [
     ("decay (30 d)", {"confidence": False, "decay": True, "mmr": False, "threshold": False}),
     ("MMR λ 0.7", {"confidence": False, "decay": False, "mmr": True, "threshold": False}),
     ("defaults", {}),
+    ("defaults, no query expansion", {"expand": False}),
 ]
+WINDOW_TURNS = 8  # turns of one session per memory in the long-memory setting
+
+
+def windows(turns: list[Any]) -> tuple[list[Any], dict[str, str]]:
+    """Longer memories: each run of ``WINDOW_TURNS`` turns of a session becomes one memory.
+
+    Returns the windows (as turns) and the window id of every turn id.
+    """
+    from mnemex.eval.data import Turn
+
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for t in turns:
+        session = t.id.split(":")[1]  # "conv-26:D3:7" -> "D3"
+        groups[(t.namespace, session)].append(t)
+    out, window_of = [], {}
+    for (ns, session), members in groups.items():
+        for start in range(0, len(members), WINDOW_TURNS):
+            part = members[start : start + WINDOW_TURNS]
+            ident = f"{ns}:{session}:w{start // WINDOW_TURNS}"
+            out.append(Turn(ns, ident, "\n".join(t.content for t in part), part[0].created_at))
+            window_of.update((t.id, ident) for t in part)
+    return out, window_of
 
 
 def build(path: Path, turns: list[Any], embed: bool) -> Store:
@@ -86,8 +109,14 @@ def stage_table(store: Store, questions: list[Any], mode: str, settings: dict[st
     return out
 
 
-def budget_table(store: Store, questions: list[Any], mode: str) -> dict[str, dict[str, float]]:
-    """Recall block (500 tokens, 5 memories) against plain top-5 rendered the same way."""
+def budget_table(
+    store: Store, questions: list[Any], mode: str, window_of: dict[str, str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Recall block (500 tokens, 5 memories) against plain top-5 rendered the same way.
+
+    With ``window_of``, memories are windows of turns and a question's
+    evidence is the set of windows holding its evidence turns.
+    """
     now = utcnow()
     rows: dict[str, dict[str, list[float]]] = {
         "plain top-5": defaultdict(list),
@@ -96,7 +125,7 @@ def budget_table(store: Store, questions: list[Any], mode: str) -> dict[str, dic
         "recall, 500 tokens, decay": defaultdict(list),
     }
     for q in questions:
-        evidence = set(q.evidence)
+        evidence = set(q.evidence) if window_of is None else {window_of[e] for e in q.evidence}
         hits = store.search(q.text, 5, mode=mode, namespace=q.namespace).hits
         got = store.get([h.id for h in hits], namespace=q.namespace).memories if hits else ()
         block = render(
@@ -219,6 +248,11 @@ def main() -> None:
         budget = budget_table(store, questions, mode)
         thresholds = threshold_table(store, questions, mode)
         store.close()
+        long_turns, window_of = windows(data.turns)
+        store = build(CACHE / f"ranking-windows-{mode}.db", long_turns, embed)
+        long_budget = budget_table(store, questions, mode, window_of)
+        mean_chars = statistics.fmean(len(t.content) for t in long_turns)
+        store.close()
         print(f"{mode}: {time.perf_counter() - started:.0f} s")
         lines += [
             f"### {mode}: evidence recall with each stage alone",
@@ -237,6 +271,17 @@ def main() -> None:
                 for k, v in budget.items()
             ),
             "",
+            f"### {mode}: what the agent reads when memories are long "
+            f"({len(long_turns)} memories of {WINDOW_TURNS} turns, {mean_chars / 4:.0f} tokens on average)",
+            "",
+            "| block | questions with evidence inside | evidence recall | mean tokens | over 500 tokens |",
+            "| --- | --- | --- | --- | --- |",
+            *(
+                f"| {k} | {fmt(v['any evidence inside'])} | {fmt(v['evidence recall'])} | "
+                f"{v['tokens']:.0f} | {v['over 500']:.1%} |"
+                for k, v in long_budget.items()
+            ),
+            "",
             f"### {mode}: share of evidence hits (top 10) a threshold would remove",
             "",
             "| arm | threshold | evidence hits lost | all hits cut |",
@@ -248,7 +293,7 @@ def main() -> None:
             ),
             "",
         ]
-        print("\n".join(lines[-40:]))
+        print("\n".join(lines[-50:]))
     for embed in [False] if args.lexical_only else [False, True]:
         report = dedup_table(data.turns, embed, CACHE)
         label = "with the local model" if embed else "lexical only"

@@ -161,7 +161,7 @@ def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[n
     assert json.loads(run("-n", "strict", "stats", "--json").stdout)["memories"] == 0
     # Re-importing an export skips existing ids.
     again = json.loads(run("import", str(out), "--json").stdout)
-    assert again == {"imported": 0, "skipped": 2, "errors": []}
+    assert again == {"imported": 0, "skipped": 2, "relations": 0, "errors": []}
 
 
 def test_check(run) -> None:  # type: ignore[no-untyped-def]

@@ -147,3 +147,19 @@ def test_stop_words_come_back_when_content_words_match_nothing(
     store, ids = polyglot
     hits = store.search("¿zzyzx con el equipo?", mode="lexical").hits
     assert hits and hits[0].id == ids["es"]
+
+
+def test_query_expansion_can_be_switched_off(make_store) -> None:  # type: ignore[no-untyped-def]
+    """With expansion, Spanish stop words are set aside; without it only English ones are."""
+    texts = ["para para para nada", "La reunión del presupuesto es el lunes"]
+    on = make_store("on.db")
+    off = make_store("off.db", query_expansion=False)
+    for store in (on, off):
+        store.add_many(texts)
+    query = "¿para cuándo es la reunión?"
+    assert [h.snippet for h in on.search(query).hits] == [
+        "La **reunión** del presupuesto es el lunes"
+    ]
+    assert len(off.search(query).hits) == 2
+    assert len(on.search(query, expand=False).hits) == 2
+    assert len(off.search(query, expand=True).hits) == 1

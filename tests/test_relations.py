@@ -441,3 +441,127 @@ def test_a_version_2_store_gains_relations(tmp_path: Path, monkeypatch: pytest.M
         assert triples(search(store, "engram")) == [("Jared", "works_on", "engram")]
         index_matches_table(conn)
         assert store.check()["ok"]
+
+
+# -- through the store, the CLI and JSONL -------------------------------------------
+
+
+def test_store_relate_neighbors_and_forget(store: Store) -> None:
+    memory = store.add("Jared has been working on engram since March")
+    rel = store.relate("Jared", "works on", "engram", confidence=0.9, source_memory=memory)
+    assert (rel.predicate, rel.source_memory, rel.namespace) == ("works_on", memory, NS)
+    again = store.relate("jared", "worksOn", "Engram", confidence=0.5)
+    assert again.id == rel.id and again.confidence == 0.9
+    store.relate("Maria", "manages", "Jared")
+    assert triples(store.neighbors("JARED")) == [
+        ("Jared", "works_on", "engram"),
+        ("Maria", "manages", "Jared"),
+    ]
+    assert store.stats().relations == 2
+    gone = store.forget_relations([rel.id, "0000000000000000"])
+    assert gone.forgotten == (rel.id,) and gone.missing == ("0000000000000000",)
+    assert triples(store.neighbors("Jared")) == [("Maria", "manages", "Jared")]
+    with pytest.raises(UnknownMemory):
+        store.relate("Jared", "likes", "tea", source_memory="0000000000000000")
+    assert store.check()["ok"]
+
+
+def test_search_returns_relations_apart_from_memories(store: Store) -> None:
+    store.add("Jared has been working on the engram search engine since March")
+    store.add("Lunch on Friday was pizza again")
+    for subject, predicate, obj in TEAM:
+        store.relate(subject, predicate, obj)
+    result = store.search("what does Jared work on?")
+    assert all(not hasattr(h, "subject") for h in result.hits)
+    assert triples(list(result.relations))[0] == ("Jared", "works_on", "engram")
+    scores = [r.score for r in result.relations]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1  # never a constant
+    assert len(result.relations) <= store.settings.search_relations
+    data = result.to_dict()
+    assert data["relations"][0]["predicate"] == "works_on" and "score" in data["relations"][0]
+    assert store.search("what does Jared work on?", relations=0).relations == ()
+    assert len(store.search("Jared", relations=2).relations) == 2
+    assert store.search("weather forecast for tomorrow").relations == ()
+    with pytest.raises(InvalidInput):
+        store.search("Jared", relations=-1)
+
+
+def test_relations_in_search_stay_in_their_namespace(make_store) -> None:  # type: ignore[no-untyped-def]
+    mine = make_store("shared.db", namespace="mine")
+    other = make_store("shared.db", namespace="other")
+    other.relate("Jared", "works_on", "engram")
+    assert mine.search("Jared engram").relations == ()
+    assert mine.neighbors("Jared") == []
+    mine.relate("Jared", "likes", "pizza")
+    assert triples(list(mine.search("Jared").relations)) == [("Jared", "likes", "pizza")]
+    both = mine.search("Jared", namespace=mnemex.ALL).relations
+    assert {r.namespace for r in both} == {"mine", "other"}
+
+
+def test_relations_round_trip_through_jsonl(make_store) -> None:  # type: ignore[no-untyped-def]
+    from mnemex.transfer import export_lines, import_jsonl
+
+    source = make_store("source.db")
+    memory = source.add("Jared works on engram")
+    source.relate("Jared", "works_on", "engram", confidence=0.9, source_memory=memory)
+    source.relate("张伟", "喜欢", "咖啡")
+    lines = list(export_lines(source))
+    assert len(lines) == 3
+    target = make_store("target.db")
+    report = import_jsonl(target, lines)
+    assert (report.imported, report.relations, report.errors) == (1, 2, ())
+    assert [r.to_dict() for r in target.iter_relations()] == [
+        r.to_dict() for r in source.iter_relations()
+    ]
+    assert triples(list(target.search("咖啡").relations)) == [("张伟", "喜欢", "咖啡")]
+    assert target.check()["ok"]
+
+
+def test_bad_relation_lines_are_reported_and_strict_imports_nothing(store: Store) -> None:
+    from mnemex.transfer import import_jsonl
+
+    lines = [
+        '{"content": "Jared works on engram", "id": "m1"}',
+        '{"type": "relation", "subject": "Jared", "predicate": "works_on", "object": "engram", "source_memory": "m1"}',
+        '{"type": "relation", "subject": "", "predicate": "likes", "object": "tea"}',
+        '{"type": "relation", "subject": "A", "predicate": "b", "object": "C", "source_memory": "nope"}',
+        '{"type": "relation", "subject": "A", "predicate": "b", "object": "C", "colour": "red"}',
+        '{"type": "widget", "content": "x"}',
+    ]
+    with pytest.raises(InvalidInput, match="4 bad line"):
+        import_jsonl(store, lines, strict=True)
+    assert store.count() == 0 and store.stats().relations == 0
+    report = import_jsonl(store, lines)
+    assert [e.line for e in report.errors] == [3, 4, 5, 6]
+    assert "neither in the file nor" in report.errors[1].message
+    assert (report.imported, report.relations) == (1, 1)
+    assert store.neighbors("jared")[0].source_memory == "m1"
+
+
+def test_cli_relate_neighbors_search_forget(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from mnemex.cli import cli
+
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0) -> str:
+        result = runner.invoke(cli, ["--db", str(tmp_path / "cli.db"), *args])
+        assert result.exit_code == code, result.output
+        return result.output
+
+    rel = run("relate", "Jared", "works_on", "engram", "--confidence", "0.9").strip()
+    run("relate", "Jared", "likes", "pizza")
+    assert "Jared -[works_on]-> engram" in run("neighbors", "jared")
+    found = json.loads(run("neighbors", "jared", "--json"))
+    assert [r["predicate"] for r in found] == ["works_on", "likes"]
+    out = json.loads(run("search", "what is Jared working on", "--json"))
+    assert out["hits"] == [] and out["relations"][0]["id"] == rel
+    assert "Jared -[works_on]-> engram" in run("search", "Jared engram")
+    assert json.loads(run("search", "Jared", "--relations", "0", "--json"))["relations"] == []
+    assert "relations   2" in run("stats")
+    assert "forgot 1 relation" in run("forget", "--relations", rel)
+    assert "not found" in run("forget", "--relations", rel, code=1)
+    assert "object is empty" in run("relate", "Jared", "likes", " ", code=1)

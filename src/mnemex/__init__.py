@@ -6,8 +6,8 @@
     >>> store.search("which database for billing?").hits
 
 The public API is small: :func:`open` returns a :class:`Store`; its methods
-(``add``, ``add_many``, ``get``, ``update``, ``forget``, ``timeline``,
-``search``, ``stats``) return the frozen values in :mod:`mnemex.models`;
+(``add``, ``remember``, ``add_many``, ``get``, ``update``, ``forget``,
+``timeline``, ``search``, ``recall``, ``relate``, ``neighbors``, ``stats``) return the frozen values in :mod:`mnemex.models`;
 errors derive from :class:`MnemexError`.
 """
 
@@ -31,6 +31,7 @@ __all__ = [
     "Memory",
     "MissingExtra",
     "MnemexError",
+    "Relation",
     "SearchResult",
     "Settings",
     "Stats",
@@ -62,6 +63,7 @@ _LAZY = {
     "GetResult": "mnemex.models",
     "Hit": "mnemex.models",
     "Memory": "mnemex.models",
+    "Relation": "mnemex.models",
     "SearchResult": "mnemex.models",
     "Stats": "mnemex.models",
     "TimelineEntry": "mnemex.models",
@@ -87,6 +89,7 @@ if TYPE_CHECKING:
         GetResult,
         Hit,
         Memory,
+        Relation,
         SearchResult,
         Stats,
         TimelineEntry,

@@ -274,6 +274,11 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 )
 @click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
+@click.option(
+    "--relations",
+    type=click.IntRange(0, 1000),
+    help="Most relations shown beside the memories (default 5; 0 for none).",
+)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -294,10 +299,14 @@ def search(
     decay: bool | None,
     mmr: bool | None,
     no_threshold: bool,
+    relations: int | None,
     all_namespaces: bool,
     as_json: bool,
 ) -> None:
-    """Find the memories that best match QUERY (plain text; any characters are fine)."""
+    """Find the memories that best match QUERY (plain text; any characters are fine).
+
+    Relations (`mnemex relate`) that match QUERY are listed after the memories.
+    """
     from mnemex.store import ALL
 
     store = obj.store()
@@ -316,6 +325,7 @@ def search(
         decay=decay,
         mmr=mmr,
         threshold=False if no_threshold else None,
+        relations=relations,
         namespace=ALL if all_namespaces else None,
     )
     if as_json:
@@ -329,6 +339,7 @@ def search(
         click.echo(f"note: {note}", err=True)
     if not result.hits:
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
+        _print_relations(result.relations, "relations")
         return
     start, end = store.settings.highlight_start, store.settings.highlight_end
     for rank, hit in enumerate(result.hits, start=1):
@@ -341,8 +352,24 @@ def search(
         out.print(Padding(highlighted(" ".join(hit.snippet.split()), start, end), (0, 0, 0, 5)))
         if hit.explain is not None:
             out.print(Padding(_explain_line(hit.explain), (0, 0, 0, 5)), style="dim")
+    _print_relations(result.relations, "relations")
     how = result.mode_used + (f", {result.fusion}" if result.fusion else "")
     out.print(f"[dim]{len(result.hits)} hit(s), {how}, {result.took_ms:.1f} ms[/dim]", markup=True)
+
+
+def _print_relations(relations: Sequence[Any], title: str) -> None:
+    """One line a relation: ``subject -[predicate]-> object``, its score and confidence."""
+    if not relations:
+        return
+    out = console()
+    out.print(f"[bold]{title}[/bold]", markup=True)
+    for rel in relations:
+        score = "" if rel.score is None else f"score {rel.score:.3f}  "
+        out.print(
+            f"  {rel.subject} -[{rel.predicate}]-> {rel.object}  "
+            f"{score}confidence {rel.confidence:g}  {rel.id}",
+            markup=False,
+        )
 
 
 def _explain_line(explain: dict[str, Any]) -> str:
@@ -618,21 +645,81 @@ def update(
 
 @cli.command()
 @click.argument("ids", nargs=-1, required=True)
+@click.option("--relations", "relation_ids", is_flag=True, help="IDS are relation ids.")
 @json_option
 @click.pass_obj
 @handle_errors
-def forget(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
-    """Delete memories by id (unknown ids are reported; exit 1 if any)."""
-    result = obj.store().forget(_split(ids))
+def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool) -> None:
+    """Delete memories (or, with --relations, relations) by id.
+
+    Unknown ids are reported; exit 1 if any.
+    """
+    store = obj.store()
+    result = store.forget_relations(_split(ids)) if relation_ids else store.forget(_split(ids))
     if as_json:
         emit_json(result.to_dict())
     else:
-        click.echo(
-            f"forgot {len(result.forgotten)} memor{'y' if len(result.forgotten) == 1 else 'ies'}"
+        n = len(result.forgotten)
+        what = (
+            ("relation" if n == 1 else "relations")
+            if relation_ids
+            else ("memory" if n == 1 else "memories")
         )
+        click.echo(f"forgot {n} {what}")
     if result.missing:
         click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@click.argument("subject")
+@click.argument("predicate")
+@click.argument("object_", metavar="OBJECT")
+@click.option("--confidence", type=float, default=0.8, show_default=True)
+@click.option("--source-memory", help="Id of the memory this relation was read from.")
+@json_option
+@click.pass_obj
+@handle_errors
+def relate(
+    obj: Context,
+    subject: str,
+    predicate: str,
+    object_: str,
+    confidence: float,
+    source_memory: str | None,
+    as_json: bool,
+) -> None:
+    """Store the relation SUBJECT -[PREDICATE]-> OBJECT (e.g. Jared works_on engram).
+
+    Relating a known triple again keeps one relation, with the higher confidence.
+    """
+    rel = obj.store().relate(
+        subject, predicate, object_, confidence=confidence, source_memory=source_memory
+    )
+    if as_json:
+        emit_json(rel.to_dict())
+    else:
+        click.echo(rel.id)
+
+
+@cli.command()
+@click.argument("entity")
+@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@all_ns_option
+@json_option
+@click.pass_obj
+@handle_errors
+def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_json: bool) -> None:
+    """Relations with ENTITY as subject or object (whole name, any case)."""
+    from mnemex.store import ALL
+
+    found = obj.store().neighbors(entity, limit=limit, namespace=ALL if all_namespaces else None)
+    if as_json:
+        emit_json([rel.to_dict() for rel in found])
+    elif not found:
+        console().print(f"no relations with {entity!r}", markup=False)
+    else:
+        _print_relations(found, f"{len(found)} relation(s) with {entity}")
 
 
 @cli.command()
@@ -667,7 +754,8 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
             out.print("            run `mnemex embed` to embed the pending memories", markup=False)
     else:
         out.print(
-            "vectors     none (lexical only; pip install 'mnemex[embed]' for the local model)"
+            "vectors     none (lexical only; pip install 'mnemex[embed]' for the local model)",
+            markup=False,
         )
     if s.other_models:
         out.print(
@@ -676,6 +764,7 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
             + " (unused; `mnemex reindex --prune` deletes them)",
             markup=False,
         )
+    out.print(f"relations   {s.relations:,}")
     out.print(f"size        {s.size_bytes / 1e6:.1f} MB, schema v{s.schema_version}")
 
 
@@ -727,7 +816,7 @@ def import_(
     else:
         click.echo(
             f"imported {report.imported:,}, skipped {report.skipped:,} existing, "
-            f"{len(report.errors):,} bad line(s)"
+            f"{report.relations:,} relation(s), {len(report.errors):,} bad line(s)"
         )
         for message in describe_errors(report.errors):
             click.echo(f"  {message}", err=True)
@@ -747,7 +836,7 @@ def _counting(stream: Any, advance: Callable[[int], None]) -> Iterator[bytes]:
 @click.pass_obj
 @handle_errors
 def export(obj: Context, file: str, all_namespaces: bool) -> None:
-    """Write memories as JSONL to FILE (default: standard output)."""
+    """Write memories and relations as JSONL to FILE (default: standard output)."""
     from mnemex.store import ALL
     from mnemex.transfer import export_jsonl
 
@@ -759,7 +848,7 @@ def export(obj: Context, file: str, all_namespaces: bool) -> None:
         with open(tmp, "w", encoding="utf-8") as out:
             count = export_jsonl(obj.store(), out, namespace=namespace)
         os.replace(tmp, file)
-        click.echo(f"exported {count:,} memories to {file}", err=True)
+        click.echo(f"exported {count:,} memories and relations to {file}", err=True)
 
 
 @cli.command()

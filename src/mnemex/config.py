@@ -48,6 +48,7 @@ DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (see
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
 RECALL_MAX_MEMORIES = 5  # seed 003
+SEARCH_RELATIONS = 5  # relations returned beside the memories of a search (seed 002)
 MODES = ("auto", "lexical", "vector", "hybrid")
 SIMILARITIES = ("auto", "jaccard", "cosine")
 TOKEN_COUNTERS = ("chars", "wordpiece")
@@ -105,6 +106,8 @@ class Settings:
     recall_budget: int = RECALL_BUDGET_TOKENS
     recall_max: int = RECALL_MAX_MEMORIES
     token_counter: str = "chars"  # chars: len/4; wordpiece: the local model's tokenizer
+    query_expansion: bool = True  # multilingual stop words, CJK pieces, Korean particles
+    search_relations: int = SEARCH_RELATIONS  # 0: searches return no relations
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -249,6 +252,8 @@ def _validate(s: Settings) -> None:
             raise InvalidInput(f"{name} must be between -1 and 1")
     if s.recall_budget < 1 or s.recall_max < 1:
         raise InvalidInput("recall_budget and recall_max must be at least 1")
+    if not 0 <= s.search_relations <= MAX_SEARCH_LIMIT:
+        raise InvalidInput(f"search_relations must be between 0 and {MAX_SEARCH_LIMIT}")
     if s.token_counter not in TOKEN_COUNTERS:
         raise InvalidInput(
             f"token_counter must be one of {', '.join(TOKEN_COUNTERS)}, got {s.token_counter!r}"

@@ -70,6 +70,38 @@ class Hit:
 
 
 @dataclass(frozen=True, slots=True)
+class Relation:
+    """One relation; ``score`` is set when it comes from a search, in [0, 1), higher is better."""
+
+    id: str
+    namespace: str
+    subject: str
+    predicate: str
+    object: str
+    confidence: float
+    source_memory: str | None
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "namespace": self.namespace,
+            "subject": self.subject,
+            "predicate": self.predicate,
+            "object": self.object,
+            "confidence": self.confidence,
+            "source_memory": self.source_memory,
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+        }
+        if self.score is not None:
+            data["score"] = round(self.score, 6)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class SearchResult:
     """Hits best first, plus how they were found.
 
@@ -85,6 +117,7 @@ class SearchResult:
     took_ms: float
     fusion: str | None = None
     notes: tuple[str, ...] = ()
+    relations: tuple[Relation, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +128,7 @@ class SearchResult:
             "notes": list(self.notes),
             "took_ms": round(self.took_ms, 3),
             "hits": [h.to_dict() for h in self.hits],
+            "relations": [r.to_dict() for r in self.relations],
         }
 
 
@@ -159,6 +193,7 @@ class Stats:
     vectors: int = 0
     pending_vectors: int = 0
     other_models: dict[str, int] = field(default_factory=dict)
+    relations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,6 +212,7 @@ class Stats:
             "vectors": self.vectors,
             "pending_vectors": self.pending_vectors,
             "other_models": self.other_models,
+            "relations": self.relations,
         }
 
 
@@ -199,11 +235,13 @@ class ImportReport:
     skipped: int
     errors: tuple[LineError, ...]
     ids: tuple[str, ...] = ()
+    relations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "imported": self.imported,
             "skipped": self.skipped,
+            "relations": self.relations,
             "errors": [e.to_dict() for e in self.errors],
         }
 

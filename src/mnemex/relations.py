@@ -25,14 +25,13 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import LexicalPlan, Lexicon
-from mnemex.models import ForgetResult
+from mnemex.models import ForgetResult, Relation
 from mnemex.search.query import (
     MAX_QUERY_TERMS,
     Term,
@@ -82,38 +81,6 @@ _UPSERT: Final = f"""INSERT INTO relations (
 
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _PREDICATE_GAPS = re.compile(r"[\s_\-]+")
-
-
-@dataclass(frozen=True, slots=True)
-class Relation:
-    """One relation; ``score`` is set when it comes from a search, in [0, 1), higher is better."""
-
-    id: str
-    namespace: str
-    subject: str
-    predicate: str
-    object: str
-    confidence: float
-    source_memory: str | None
-    created_at: datetime
-    updated_at: datetime
-    score: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "namespace": self.namespace,
-            "subject": self.subject,
-            "predicate": self.predicate,
-            "object": self.object,
-            "confidence": self.confidence,
-            "source_memory": self.source_memory,
-            "created_at": format_time(self.created_at),
-            "updated_at": format_time(self.updated_at),
-        }
-        if self.score is not None:
-            data["score"] = round(self.score, 6)
-        return data
 
 
 # -- validation -----------------------------------------------------------------
@@ -201,34 +168,63 @@ def relate(
     moves to ``now``, and the first spelling and source memory stay.
     ``source_memory`` must be a memory of the namespace.
     """
+    row = relation_row(namespace, subject, predicate, object, confidence, source_memory, now)
+    with write_transaction(conn):
+        return upsert(conn, [row])[0]
+
+
+def relation_row(
+    namespace: str,
+    subject: str,
+    predicate: str,
+    object: str,
+    confidence: float = DEFAULT_CONFIDENCE,
+    source_memory: str | None = None,
+    now: datetime | None = None,
+    *,
+    relation_id: str | None = None,
+    created_at: datetime | None = None,
+) -> tuple[Any, ...]:
+    """Validate a relation into a row for :func:`upsert`.
+
+    ``relation_id`` and ``created_at`` keep an imported relation's own id and time.
+    """
     ns = clean_namespace(namespace)
     subj = clean_entity(subject, "subject")
     pred = clean_predicate(predicate)
     obj = clean_entity(object, "object")
-    conf = clean_confidence(confidence)
-    source = None if source_memory is None else clean_id(source_memory)
     stamp = format_time(now or utcnow())
-    row = (
-        new_id(),
+    return (
+        new_id() if relation_id is None else clean_id(relation_id),
         ns,
         subj,
         pred,
         obj,
         _entity_key(subj),
         _entity_key(obj),
-        conf,
-        source,
-        stamp,
+        clean_confidence(confidence),
+        None if source_memory is None else clean_id(source_memory),
+        stamp if created_at is None else format_time(created_at),
         stamp,
         _fts_text(subj, subj),
         _fts_text(pred, pred.replace("_", " ")),
         _fts_text(obj, obj),
     )
-    with write_transaction(conn):
-        if source is not None and not _memory_exists(conn, source, ns):
-            raise UnknownMemory([source], ns)
-        stored = conn.execute(_UPSERT, row).fetchall()
-    return _relation(stored[0])
+
+
+def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[Relation]:
+    """Write rows of :func:`relation_row` inside the caller's write transaction.
+
+    Raises :class:`UnknownMemory` (the caller rolls back) when a row's source
+    memory is not in its namespace.
+    """
+    stored = []
+    for row in rows:
+        namespace, source = row[1], row[8]
+        if source is not None and not _memory_exists(conn, source, namespace):
+            raise UnknownMemory([source], namespace)
+        stored.append(_relation(conn.execute(_UPSERT, row).fetchall()[0]))
+    return stored
 
 
 def _memory_exists(conn: sqlite3.Connection, memory_id: str, namespace: str) -> bool:
@@ -276,6 +272,19 @@ def count_relations(conn: sqlite3.Connection, namespace: str | None) -> int:
     )
 
 
+def page(
+    conn: sqlite3.Connection, namespace: str | None, after: int, limit: int
+) -> list[tuple[int, Relation]]:
+    """(seq, relation) of up to ``limit`` relations with ``seq > after``, oldest first."""
+    ns = _optional_namespace(namespace)
+    where, params = _namespace_sql(ns)
+    rows = conn.execute(
+        f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?",
+        [after, *params, limit],
+    ).fetchall()
+    return [(int(r[0]), _relation(r[1:])) for r in rows]
+
+
 def neighbors(
     conn: sqlite3.Connection, entity: str, namespace: str | None, limit: int = 50
 ) -> list[Relation]:
@@ -312,6 +321,9 @@ def search_relations(
     """
     ns = _optional_namespace(namespace)
     count = _check_limit(limit)
+    where, params = _namespace_sql(ns)
+    if conn.execute(f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1", params).fetchone() is None:
+        return []
     terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
     if not terms:
         return []

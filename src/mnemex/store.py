@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
     from mnemex.index.vectors import VectorIndex
 
+from mnemex import relations as relations_db
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
@@ -47,6 +50,7 @@ from mnemex.models import (
     Memory,
     Recalled,
     RecallResult,
+    Relation,
     SearchResult,
     Stats,
     TimelineEntry,
@@ -967,6 +971,63 @@ class Store:
             missing=tuple(i for i in wanted if i not in gone),
         )
 
+    # -- relations -------------------------------------------------------------
+
+    def relate(
+        self,
+        subject: str,
+        predicate: str,
+        object: str,
+        *,
+        confidence: float = DEFAULT_CONFIDENCE,
+        source_memory: str | None = None,
+        namespace: str | None = None,
+    ) -> Relation:
+        """Store ``subject -[predicate]-> object`` in the namespace, or strengthen it.
+
+        Entity names are compared ignoring case and predicates spelled in
+        snake_case (``worksOn``, ``works on`` and ``works-on`` are one), so
+        relating a known triple again keeps one relation whose confidence is
+        the higher of the two. ``source_memory`` names the memory the
+        relation was read from; it must be in the namespace.
+        """
+        ns = self._ns(namespace)
+        assert ns is not None
+        with self._lock, self._errors():
+            return relations_db.relate(
+                self.conn, ns, subject, predicate, object, confidence, source_memory
+            )
+
+    def neighbors(
+        self, entity: str, *, limit: int = 50, namespace: NamespaceArg = None
+    ) -> list[Relation]:
+        """Relations with ``entity`` (a whole name, any case) as subject or object,
+        most confident first."""
+        ns = self._ns(namespace, allow_all=True)
+        with self._lock, self._errors():
+            return relations_db.neighbors(self.conn, entity, ns, limit)
+
+    def forget_relations(
+        self, ids: Iterable[str] | str, *, namespace: str | None = None
+    ) -> ForgetResult:
+        """Delete relations by id; ids not in the namespace are reported in ``missing``."""
+        ns = self._ns(namespace)
+        assert ns is not None
+        with self._lock, self._errors():
+            return relations_db.forget_relations(self.conn, ids, ns)
+
+    def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
+        """Every relation of the namespace (or all), oldest first."""
+        ns = self._ns(namespace, allow_all=True)
+        last = 0
+        while True:
+            with self._lock, self._errors():
+                rows = relations_db.page(self.conn, ns, last, 1000)
+            if not rows:
+                return
+            yield from (relation for _, relation in rows)
+            last = rows[-1][0]
+
     # -- reads -----------------------------------------------------------------
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
@@ -1086,6 +1147,8 @@ class Store:
         confidence: bool | None = None,
         mmr: bool | None = None,
         threshold: bool | None = None,
+        expand: bool | None = None,
+        relations: int | None = None,
         now: datetime | str | None = None,
         namespace: NamespaceArg = None,
     ) -> SearchResult:
@@ -1103,7 +1166,13 @@ class Store:
         The ranking stages after fusion (see :mod:`mnemex.search.rank`) follow
         the settings unless switched here: ``decay`` (by age, measured from
         ``now``), ``confidence`` weighting, ``mmr`` diversity and the minimum
-        score ``threshold`` of each arm.
+        score ``threshold`` of each arm. ``expand`` switches query expansion
+        (see :func:`mnemex.search.query.expand_terms`).
+
+        Up to ``relations`` relations (default ``settings.search_relations``;
+        0 for none) that best match the query come back apart from the
+        memories, in ``SearchResult.relations``, ranked by BM25 · confidence.
+        The memory filters (kinds, tags, dates) do not apply to them.
         """
         from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
 
@@ -1117,6 +1186,9 @@ class Store:
         vector_weight, text_weight = weights or (settings.vector_weight, settings.text_weight)
         if vector_weight < 0 or text_weight < 0 or vector_weight + text_weight <= 0:
             raise InvalidInput("weights must be two numbers >= 0, not both 0 (vector, text)")
+        wanted = settings.search_relations if relations is None else relations
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 0 <= wanted <= 1000:
+            raise InvalidInput(f"relations must be an integer between 0 and 1000, got {wanted!r}")
         embedder = self.embedder if (mode or settings.search_mode) != "lexical" else None
         request = Request(
             query=query,
@@ -1131,11 +1203,20 @@ class Store:
             explain=explain,
             snippets=snippets,
             ranking=self._ranking(decay, confidence, mmr, threshold),
+            expand=settings.query_expansion if expand is None else bool(expand),
             now=None if now is None else parse_time(now, what="now"),
         )
         with self._lock, self._errors():
             engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
-            return run_search(engine, request)
+            result = run_search(engine, request)
+            if not wanted:
+                return result
+            started = time.perf_counter()
+            found = relations_db.search_relations(
+                self.conn, self._lexicon, result.query, filters.namespace, wanted
+            )
+        took = (time.perf_counter() - started) * 1000
+        return dataclasses.replace(result, relations=tuple(found), took_ms=result.took_ms + took)
 
     def _ranking(
         self,
@@ -1295,6 +1376,7 @@ class Store:
                     [] if ns is None else [ns],
                 ).fetchall()
             )
+            relation_count = relations_db.count_relations(conn, ns)
             embedder = self.embedder
             model = embedder.model_id if embedder is not None else None
             vector_count = models.pop(model, 0) if model else 0
@@ -1316,6 +1398,7 @@ class Store:
             vectors=vector_count,
             pending_vectors=count - vector_count if model else 0,
             other_models=models,
+            relations=relation_count,
         )
 
     def iter_memories(
@@ -1362,10 +1445,11 @@ class Store:
             result = conn.execute("PRAGMA integrity_check").fetchone()[0]
             if result != "ok":
                 problems.append(f"sqlite integrity_check: {result}")
-            try:
-                conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')")
-            except sqlite3.DatabaseError as exc:
-                problems.append(f"fts5 integrity-check: {exc}")
+            for table in ("memories_fts", "relations_fts"):
+                try:
+                    conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"fts5 integrity-check of {table}: {exc}")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_check")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_check_v")
             conn.execute("DROP TABLE IF EXISTS temp.mnemex_index_v")

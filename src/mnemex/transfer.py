@@ -1,9 +1,12 @@
-"""JSONL import and export. One memory per line; export and import round-trip.
+"""JSONL import and export. One memory or relation per line; export and import round-trip.
 
-A line is a JSON object with at least ``content``; the other keys are those
-of :meth:`mnemex.store.Store.add` (``id``, ``kind``, ``tags``, ``source``,
-``confidence``, ``pinned``, ``created_at``, ``metadata``) plus ``updated_at``
-and, with ``keep_namespaces``, ``namespace``. Export writes every field.
+A memory line is a JSON object with at least ``content``; the other keys are
+those of :meth:`mnemex.store.Store.add` (``id``, ``kind``, ``tags``,
+``source``, ``confidence``, ``pinned``, ``created_at``, ``metadata``) plus
+``updated_at`` and, with ``keep_namespaces``, ``namespace``. A relation line
+has ``"type": "relation"``, ``subject``, ``predicate`` and ``object``, and
+optionally ``id``, ``confidence``, ``source_memory``, ``created_at``,
+``updated_at`` and ``namespace``. Export writes every field, memories first.
 """
 
 from __future__ import annotations
@@ -12,14 +15,31 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
+from mnemex import relations as relations_db
+from mnemex.config import DEFAULT_CONFIDENCE
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.models import ImportReport, LineError
+from mnemex.storage import write_transaction
 from mnemex.store import Conflict, NamespaceArg, Store
-from mnemex.text import utcnow
+from mnemex.text import clean_namespace, parse_time, utcnow
 
 Progress = Callable[[int], None]  # called with the number of lines handled since the last call
 IMPORT_BATCH = 2_000
 _MAX_SHOWN_ERRORS = 20
+_RELATION_KEYS = frozenset(
+    {
+        "type",
+        "id",
+        "namespace",
+        "subject",
+        "predicate",
+        "object",
+        "confidence",
+        "source_memory",
+        "created_at",
+        "updated_at",
+    }
+)
 
 
 def import_jsonl(
@@ -50,6 +70,7 @@ def import_jsonl(
     errors: list[LineError] = []
     imported = skipped = 0
     ids: list[str] = []
+    relation_rows: list[tuple[int, tuple[Any, ...]]] = []  # (line number, row)
     on_conflict: Conflict = "skip" if skip_existing else "error"
 
     def flush() -> None:
@@ -73,13 +94,22 @@ def import_jsonl(
             item = _parse_line(line)
             if item is None:
                 continue
+            kind = item.pop("type", "memory")
+            if kind == "relation":
+                relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
+                continue
+            if kind != "memory":
+                raise InvalidInput(f"type must be memory or relation, got {kind!r}")
             rows.append(store._row(item, ns, now, keep_namespaces))
         except (InvalidInput, ValueError) as exc:
             errors.append(LineError(number, str(exc)))
             continue
         if not strict and len(rows) >= IMPORT_BATCH:
             flush()
+    known = {(row[1], row[0]) for row in rows}
+    relation_rows = _with_sources(store, relation_rows, known, errors)
     if strict and errors:
+        errors.sort(key=lambda e: e.line)
         shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
         raise InvalidInput(
             f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
@@ -99,7 +129,74 @@ def import_jsonl(
         rows.clear()
     else:
         flush()
-    return ImportReport(imported=imported, skipped=skipped, errors=tuple(errors), ids=tuple(ids))
+    related = 0
+    if relation_rows:
+        with store._lock, store._errors(), write_transaction(store.conn) as conn:
+            related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
+        if progress:
+            progress(related)
+    errors.sort(key=lambda e: e.line)
+    return ImportReport(
+        imported=imported,
+        skipped=skipped,
+        errors=tuple(errors),
+        ids=tuple(ids),
+        relations=related,
+    )
+
+
+def _relation_row(item: dict[str, Any], ns: str, keep_namespaces: bool) -> tuple[Any, ...]:
+    unknown = set(item) - _RELATION_KEYS
+    if unknown:
+        raise InvalidInput(
+            f"unknown relation field(s) {', '.join(sorted(unknown))}; known: "
+            f"{', '.join(sorted(_RELATION_KEYS))}"
+        )
+    for key in ("subject", "predicate", "object"):
+        if key not in item:
+            raise InvalidInput(f"a relation needs a {key!r} field")
+    namespace = ns
+    if keep_namespaces and item.get("namespace") is not None:
+        namespace = clean_namespace(item["namespace"])
+    created, updated = item.get("created_at"), item.get("updated_at")
+    return relations_db.relation_row(
+        namespace,
+        item["subject"],
+        item["predicate"],
+        item["object"],
+        DEFAULT_CONFIDENCE if item.get("confidence") is None else item["confidence"],
+        item.get("source_memory"),
+        None if updated is None else parse_time(updated, what="updated_at"),
+        relation_id=item.get("id"),
+        created_at=None if created is None else parse_time(created, what="created_at"),
+    )
+
+
+def _with_sources(
+    store: Store,
+    relation_rows: list[tuple[int, tuple[Any, ...]]],
+    imported: set[tuple[str, str]],
+    errors: list[LineError],
+) -> list[tuple[int, tuple[Any, ...]]]:
+    """The relation rows whose source memory is in this import or the store; the rest are errors."""
+    good = []
+    for number, row in relation_rows:
+        namespace, source = row[1], row[8]
+        if (
+            source is not None
+            and (namespace, source) not in imported
+            and not store.get(source, namespace=namespace).memories
+        ):
+            errors.append(
+                LineError(
+                    number,
+                    f"source_memory {source!r} is neither in the file nor in "
+                    f"namespace {namespace!r}",
+                )
+            )
+            continue
+        good.append((number, row))
+    return good
 
 
 def _parse_line(line: bytes | str) -> dict[str, Any] | None:
@@ -123,9 +220,11 @@ def _parse_line(line: bytes | str) -> dict[str, Any] | None:
 
 
 def export_lines(store: Store, *, namespace: NamespaceArg = None) -> Iterator[str]:
-    """JSONL lines (without newline) of every memory, oldest first."""
+    """JSONL lines (without newline): every memory, then every relation, oldest first."""
     for memory in store.iter_memories(namespace=namespace):
         yield json.dumps(memory.to_dict(), ensure_ascii=False)
+    for relation in store.iter_relations(namespace=namespace):
+        yield json.dumps({"type": "relation", **relation.to_dict()}, ensure_ascii=False)
 
 
 def export_jsonl(store: Store, out: IO[str], *, namespace: NamespaceArg = None) -> int:

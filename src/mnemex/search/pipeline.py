@@ -115,6 +115,7 @@ class Request:
     explain: bool = False
     snippets: bool = True
     ranking: Ranking = field(default_factory=Ranking)
+    expand: bool = True  # query expansion (mnemex.search.query.expand_terms)
     now: datetime | None = None  # the time ages are measured from (default: now)
 
 
@@ -177,7 +178,11 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
 
     # 2. plan the lexical arm
     lexical: LexicalPlan = (
-        plan_raw(engine.lexicon, text) if request.raw else plan(engine.lexicon, text, STOPWORDS)
+        plan_raw(engine.lexicon, text)
+        if request.raw
+        else plan(
+            engine.lexicon, text, STOPWORDS if request.expand else None, expand=request.expand
+        )
     )
 
     with read_transaction(engine.conn):
