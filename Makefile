@@ -52,6 +52,7 @@ pytest: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
+	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/eval_quality.py
 
 eval: $(VENV)/.dev

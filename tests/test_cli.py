@@ -184,6 +184,7 @@ def test_help_lists_every_command() -> None:
         "export",
         "check",
         "eval",
+        "mcp",
     ):
         assert command in result.output
 

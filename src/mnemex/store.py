@@ -1070,6 +1070,8 @@ class Store:
         ``around`` id not in the namespace raises
         :class:`~mnemex.errors.UnknownMemory`.
         """
+        start = None if start is None else parse_time(start, what="start")
+        end = None if end is None else parse_time(end, what="end")
         filters = self._filters(namespace, kinds, tags, start, end)
         where, params = filters.sql()
         order = "ASC" if oldest_first else "DESC"

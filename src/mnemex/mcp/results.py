@@ -128,6 +128,7 @@ class StatusOutput(BaseModel):
     embedder: str | None = None
     vectors: int
     pending_vectors: int
+    relations: int
 
 
 def tool_result(value: BaseModel) -> CallToolResult:
@@ -150,9 +151,21 @@ def search_output(result: models.SearchResult) -> SearchOutput:
             )
             for h in result.hits
         ],
-        relations=[],
+        relations=[relation(r) for r in result.relations],
         mode_used=result.mode_used,
         notes=list(result.notes) or None,
+    )
+
+
+def relation(found: models.Relation) -> Relation:
+    return Relation(
+        id=found.id,
+        subject=found.subject,
+        predicate=found.predicate,
+        object=found.object,
+        confidence=found.confidence,
+        source_memory=found.source_memory,
+        score=None if found.score is None else round(found.score, 3),
     )
 
 
@@ -223,4 +236,5 @@ def status_output(stats: models.Stats) -> StatusOutput:
         embedder=stats.embedder,
         vectors=stats.vectors,
         pending_vectors=stats.pending_vectors,
+        relations=stats.relations,
     )

@@ -23,6 +23,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -35,6 +36,7 @@ from mnemex.mcp.results import (
     ForgetOutput,
     GetOutput,
     RecallOutput,
+    RelateOutput,
     SearchOutput,
     StatusOutput,
     TimelineOutput,
@@ -103,7 +105,9 @@ def _store(ctx: Context[Any, Any]) -> Store:
 def memory_search(
     ctx: Context[Any, Any],
     query: Query,
-    limit: Annotated[int, Field(ge=1, le=MAX_HITS, description="Most hits.")] = 6,
+    limit: Annotated[
+        int | None, Field(ge=1, le=MAX_HITS, description="Most hits (default 6).")
+    ] = None,
     mode: Annotated[
         Literal["lexical", "vector", "hybrid"] | None,
         Field(description="Search arms (default: hybrid when a model is configured)."),
@@ -244,12 +248,47 @@ def memory_add(
     return tool_result(results.add_output(added, warning))
 
 
-def memory_forget(ctx: Context[Any, Any], ids: Ids) -> Annotated[CallToolResult, ForgetOutput]:
-    """Delete memories by id, for good; unknown ids are listed in missing."""
-    result = _store(ctx).forget(ids)
+def memory_forget(
+    ctx: Context[Any, Any],
+    ids: Ids,
+    relations: Annotated[
+        bool, Field(description="The ids are relation ids (from memory_search or memory_relate).")
+    ] = False,
+) -> Annotated[CallToolResult, ForgetOutput]:
+    """Delete memories (or, with relations: true, relations) by id, for good.
+
+    Unknown ids are listed in missing.
+    """
+    store = _store(ctx)
+    result = store.forget_relations(ids) if relations else store.forget(ids)
     if not result.forgotten:
-        raise _unknown(list(result.missing))
+        raise _unknown(list(result.missing), "relation" if relations else "memory")
     return tool_result(ForgetOutput(forgotten=list(result.forgotten), missing=list(result.missing)))
+
+
+def memory_relate(
+    ctx: Context[Any, Any],
+    subject: Annotated[
+        str, Field(max_length=256, description="An entity: a person, service, file...")
+    ],
+    predicate: Annotated[
+        str, Field(max_length=64, description="How they relate, e.g. owns, depends_on, works_on.")
+    ],
+    object: Annotated[str, Field(max_length=256, description="The other entity.")],
+    confidence: Annotated[float, Field(ge=0, le=1, description="How sure (0-1).")] = 0.8,
+    source_memory: Annotated[
+        str | None, Field(max_length=200, description="Id of the memory this was read from.")
+    ] = None,
+) -> Annotated[CallToolResult, RelateOutput]:
+    """Record that subject -[predicate]-> object, e.g. billing-service -[depends_on]-> postgres.
+
+    Relating a known pair again keeps one relation (names ignore case) with the
+    higher confidence. memory_search returns the relations that match a query.
+    """
+    found = _store(ctx).relate(
+        subject, predicate, object, confidence=confidence, source_memory=source_memory
+    )
+    return tool_result(RelateOutput(relation=results.relation(found)))
 
 
 def memory_status(ctx: Context[Any, Any]) -> Annotated[CallToolResult, StatusOutput]:
@@ -268,17 +307,17 @@ TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
     (memory_recall, _READ),
     (memory_add, _ADD),
     (memory_forget, _FORGET),
+    (memory_relate, _RELATE),
     (memory_status, _READ),
 )
 
 
-def _unknown(ids: list[str]) -> ToolError:
+def _unknown(ids: list[str], what: str = "memory") -> ToolError:
     shown = ", ".join(repr(i) for i in ids[:5]) + (
         f" and {len(ids) - 5} more" if len(ids) > 5 else ""
     )
-    return ToolError(
-        f"no memory with id {shown} here; find ids with memory_search or memory_timeline"
-    )
+    where = "memory_search" if what == "relation" else "memory_search or memory_timeline"
+    return ToolError(f"no {what} with id {shown} here; find ids with {where}")
 
 
 def _explain(error: MnemexError) -> str:
@@ -296,18 +335,48 @@ def _invalid(error: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(problems)
 
 
+def tool(fn: Callable[..., CallToolResult], hints: ToolAnnotations) -> Tool:
+    """``fn`` as an SDK tool whose schemas leave out pydantic's titles (tokens, no meaning)."""
+    made = Tool.from_function(
+        fn,
+        description=inspect.cleandoc(fn.__doc__ or ""),
+        annotations=hints,
+        structured_output=True,
+    )
+    made.parameters = _untitled(made.parameters)
+    made.fn_metadata.output_schema = _untitled(made.fn_metadata.output_schema)
+    return made
+
+
+def _untitled(schema: Any) -> Any:
+    """A JSON schema without ``title`` keywords (the keys of ``properties`` are names, kept)."""
+    if isinstance(schema, list):
+        return [_untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = _untitled(value)
+    return out
+
+
 class Server(MCPServer[Store]):
-    """The SDK's server, with tool errors phrased for the agent that has to act on them."""
+    """The SDK's server, with tool errors phrased for the agent that has to act on them.
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._parameters: dict[str, frozenset[str]] = {}
+    Arguments a tool does not take are refused (an agent cannot slip in a
+    ``namespace``); pydantic's validation errors become one line per field;
+    a :class:`~mnemex.errors.MnemexError` becomes an error result with its
+    message instead of the SDK's message-less crash report.
+    """
 
-    def add_memory_tool(self, fn: Callable[..., CallToolResult], hints: ToolAnnotations) -> None:
-        names = frozenset(inspect.signature(fn).parameters) - {"ctx"}
-        self._parameters[fn.__name__] = names
-        description = inspect.cleandoc(fn.__doc__ or "")
-        self.add_tool(fn, description=description, annotations=hints, structured_output=True)
+    def __init__(self, *, tools: list[Tool], **kwargs: Any) -> None:
+        super().__init__(tools=tools, **kwargs)
+        self._parameters = {t.name: frozenset(t.parameters.get("properties", {})) for t in tools}
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Store, Any] | None = None
@@ -376,14 +445,12 @@ def build_server(
             "token_verifier": StaticToken(token),
             "auth": AuthSettings(issuer_url=url, resource_server_url=None),  # type: ignore[arg-type]
         }
-    server = Server(
+    return Server(
         name="mnemex",
         version=__version__,
         instructions=INSTRUCTIONS,
+        tools=[tool(fn, hints) for fn, hints in TOOLS],
         lifespan=lifespan,
         log_level="WARNING",
         **auth,
     )
-    for fn, hints in TOOLS:
-        server.add_memory_tool(fn, hints)
-    return server
