@@ -79,7 +79,7 @@ def wordpiece() -> Callable[[str], int] | None:
 
 async def response_sizes(db: Path) -> dict[str, Any]:
     """Tokens of each tool's text result on the sample memories."""
-    calls: dict[str, list[tuple[str, int]]] = {}  # tool -> (text, items in it)
+    calls: dict[str, list[tuple[str, str, int]]] = {}  # tool -> (text, its items' JSON, count)
     async with Client(build_server(load_settings(db))) as client:
 
         async def run(tool: str, items: str | None = None, **arguments: Any) -> dict[str, Any]:
@@ -87,8 +87,11 @@ async def response_sizes(db: Path) -> dict[str, Any]:
             text = result.content[0].text  # type: ignore[union-attr]
             assert not result.is_error, text
             data: dict[str, Any] = json.loads(text)
-            count = len(data[items]) if items else 1
-            calls.setdefault(tool, []).append((text, count))
+            listed = data[items] if items else []
+            compact = ",".join(
+                json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in listed
+            )
+            calls.setdefault(tool, []).append((text, compact, len(listed)))
             return data
 
         listed = await client.list_tools()
@@ -123,7 +126,8 @@ async def response_sizes(db: Path) -> dict[str, Any]:
         ):
             added.append((await run("memory_add", content=text, kind="fact"))["id"])
         await run("memory_forget", ids=added[:1])
-    return {"calls": calls, "tool_list": tool_list}
+    outputs = json.dumps([t.output_schema for t in listed.tools], separators=(",", ":"))
+    return {"calls": calls, "tool_list": tool_list, "output_schemas": outputs}
 
 
 def build_lexical(path: Path, texts: list[str]) -> None:
@@ -194,15 +198,15 @@ def main() -> None:
         sizes = anyio.run(response_sizes, sample_db)
         size_rows = []
         for tool, made in sizes["calls"].items():
-            texts = [text for text, _ in made]
-            items = sum(n for _, n in made)
+            texts = [text for text, _, _ in made]
+            items = sum(n for _, _, n in made)
             row = {
                 "tool": tool,
                 "calls": len(made),
                 "chars": sum(map(chars, texts)) / len(texts),
                 "max": max(map(chars, texts)),
                 "wordpiece": sum(map(count, texts)) / len(texts) if count else None,
-                "per_item": sum(map(chars, texts)) / items if items != len(made) else None,
+                "per_item": len("".join(c for _, c, _ in made)) / 4 / items if items else None,
             }
             size_rows.append(row)
             print(
@@ -263,7 +267,8 @@ def main() -> None:
     lines += [
         "",
         f"The tool list (8 tools: names, descriptions, input and output schemas, annotations) "
-        f"is {chars(tool_list):,} tokens (len/4), paid once per session.",
+        f"is {chars(tool_list):,} tokens (len/4), {chars(sizes['output_schemas']):,} of them output "
+        "schemas (which clients need not show the model), paid once per session.",
         "",
         f"Latency: `memory_search` through a real `mnemex mcp` subprocess over stdio (the SDK's "
         f"stdio client), {args.size:,} memories (SciFact sentences and LoCoMo turns, as in "

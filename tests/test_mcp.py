@@ -553,6 +553,14 @@ def test_remote_bind_needs_a_flag_and_a_token(
         assert not transport.is_loopback(host)
 
 
+def test_a_file_that_is_no_store_fails_before_serving(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database, " * 100)
+    result = CliRunner().invoke(cli, ["--db", str(bad), "mcp"], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and "not a usable mnemex store" in result.stderr
+
+
 def test_without_the_extra_the_error_names_it(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['mcp'] = None; from mnemex.cli import main; "

@@ -14,7 +14,7 @@ from functools import partial
 from mnemex.config import Settings
 from mnemex.errors import InvalidInput
 from mnemex.mcp.server import build_server
-from mnemex.store import FROM_SETTINGS
+from mnemex.store import FROM_SETTINGS, Store
 
 TOKEN_ENV = "MNEMEX_MCP_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -68,11 +68,17 @@ def serve(
     token: str | None = None,
     embedder: object = FROM_SETTINGS,
 ) -> None:
-    """Serve over stdio, or with ``http`` over streamable HTTP at ``host:port/mcp``."""
+    """Serve over stdio, or with ``http`` over streamable HTTP at ``host:port/mcp``.
+
+    The store is opened once first, so that a bad path or a file that is not a
+    store fails here with its message instead of inside the running server.
+    """
+    if http:
+        check_bind(host, allow_remote=allow_remote, token=token)
+    Store(settings, embedder=None).close()
     if not http:
         build_server(settings, embedder=embedder).run("stdio")
         return
-    check_bind(host, allow_remote=allow_remote, token=token)
     import anyio
 
     server = build_server(settings, embedder=embedder, token=token, url=url(host, port))
