@@ -13,8 +13,9 @@ agent pays once per session.
 Latency: a real ``mnemex mcp`` subprocess driven by the SDK's stdio client,
 round trip of ``memory_search`` (default limit 6, snippets, relations) over a
 store of ``--size`` memories, lexical-only and hybrid with the local model
-(query embedding included). Baseline in the same run: ``Store.search`` with
-the same arguments on the same file, in-process.
+(query embedding included). Baseline, alternating with the MCP calls query
+by query in the same run: ``Store.search`` with the same arguments on the
+same file, in-process.
 """
 
 from __future__ import annotations
@@ -138,44 +139,45 @@ def build_lexical(path: Path, texts: list[str]) -> None:
             )
 
 
-async def stdio_latency(db: Path, qs: list[str], embedder: str) -> list[float]:
+async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[float], list[float]]:
+    """Per query, ``Store.search`` in this process and then ``memory_search`` over stdio.
+
+    Alternating the two, query by query, gives both the same share of a shared
+    machine's load.
+    """
     env = dict(os.environ) | {"MNEMEX_EMBEDDER": embedder, "PYTHONPATH": str(ROOT / "src")}
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mnemex", "--db", str(db), "mcp"], env=env
     )
-    samples = []
-    async with Client(params) as client:
-        for query in qs[:30]:  # warm up: the model, the vector matrix, SQLite's cache
-            await client.call_tool("memory_search", {"query": query})
-        for query in qs:
-            started = time.perf_counter()
-            result = await client.call_tool("memory_search", {"query": query})
-            samples.append((time.perf_counter() - started) * 1000)
-            assert not result.is_error
-    return samples
-
-
-def in_process_latency(db: Path, qs: list[str], embedder: str) -> list[float]:
-    samples = []
+    over: list[float] = []
+    base: list[float] = []
     with mnemex.open(db, embedder=embedder) as store:
-        for query in qs[:30]:
-            store.search(query)
-        for query in qs:
-            started = time.perf_counter()
-            store.search(query)
-            samples.append((time.perf_counter() - started) * 1000)
-    return samples
+        async with Client(params) as client:
+            for query in qs[:30]:  # warm up: the model, the vector matrix, SQLite's cache
+                store.search(query)
+                await client.call_tool("memory_search", {"query": query})
+            for query in qs:
+                started = time.perf_counter()
+                store.search(query)
+                base.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                result = await client.call_tool("memory_search", {"query": query})
+                over.append((time.perf_counter() - started) * 1000)
+                assert not result.is_error
+    return over, base
 
 
 def latency_row(name: str, db: Path, qs: list[str], embedder: str) -> dict[str, Any]:
-    base = percentiles(in_process_latency(db, qs, embedder))
-    over = percentiles(anyio.run(stdio_latency, db, qs, embedder))
+    load = os.getloadavg()[0]
+    over_ms, base_ms = anyio.run(paired_latency, db, qs, embedder)
+    over, base = percentiles(over_ms), percentiles(base_ms)
+    load = max(load, os.getloadavg()[0])
     print(
         f"{name}: memory_search over stdio p50 {over['p50']:.2f} ms, p95 {over['p95']:.2f} ms; "
         f"Store.search in-process p50 {base['p50']:.2f} ms, p95 {base['p95']:.2f} ms",
         flush=True,
     )
-    return {"name": name, "mcp": over, "base": base}
+    return {"name": name, "mcp": over, "base": base, "load": load}
 
 
 def main() -> None:
@@ -256,7 +258,7 @@ def main() -> None:
     }
     for row in size_rows:
         per = (
-            f"{row['per_item']:.0f} a {item_names.get(row['tool'], 'item')}"
+            f"{row['per_item']:.0f} per {item_names.get(row['tool'], 'item')}"
             if row["per_item"]
             else "-"
         )
@@ -274,17 +276,22 @@ def main() -> None:
         f"stdio client), {args.size:,} memories (SciFact sentences and LoCoMo turns, as in "
         f"`bench_lexical.py`), {len(qs)} queries of 5-10 words, after 30 warm-up calls; "
         "default arguments (limit 6, snippets, up to 5 relations). Baseline: `Store.search` with "
-        "the same arguments on the same file, in-process, same run. Hybrid includes embedding "
-        "the query with the local model in both.",
+        "the same arguments on the same file, in-process, alternating with the MCP calls query by "
+        "query. Hybrid includes embedding the query with the local model in both. The MCP "
+        "figure is the whole round trip: JSON-RPC over the pipes, the server's dispatch and "
+        "result conversion, and the SDK client validating each structured result against the "
+        "tool's output schema. *Load average*: the machine's 1-minute load average (this benchmark's own two processes included) "
+        "before or after the run, whichever was higher.",
         "",
-        "| mode | MCP over stdio p50 | p95 | `Store.search` in-process p50 | p95 | MCP overhead at p50 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| mode | MCP over stdio p50 | p95 | `Store.search` in-process p50 | p95 | MCP overhead at p50 | load average |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in latency:
         mcp, base = row["mcp"], row["base"]
         lines.append(
             f"| {row['name']} | {mcp['p50']:.2f} ms | {mcp['p95']:.2f} ms | {base['p50']:.2f} ms | "
-            f"{base['p95']:.2f} ms | +{mcp['p50'] - base['p50']:.2f} ms ({mcp['p50'] / base['p50']:.2f}×) |"
+            f"{base['p95']:.2f} ms | +{mcp['p50'] - base['p50']:.2f} ms ({mcp['p50'] / base['p50']:.2f}×) | "
+            f"{row['load']:.1f} |"
         )
     if not args.no_write:
         write_section("bench_mcp", "\n".join(lines))
