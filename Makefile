@@ -34,6 +34,10 @@ demo: $(VENV)/.core
 	@$(MNEMEX) search "发票" --limit 2
 	@echo; echo '$$ mnemex search "OIDC cutover" --kind decision --json'
 	@$(MNEMEX) search "OIDC cutover" --kind decision --limit 2 --json
+	@echo; echo '$$ mnemex search "who owns billing?" --limit 2   # matching relations come after the memories'
+	@$(MNEMEX) search "who owns billing?" --limit 2
+	@echo; echo '$$ mnemex recall "fix the nightly reconciliation job" --budget 300'
+	@$(MNEMEX) recall "fix the nightly reconciliation job" --budget 300
 	@echo; echo '$$ mnemex timeline --limit 8'
 	@$(MNEMEX) timeline --limit 8
 

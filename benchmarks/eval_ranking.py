@@ -120,6 +120,7 @@ def budget_table(
     now = utcnow()
     rows: dict[str, dict[str, list[float]]] = {
         "plain top-5": defaultdict(list),
+        "plain top-5 cut at 500 tokens": defaultdict(list),
         "recall, 500 tokens": defaultdict(list),
         "recall, 500 tokens, MMR": defaultdict(list),
         "recall, 500 tokens, decay": defaultdict(list),
@@ -138,6 +139,7 @@ def budget_table(
         )
         results = {
             "plain top-5": ([h.id for h in hits], count_chars(block)),
+            "plain top-5 cut at 500 tokens": cut_at(block, [m.id for m in got], 500),
         }
         for label, extra in (
             ("recall, 500 tokens", {}),
@@ -155,6 +157,16 @@ def budget_table(
     return {
         label: {k: statistics.fmean(v) for k, v in values.items()} for label, values in rows.items()
     }
+
+
+def cut_at(block: str, ids: list[str], budget: int) -> tuple[list[str], int]:
+    """A block cut at ``budget`` tokens: the memories whose line starts inside, and its size."""
+    lines = block.split("\n")
+    first = len(lines) - len(ids)  # memory lines come last, one a memory
+    inside = [
+        ident for n, ident in enumerate(ids) if count_chars("\n".join(lines[: first + n])) < budget
+    ]
+    return inside, min(count_chars(block), budget)
 
 
 def threshold_table(store: Store, questions: list[Any], mode: str) -> dict[str, Any]:

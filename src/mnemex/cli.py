@@ -369,6 +369,7 @@ def _print_relations(relations: Sequence[Any], title: str) -> None:
             f"  {rel.subject} -[{rel.predicate}]-> {rel.object}  "
             f"{score}confidence {rel.confidence:g}  {rel.id}",
             markup=False,
+            soft_wrap=True,
         )
 
 
