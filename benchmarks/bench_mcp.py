@@ -3,7 +3,7 @@
     python benchmarks/bench_mcp.py [--data DIR] [--size 100000] [--queries 300] [--no-hybrid]
 
 Response size: every tool called through the SDK's in-memory client on the
-bundled sample (src/mnemex/data/sample_memories.jsonl, 80 memories; hybrid
+bundled sample (src/mnemex/data/sample_memories.jsonl, 80 memories and 8 relations; hybrid
 with the local model when mnemex[embed] is installed). Tokens are those of
 the text an agent reads (the result's JSON): ``len / 4``, as mnemex counts
 them, and the local model's WordPiece tokens. The tool list itself (names,
@@ -42,6 +42,7 @@ import mnemex
 from common import ROOT, data_dir, machine, memories, percentiles, queries, write_section
 from mnemex.config import load_settings
 from mnemex.mcp.server import build_server
+from mnemex.transfer import import_jsonl
 
 SAMPLE = ROOT / "src" / "mnemex" / "data" / "sample_memories.jsonl"
 SEARCHES = [
@@ -193,10 +194,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
         tmp = Path(tmp_name)
         sample_db = tmp / "sample.db"
-        with mnemex.open(sample_db) as store:
-            lines = SAMPLE.read_text(encoding="utf-8").splitlines()
-            store.add_many([json.loads(line) for line in lines if line.strip()])
+        with mnemex.open(sample_db) as store, SAMPLE.open("rb") as sample:
+            imported = import_jsonl(store, sample, strict=True)
+            sample_memories, sample_relations = store.count(), store.stats().relations
             sample_model = store.embedder.model_id if store.embedder else "none (lexical)"
+        assert not imported.errors, imported.errors
         sizes = anyio.run(response_sizes, sample_db)
         size_rows = []
         for tool, made in sizes["calls"].items():
@@ -242,7 +244,7 @@ def main() -> None:
         f"Machine: {machine()}",
         "",
         f"Response size: each tool through the SDK's in-memory client on the bundled sample "
-        f"({len(SAMPLE.read_text(encoding='utf-8').splitlines())} memories, embedder "
+        f"({sample_memories} memories and {sample_relations} relations, embedder "
         f"{sample_model}), {len(SEARCHES)} searches and {len(TASKS)} recall tasks at the "
         "defaults (search limit 6, timeline limit 20, recall budget 500 tokens). Tokens of the "
         "JSON text an agent reads: len/4 (as mnemex counts) and WordPiece (the local model's "
