@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed]"
+	$(BIN)/pip install --quiet -e ".[embed,mcp]"
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,watch,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,watch,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
@@ -56,6 +56,7 @@ pytest: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
+	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_workspace.py --model-files 200
 	$(BIN)/python benchmarks/eval_quality.py
 

@@ -118,6 +118,11 @@ def test_timeline_and_stats(run) -> None:  # type: ignore[no-untyped-def]
         e["summary"] for e in json.loads(run("timeline", "--oldest-first", "--json").stdout)
     ] == ["first", "second"]
     assert "second" in run("timeline").stdout
+    third = run("add", "third", "--created-at", "2025-03-01T00:00:00Z").stdout.strip()
+    around = json.loads(run("timeline", "--around", third, "--before", "1", "--json").stdout)
+    assert [e["summary"] for e in around] == ["third", "second"]
+    assert "no memory with id 'nope'" in run("timeline", "--around", "nope", ok=False).stderr
+    run("forget", third)
     stats = json.loads(run("stats", "--json").stdout)
     assert stats["memories"] == 2 and stats["kinds"] == {"decision": 1, "observation": 1}
     assert "2 memories" in run("stats").stdout
@@ -179,6 +184,7 @@ def test_help_lists_every_command() -> None:
         "export",
         "check",
         "eval",
+        "mcp",
     ):
         assert command in result.output
 

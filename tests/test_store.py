@@ -163,6 +163,42 @@ def test_timeline_filters_and_order(store: Store) -> None:
     assert store.timeline("2025-01-09") == store.timeline(start=base + timedelta(days=8))
 
 
+def test_timeline_around_a_memory(store: Store) -> None:
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    ids = store.add_many(
+        [
+            {
+                "content": f"event {i}",
+                # two memories share each day: ties are broken by insertion order
+                "created_at": base + timedelta(days=i // 2),
+                "kind": "decision" if i % 3 == 0 else "observation",
+            }
+            for i in range(12)
+        ]
+    )
+    other = store.add("event elsewhere", namespace="other", created_at=base + timedelta(days=2))
+    around = store.timeline(around=ids[5], before=2, after=3, oldest_first=True)
+    assert [e.id for e in around] == ids[3:9]
+    newest_first = store.timeline(around=ids[5], before=2, after=3)
+    assert [e.id for e in newest_first] == list(reversed(ids[3:9]))
+    assert [e.id for e in store.timeline(around=ids[0], before=5, after=1)] == [ids[1], ids[0]]
+    assert [e.id for e in store.timeline(around=ids[11], before=0, after=0)] == [ids[11]]
+    # filters apply to the neighbours; the anchor is always shown
+    decisions = store.timeline(around=ids[5], kinds=["decision"], oldest_first=True)
+    assert [e.id for e in decisions] == [ids[0], ids[3], ids[5], ids[6], ids[9]]
+    # the anchor and its neighbours come from the store's namespace only
+    assert other not in {e.id for e in store.timeline(around=ids[4], before=12, after=12)}
+    with pytest.raises(UnknownMemory):
+        store.timeline(around=other)
+    assert [e.id for e in store.timeline(around=other, before=0, after=0, namespace="other")] == [
+        other
+    ]
+    with pytest.raises(InvalidInput, match="before"):
+        store.timeline(around=ids[0], before=-1)
+    with pytest.raises(InvalidInput, match="after"):
+        store.timeline(around=ids[0], after=True)
+
+
 def test_search_result_shape(store: Store) -> None:
     ident = store.add(
         "The nightly reconciliation job compares Stripe payouts with invoices",

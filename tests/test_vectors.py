@@ -38,6 +38,14 @@ def test_add_embeds_and_stamps_the_model(vector_store: Store, fake_embedder: Fak
     stats = vector_store.stats()
     assert (stats.embedder, stats.vectors, stats.pending_vectors) == ("fake:bow-64", 5, 0)
     assert fake_embedder.texts == len(DOCS)
+    vector_store.add_many(["a memory of another team", "one more"], namespace="other", embed=False)
+    vector_store.add("a third one", namespace="other")
+    scoped = vector_store.stats()  # the namespace's memories only
+    assert (scoped.memories, scoped.vectors, scoped.pending_vectors) == (5, 5, 0)
+    other = vector_store.stats(namespace="other")
+    assert (other.memories, other.vectors, other.pending_vectors) == (3, 1, 2)
+    every = vector_store.stats(namespace=mnemex.ALL)
+    assert (every.memories, every.vectors, every.pending_vectors) == (8, 6, 2)
 
 
 def test_modes(vector_store: Store) -> None:

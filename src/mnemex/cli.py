@@ -23,6 +23,7 @@ from mnemex import __version__
 from mnemex.progress import progress_bar
 
 if TYPE_CHECKING:
+    from mnemex.config import Settings
     from mnemex.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,12 +36,16 @@ class Context:
         self.home = home
         self._store: Store | None = None
 
+    def settings(self) -> Settings:
+        from mnemex.config import load_settings
+
+        return load_settings(self.db, namespace=self.namespace, home=self.home)
+
     def store(self) -> Store:
         if self._store is None:
-            from mnemex.config import load_settings
             from mnemex.store import Store
 
-            self._store = Store(load_settings(self.db, namespace=self.namespace, home=self.home))
+            self._store = Store(self.settings())
         return self._store
 
     def close(self) -> None:
@@ -514,6 +519,11 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @tag_option
 @click.option("-l", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
+@click.option(
+    "--around", metavar="ID", help="The memory ID and those created just before and after."
+)
+@click.option("--before", type=click.IntRange(0, 1000), default=5, show_default=True)
+@click.option("--after", type=click.IntRange(0, 1000), default=5, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -526,10 +536,17 @@ def timeline(
     tags: tuple[str, ...],
     limit: int,
     oldest_first: bool,
+    around: str | None,
+    before: int,
+    after: int,
     all_namespaces: bool,
     as_json: bool,
 ) -> None:
-    """List memories by time: id, when, kind, tags and a one-line summary."""
+    """List memories by time: id, when, kind, tags and a one-line summary.
+
+    With --around ID: that memory, the --before memories created just before
+    it and the --after just after it (instead of the --limit newest).
+    """
     from mnemex.store import ALL
 
     entries = obj.store().timeline(
@@ -539,6 +556,9 @@ def timeline(
         tags=_split(tags),
         limit=limit,
         oldest_first=oldest_first,
+        around=around,
+        before=before,
+        after=after,
         namespace=ALL if all_namespaces else None,
     )
     if as_json:
@@ -923,6 +943,58 @@ def check(obj: Context, as_json: bool) -> None:
             click.echo(f"problem: {problem}", err=True)
     if not report["ok"]:
         sys.exit(1)
+
+
+@cli.command(name="mcp")
+@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
+@click.option("--host", help="Address to bind with --http (default 127.0.0.1).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), help="Port to bind with --http (default 8765)."
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a --host that is not loopback; needs a token in MNEMEX_MCP_TOKEN.",
+)
+@click.pass_obj
+@handle_errors
+def mcp_(
+    obj: Context, use_http: bool, host: str | None, port: int | None, allow_remote: bool
+) -> None:
+    """Serve the memory tools to agents over MCP (stdio, or streamable HTTP).
+
+    The server works on one store and one namespace (--db, --namespace) and
+    exposes memory_search, memory_timeline, memory_get, memory_recall,
+    memory_add, memory_forget, memory_relate and memory_status. With --http it
+    listens on http://HOST:PORT/mcp; when MNEMEX_MCP_TOKEN is set every request
+    must carry `Authorization: Bearer <token>`. Needs mnemex[mcp].
+    """
+    from mnemex.mcp import require_sdk, serve
+
+    if not use_http and (host or port or allow_remote):
+        fail("--host, --port and --allow-remote apply to --http", 2)
+    require_sdk()
+    from mnemex.mcp import transport
+
+    token = os.environ.get(transport.TOKEN_ENV) or None
+    settings = obj.settings()
+    if use_http:
+        host = host or transport.DEFAULT_HOST
+        port = port or transport.DEFAULT_PORT
+        transport.check_bind(host, allow_remote=allow_remote, token=token)
+        click.echo(
+            f"mnemex MCP server on {transport.url(host, port)} (store {settings.db_path}, "
+            f"namespace {settings.namespace!r}" + (", bearer token required)" if token else ")"),
+            err=True,
+        )
+    serve(
+        settings,
+        http=use_http,
+        host=host or transport.DEFAULT_HOST,
+        port=port or transport.DEFAULT_PORT,
+        allow_remote=allow_remote,
+        token=token,
+    )
 
 
 @cli.group(name="eval")

@@ -1117,20 +1117,68 @@ class Store:
         tags: Iterable[str] | str | None = None,
         limit: int = 20,
         oldest_first: bool = False,
+        around: str | None = None,
+        before: int = 5,
+        after: int = 5,
         namespace: NamespaceArg = None,
     ) -> list[TimelineEntry]:
-        """Memories created in ``[start, end)``, newest first: id, time, kind, tags, summary."""
+        """Memories created in ``[start, end)``, newest first: id, time, kind, tags, summary.
+
+        With ``around`` (a memory id) the result is that memory with up to
+        ``before`` memories created just before it and ``after`` just after
+        it (those within the filters), in place of the ``limit`` newest. An
+        ``around`` id not in the namespace raises
+        :class:`~mnemex.errors.UnknownMemory`.
+        """
+        start = None if start is None else parse_time(start, what="start")
+        end = None if end is None else parse_time(end, what="end")
         filters = self._filters(namespace, kinds, tags, start, end)
-        limit = _check_limit(limit)
         where, params = filters.sql()
         order = "ASC" if oldest_first else "DESC"
-        with self._lock, self._errors():
-            rows = self.conn.execute(
-                f"""SELECT id, created_at, kind, tags, substr(content, 1, 400)
-                    FROM memories AS m WHERE 1{where}
-                    ORDER BY created_at {order}, seq {order} LIMIT ?""",
-                [*params, limit],
-            ).fetchall()
+        columns = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400)"
+        if around is None:
+            limit = _check_limit(limit)
+            with self._lock, self._errors():
+                rows = self.conn.execute(
+                    f"""SELECT {columns} FROM memories AS m WHERE 1{where}
+                        ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
+                    [*params, limit],
+                ).fetchall()
+        else:
+            anchor_id = clean_id(around)
+            for name, value in (("before", before), ("after", after)):
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int)
+                    or not 0 <= value <= MAX_SEARCH_LIMIT
+                ):
+                    raise InvalidInput(
+                        f"{name} must be an integer between 0 and {MAX_SEARCH_LIMIT}, got {value!r}"
+                    )
+            in_ns, ns_params = Filters(filters.namespace).sql()
+            with self._lock, self._errors(), read_transaction(self.conn) as conn:
+                anchor = conn.execute(
+                    f"SELECT m.seq, {columns} FROM memories AS m WHERE m.id = ?{in_ns}",
+                    [anchor_id, *ns_params],
+                ).fetchone()
+                if anchor is None:
+                    raise UnknownMemory([anchor_id], filters.namespace or "*")
+                seq, created = anchor[0], anchor[2]
+                older = conn.execute(
+                    f"""SELECT {columns} FROM memories AS m
+                        WHERE m.created_at <= ? AND (m.created_at < ? OR m.seq < ?){where}
+                        ORDER BY m.created_at DESC, m.seq DESC LIMIT ?""",
+                    [created, created, seq, *params, before],
+                ).fetchall()
+                newer = conn.execute(
+                    f"""SELECT {columns} FROM memories AS m
+                        WHERE m.created_at >= ? AND (m.created_at > ? OR m.seq > ?){where}
+                        ORDER BY m.created_at ASC, m.seq ASC LIMIT ?""",
+                    [created, created, seq, *params, after],
+                ).fetchall()
+            rows = [*reversed(older), anchor[1:], *newer]
+            if not oldest_first:
+                rows.reverse()
         return [
             TimelineEntry(
                 id=r[0],
@@ -1364,6 +1412,12 @@ class Store:
         )
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
+        """What the namespace holds (or, with :data:`ALL`, the whole store).
+
+        ``vectors``, ``pending_vectors`` and ``other_models`` count the
+        namespace's memories; ``total_memories`` and ``namespaces`` always
+        describe the whole file.
+        """
         ns = self._ns(namespace, allow_all=True)
         with self._lock, self._errors(), read_transaction(self.conn) as conn:
             per_ns = dict(
@@ -1387,18 +1441,25 @@ class Store:
             page_size = conn.execute("PRAGMA page_size").fetchone()[0]
             meta = read_meta(conn)
             version = schema_version(conn)
+            scoped = (
+                "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
+            )
             models = dict(
-                conn.execute("SELECT model, count(*) FROM embeddings GROUP BY model").fetchall()
+                conn.execute(
+                    f"SELECT e.model, count(*) FROM embeddings AS e{scoped} GROUP BY e.model",
+                    [] if ns is None else [ns],
+                ).fetchall()
             )
             relation_count = relations_db.count_relations(conn, ns)
             embedder = self.embedder
             model = embedder.model_id if embedder is not None else None
             vector_count = models.pop(model, 0) if model else 0
         wal = self.path.with_name(self.path.name + "-wal")
+        count = sum(per_ns.values()) if ns is None else per_ns.get(ns, 0)
         return Stats(
             path=str(self.path),
             namespace="*" if ns is None else ns,
-            memories=sum(per_ns.values()) if ns is None else per_ns.get(ns, 0),
+            memories=count,
             total_memories=sum(per_ns.values()),
             namespaces=per_ns,
             kinds=kinds,
@@ -1409,7 +1470,7 @@ class Store:
             tokenizer=meta.get("tokenizer", ""),
             embedder=model,
             vectors=vector_count,
-            pending_vectors=sum(per_ns.values()) - vector_count if model else 0,
+            pending_vectors=count - vector_count if model else 0,
             other_models=models,
             relations=relation_count,
         )

@@ -1,0 +1,240 @@
+"""What the MCP tools return: compact, typed values an agent reads as JSON.
+
+Each tool's result is one of the ``*Output`` models below; the SDK publishes
+its JSON schema as the tool's ``outputSchema`` and sends the value both as
+structured content and, for clients that read only text, as the same JSON
+without whitespace. Results are cut for an agent's context window: times to
+the second, scores to three decimals, search snippets to ``SNIPPET_CHARS``,
+empty optional fields left out, and no field that only repeats the server's
+namespace or a content hash.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel
+
+from mnemex import models
+from mnemex.text import clip
+
+SNIPPET_CHARS = 300  # about 75 tokens: a search hit stays within 50-100 tokens
+
+
+def when(moment: datetime) -> str:
+    """UTC ISO 8601 to the second: ``2026-09-01T09:14:00Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Hit(BaseModel):
+    """A search hit: enough to decide whether to read the memory with memory_get."""
+
+    id: str
+    score: float
+    snippet: str
+    kind: str
+    tags: list[str]
+    created_at: str
+
+
+class Relation(BaseModel):
+    """``subject -[predicate]-> object``, with how sure it is and where it came from."""
+
+    id: str
+    subject: str
+    predicate: str
+    object: str
+    confidence: float
+    source_memory: str | None = None
+    score: float | None = None
+
+
+class SearchOutput(BaseModel):
+    hits: list[Hit]
+    relations: list[Relation]
+    mode_used: str
+    notes: list[str] | None = None
+
+
+class Entry(BaseModel):
+    """A memory at a glance: when, what kind, tags and a 100-character summary."""
+
+    id: str
+    created_at: str
+    kind: str
+    tags: list[str]
+    summary: str
+
+
+class TimelineOutput(BaseModel):
+    entries: list[Entry]
+
+
+class Memory(BaseModel):
+    """One memory in full."""
+
+    id: str
+    kind: str
+    content: str
+    tags: list[str]
+    source: str | None = None
+    confidence: float
+    pinned: bool
+    created_at: str
+    updated_at: str
+    metadata: dict[str, Any] | None = None
+
+
+class GetOutput(BaseModel):
+    memories: list[Memory]
+    missing: list[str]
+
+
+class RecallOutput(BaseModel):
+    markdown: str
+    ids: list[str]
+    tokens: int
+    budget_tokens: int
+    mode_used: str
+    notes: list[str] | None = None
+
+
+class AddOutput(BaseModel):
+    id: str
+    deduplicated: bool
+    similarity: float | None = None
+    by: str | None = None
+    warning: str | None = None
+
+
+class ForgetOutput(BaseModel):
+    forgotten: list[str]
+    missing: list[str]
+
+
+class RelateOutput(BaseModel):
+    relation: Relation
+
+
+class StatusOutput(BaseModel):
+    namespace: str
+    memories: int
+    kinds: dict[str, int]
+    oldest: str | None = None
+    newest: str | None = None
+    embedder: str | None = None
+    vectors: int
+    pending_vectors: int
+    relations: int
+
+
+def tool_result(value: BaseModel) -> CallToolResult:
+    """The structured value, and the same JSON as text for clients that read only text."""
+    data = value.model_dump(mode="json", exclude_none=True)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def search_output(result: models.SearchResult) -> SearchOutput:
+    return SearchOutput(
+        hits=[
+            Hit(
+                id=h.id,
+                score=round(h.score, 3),
+                snippet=clip(" ".join(h.snippet.split()), SNIPPET_CHARS),
+                kind=h.kind,
+                tags=list(h.tags),
+                created_at=when(h.created_at),
+            )
+            for h in result.hits
+        ],
+        relations=[relation(r) for r in result.relations],
+        mode_used=result.mode_used,
+        notes=list(result.notes) or None,
+    )
+
+
+def relation(found: models.Relation) -> Relation:
+    return Relation(
+        id=found.id,
+        subject=found.subject,
+        predicate=found.predicate,
+        object=found.object,
+        confidence=found.confidence,
+        source_memory=found.source_memory,
+        score=None if found.score is None else round(found.score, 3),
+    )
+
+
+def timeline_output(entries: list[models.TimelineEntry]) -> TimelineOutput:
+    return TimelineOutput(
+        entries=[
+            Entry(
+                id=e.id,
+                created_at=when(e.created_at),
+                kind=e.kind,
+                tags=list(e.tags),
+                summary=e.summary,
+            )
+            for e in entries
+        ]
+    )
+
+
+def get_output(result: models.GetResult) -> GetOutput:
+    return GetOutput(
+        memories=[
+            Memory(
+                id=m.id,
+                kind=m.kind,
+                content=m.content,
+                tags=list(m.tags),
+                source=m.source,
+                confidence=m.confidence,
+                pinned=m.pinned,
+                created_at=when(m.created_at),
+                updated_at=when(m.updated_at),
+                metadata=m.metadata or None,
+            )
+            for m in result.memories
+        ],
+        missing=list(result.missing),
+    )
+
+
+def recall_output(result: models.RecallResult) -> RecallOutput:
+    return RecallOutput(
+        markdown=result.markdown,
+        ids=list(result.ids),
+        tokens=result.tokens,
+        budget_tokens=result.budget_tokens,
+        mode_used=result.mode_used,
+        notes=list(result.notes) or None,
+    )
+
+
+def add_output(added: models.Added, warning: str | None) -> AddOutput:
+    return AddOutput(
+        id=added.id,
+        deduplicated=added.deduplicated,
+        similarity=None if added.similarity is None else round(added.similarity, 3),
+        by=added.by,
+        warning=warning,
+    )
+
+
+def status_output(stats: models.Stats) -> StatusOutput:
+    return StatusOutput(
+        namespace=stats.namespace,
+        memories=stats.memories,
+        kinds=stats.kinds,
+        oldest=None if stats.oldest is None else when(stats.oldest),
+        newest=None if stats.newest is None else when(stats.newest),
+        embedder=stats.embedder,
+        vectors=stats.vectors,
+        pending_vectors=stats.pending_vectors,
+        relations=stats.relations,
+    )

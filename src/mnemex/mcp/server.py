@@ -1,0 +1,456 @@
+"""The MCP server: mnemex's API as tools an agent calls, scoped to one namespace of one store.
+
+Each tool parses its arguments, calls one :class:`~mnemex.store.Store` method
+and returns one of the compact values in :mod:`mnemex.mcp.results`. The store
+is opened by the server's lifespan, on the namespace of the settings it was
+built with; no tool takes a namespace, so an agent never sees another one.
+
+Bad input never stops the server: wrong types, unknown arguments, oversized
+values and every :class:`~mnemex.errors.MnemexError` come back as a tool
+result with ``isError`` and a message that says what to do instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field, ValidationError
+
+from mnemex import __version__
+from mnemex.config import Settings
+from mnemex.errors import MnemexError, UnknownMemory
+from mnemex.mcp import results
+from mnemex.mcp.results import (
+    AddOutput,
+    ForgetOutput,
+    GetOutput,
+    RecallOutput,
+    RelateOutput,
+    SearchOutput,
+    StatusOutput,
+    TimelineOutput,
+    tool_result,
+)
+from mnemex.store import FROM_SETTINGS, Store
+
+# Bounds on tool input: an agent's mistake (a whole file as a query, thousands of
+# ids) is refused with a clear message instead of being searched or echoed back.
+MAX_TEXT_CHARS = 4_000  # a query or a task
+MAX_IDS = 100  # ids per memory_get or memory_forget
+MAX_LABELS = 20  # kinds or tags per filter
+MAX_HITS = 50  # search hits or timeline entries per call
+MAX_NEIGHBOURS = 50  # timeline entries on each side of `around`
+MAX_RECALL_BUDGET = 8_000  # tokens
+
+INSTRUCTIONS = """\
+mnemex is this project's long-term memory: observations, decisions, facts and \
+gotchas saved by earlier sessions. Read it in layers to save context:
+1. memory_search (by meaning and words) or memory_timeline (by time) list ids with a \
+short snippet or summary;
+2. memory_get fetches in full only the ids worth reading.
+memory_recall instead returns a ready "## Relevant Memories" block for a task. \
+Save what a later session should know with memory_add (repeats are merged, not \
+duplicated) and links between things with memory_relate."""
+
+_READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_RELATE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+_FORGET = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+
+Query = Annotated[
+    str,
+    Field(
+        max_length=MAX_TEXT_CHARS,
+        description="What to look for, in plain words; any characters are safe.",
+    ),
+]
+Ids = Annotated[
+    list[Annotated[str, Field(max_length=200)]],
+    Field(min_length=1, max_length=MAX_IDS, description="Memory ids from search or timeline."),
+]
+Kinds = Annotated[
+    list[Annotated[str, Field(max_length=40)]] | None,
+    Field(max_length=MAX_LABELS, description="Only these kinds (e.g. decision, fact, gotcha)."),
+]
+Tags = Annotated[
+    list[Annotated[str, Field(max_length=100)]] | None,
+    Field(max_length=MAX_LABELS, description="Only memories carrying every one of these tags."),
+]
+Time = Annotated[
+    str | None,
+    Field(max_length=64, description="ISO 8601 date or time, or an age such as 7d, 12h or 2w."),
+]
+
+
+def _store(ctx: Context[Any, Any]) -> Store:
+    store: Store = ctx.request_context.lifespan_context
+    return store
+
+
+def memory_search(
+    ctx: Context[Any, Any],
+    query: Query,
+    limit: Annotated[
+        int | None, Field(ge=1, le=MAX_HITS, description="Most hits (default 6).")
+    ] = None,
+    mode: Annotated[
+        Literal["lexical", "vector", "hybrid"] | None,
+        Field(description="Search arms (default: hybrid when a model is configured)."),
+    ] = None,
+    kinds: Kinds = None,
+    tags: Tags = None,
+    since: Time = None,
+    until: Time = None,
+) -> Annotated[CallToolResult, SearchOutput]:
+    """Find memories that match a query, best first: id, score, snippet, kind, tags, time.
+
+    Start here (or with memory_timeline), then call memory_get with only the ids
+    worth reading in full. Relations between entities that match the query come
+    apart from the hits.
+    """
+    if not query.strip():
+        raise ToolError(
+            "query is empty: give a few words to look for, or use memory_timeline to browse "
+            "memories by time"
+        )
+    found = _store(ctx).search(
+        query, limit, kinds=kinds, tags=tags, since=since, until=until, mode=mode
+    )
+    return tool_result(results.search_output(found))
+
+
+def memory_timeline(
+    ctx: Context[Any, Any],
+    start: Time = None,
+    end: Time = None,
+    kinds: Kinds = None,
+    tags: Tags = None,
+    limit: Annotated[int, Field(ge=1, le=MAX_HITS, description="Most entries.")] = 20,
+    around: Annotated[
+        str | None,
+        Field(max_length=200, description="A memory id: show it with its neighbours in time."),
+    ] = None,
+    before: Annotated[
+        int, Field(ge=0, le=MAX_NEIGHBOURS, description="With around: entries before it.")
+    ] = 5,
+    after: Annotated[
+        int, Field(ge=0, le=MAX_NEIGHBOURS, description="With around: entries after it.")
+    ] = 5,
+) -> Annotated[CallToolResult, TimelineOutput]:
+    """List memories by time, newest first: id, time, kind, tags and a 100-character summary.
+
+    Browse what happened in a period (start, end), or what came just before and
+    after one memory (around). Then call memory_get with the ids worth reading.
+    """
+    entries = _store(ctx).timeline(
+        start,
+        end,
+        kinds=kinds,
+        tags=tags,
+        limit=limit,
+        around=around,
+        before=before,
+        after=after,
+    )
+    return tool_result(results.timeline_output(entries))
+
+
+def memory_get(ctx: Context[Any, Any], ids: Ids) -> Annotated[CallToolResult, GetOutput]:
+    """Read memories in full by id, in the order asked; unknown ids are listed in missing.
+
+    Ask only for the ids that memory_search or memory_timeline showed to be worth it.
+    """
+    found = _store(ctx).get(ids)
+    if not found.memories:
+        raise _unknown(list(found.missing))
+    return tool_result(results.get_output(found))
+
+
+def memory_recall(
+    ctx: Context[Any, Any],
+    task: Annotated[
+        str,
+        Field(max_length=MAX_TEXT_CHARS, description="The task or question at hand."),
+    ],
+    budget_tokens: Annotated[
+        int | None,
+        Field(ge=1, le=MAX_RECALL_BUDGET, description="Most tokens in the block (default 500)."),
+    ] = None,
+    max_memories: Annotated[
+        int | None, Field(ge=1, le=MAX_HITS, description="Most memories (default 5).")
+    ] = None,
+) -> Annotated[CallToolResult, RecallOutput]:
+    """The memories most relevant to a task as a "## Relevant Memories" markdown block.
+
+    One line per memory, best first, within the token budget; paste it into your
+    working context. For anything longer, use memory_search then memory_get.
+    """
+    if not task.strip():
+        raise ToolError("task is empty: describe the task to recall memories for")
+    recalled = _store(ctx).recall(task, budget_tokens, max_memories)
+    return tool_result(results.recall_output(recalled))
+
+
+def memory_add(
+    ctx: Context[Any, Any],
+    content: Annotated[str, Field(description="The memory: one self-contained statement.")],
+    kind: Annotated[
+        str, Field(max_length=40, description="observation, decision, fact, gotcha, ...")
+    ] = "observation",
+    tags: Annotated[
+        list[Annotated[str, Field(max_length=100)]] | None,
+        Field(max_length=MAX_LABELS, description="Short labels to filter by later."),
+    ] = None,
+    source: Annotated[str | None, Field(max_length=1000, description="Where it came from.")] = None,
+    confidence: Annotated[float, Field(ge=0, le=1, description="How sure (0-1).")] = 0.8,
+    pinned: Annotated[bool, Field(description="Never ranked lower for its age.")] = False,
+    created_at: Annotated[
+        str | None, Field(max_length=64, description="When it happened (default: now).")
+    ] = None,
+    metadata: Annotated[
+        dict[str, Any] | None, Field(description="Any JSON object to keep with it.")
+    ] = None,
+) -> Annotated[CallToolResult, AddOutput]:
+    """Save a memory a later session should know: a decision, fact, preference or gotcha.
+
+    A memory that repeats one already saved is merged into it (deduplicated: true,
+    with the existing id) instead of stored twice.
+    """
+    store = _store(ctx)
+    added = store.remember(
+        content,
+        kind=kind,
+        tags=tags,
+        source=source,
+        confidence=confidence,
+        pinned=pinned,
+        created_at=created_at,
+        metadata=metadata,
+    )
+    warning = store.last_embedding_error
+    if warning:
+        warning = f"stored without a vector, found by words only until `mnemex embed`: {warning}"
+    return tool_result(results.add_output(added, warning))
+
+
+def memory_forget(
+    ctx: Context[Any, Any],
+    ids: Ids,
+    relations: Annotated[
+        bool, Field(description="The ids are relation ids (from memory_search or memory_relate).")
+    ] = False,
+) -> Annotated[CallToolResult, ForgetOutput]:
+    """Delete memories (or, with relations: true, relations) by id, for good.
+
+    Unknown ids are listed in missing.
+    """
+    store = _store(ctx)
+    result = store.forget_relations(ids) if relations else store.forget(ids)
+    if not result.forgotten:
+        raise _unknown(list(result.missing), "relation" if relations else "memory")
+    return tool_result(ForgetOutput(forgotten=list(result.forgotten), missing=list(result.missing)))
+
+
+def memory_relate(
+    ctx: Context[Any, Any],
+    subject: Annotated[
+        str, Field(max_length=256, description="An entity: a person, service, file...")
+    ],
+    predicate: Annotated[
+        str, Field(max_length=64, description="How they relate, e.g. owns, depends_on, works_on.")
+    ],
+    object: Annotated[str, Field(max_length=256, description="The other entity.")],
+    confidence: Annotated[float, Field(ge=0, le=1, description="How sure (0-1).")] = 0.8,
+    source_memory: Annotated[
+        str | None, Field(max_length=200, description="Id of the memory this was read from.")
+    ] = None,
+) -> Annotated[CallToolResult, RelateOutput]:
+    """Record that subject -[predicate]-> object, e.g. billing-service -[depends_on]-> postgres.
+
+    Relating a known pair again keeps one relation (names ignore case) with the
+    higher confidence. memory_search returns the relations that match a query.
+    """
+    found = _store(ctx).relate(
+        subject, predicate, object, confidence=confidence, source_memory=source_memory
+    )
+    return tool_result(RelateOutput(relation=results.relation(found)))
+
+
+def memory_status(ctx: Context[Any, Any]) -> Annotated[CallToolResult, StatusOutput]:
+    """How many memories this namespace holds, of which kinds and dates, and the embedding model.
+
+    embedder null means search by words only; pending_vectors > 0 means some
+    memories await `mnemex embed`.
+    """
+    return tool_result(results.status_output(_store(ctx).stats()))
+
+
+TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
+    (memory_search, _READ),
+    (memory_timeline, _READ),
+    (memory_get, _READ),
+    (memory_recall, _READ),
+    (memory_add, _ADD),
+    (memory_forget, _FORGET),
+    (memory_relate, _RELATE),
+    (memory_status, _READ),
+)
+
+
+def _unknown(ids: list[str], what: str = "memory") -> ToolError:
+    shown = ", ".join(repr(i) for i in ids[:5]) + (
+        f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    )
+    where = "memory_search" if what == "relation" else "memory_search or memory_timeline"
+    return ToolError(f"no {what} with id {shown} here; find ids with {where}")
+
+
+def _explain(error: MnemexError) -> str:
+    """An error's message for an agent: the tools, not the CLI, are its next step."""
+    if isinstance(error, UnknownMemory):
+        return str(_unknown(error.ids))
+    return str(error)
+
+
+def _invalid(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"])
+        problems.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "invalid arguments: " + "; ".join(problems)
+
+
+def tool(fn: Callable[..., CallToolResult], hints: ToolAnnotations) -> Tool:
+    """``fn`` as an SDK tool whose schemas leave out pydantic's titles (tokens, no meaning)."""
+    made = Tool.from_function(
+        fn,
+        description=inspect.cleandoc(fn.__doc__ or ""),
+        annotations=hints,
+        structured_output=True,
+    )
+    made.parameters = _untitled(made.parameters)
+    made.fn_metadata.output_schema = _untitled(made.fn_metadata.output_schema)
+    return made
+
+
+def _untitled(schema: Any) -> Any:
+    """A JSON schema without ``title`` keywords (the keys of ``properties`` are names, kept)."""
+    if isinstance(schema, list):
+        return [_untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = _untitled(value)
+    return out
+
+
+class Server(MCPServer[Store]):
+    """The SDK's server, with tool errors phrased for the agent that has to act on them.
+
+    Arguments a tool does not take are refused (an agent cannot slip in a
+    ``namespace``); pydantic's validation errors become one line per field;
+    a :class:`~mnemex.errors.MnemexError` becomes an error result with its
+    message instead of the SDK's message-less crash report.
+    """
+
+    def __init__(self, *, tools: list[Tool], **kwargs: Any) -> None:
+        super().__init__(tools=tools, **kwargs)
+        self._parameters = {t.name: frozenset(t.parameters.get("properties", {})) for t in tools}
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Store, Any] | None = None
+    ) -> Any:
+        known = self._parameters.get(name)
+        unknown = sorted(set(arguments) - known) if known is not None else []
+        if unknown:
+            raise ToolError(
+                f"Error executing tool {name}: unknown argument(s) {', '.join(unknown)}; "
+                f"{name} takes {', '.join(sorted(known or ())) or 'no arguments'}"
+            )
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            if isinstance(exc.__cause__, MnemexError):
+                raise ToolError(
+                    f"Error executing tool {name}: {_explain(exc.__cause__)}"
+                ) from exc.__cause__
+            raise
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(
+                    f"Error executing tool {name}: {_invalid(exc.__cause__)}"
+                ) from exc.__cause__
+            raise
+
+
+class StaticToken:
+    """Accepts one bearer token, compared in constant time (the SDK's ``TokenVerifier``)."""
+
+    def __init__(self, token: str) -> None:
+        self._digest = hashlib.sha256(token.encode()).digest()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        given = hashlib.sha256(token.encode()).digest()
+        if hmac.compare_digest(given, self._digest):
+            return AccessToken(token="", client_id="mnemex-mcp", scopes=[])
+        return None
+
+
+def build_server(
+    settings: Settings,
+    *,
+    embedder: object = FROM_SETTINGS,
+    token: str | None = None,
+    url: str = "http://127.0.0.1",
+) -> Server:
+    """The MCP server over the store and namespace of ``settings``.
+
+    Its lifespan opens the store (with ``embedder``, as :class:`Store` takes it)
+    and closes it when the server stops. With ``token``, HTTP requests must carry
+    ``Authorization: Bearer <token>`` (``url`` is the address it is served at).
+    """
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Store]) -> AsyncIterator[Store]:
+        store = Store(settings, embedder=embedder)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    auth: dict[str, Any] = {}
+    if token is not None:
+        auth = {
+            "token_verifier": StaticToken(token),
+            "auth": AuthSettings(issuer_url=url, resource_server_url=None),  # type: ignore[arg-type]
+        }
+    return Server(
+        name="mnemex",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        tools=[tool(fn, hints) for fn, hints in TOOLS],
+        lifespan=lifespan,
+        log_level="WARNING",
+        **auth,
+    )
