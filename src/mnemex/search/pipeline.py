@@ -36,11 +36,11 @@ from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import (
-    TAGS_WEIGHT,
     Candidate,
     Filters,
     LexicalPlan,
     Lexicon,
+    bm25_of,
     plan,
     plan_raw,
     retrieve,
@@ -236,8 +236,11 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
                 # A candidate one arm did not return still has a score in that arm:
                 # fetch it, so the fusion does not depend on how deep each arm looked.
                 assert query_vector is not None
-                extra_raw = _bm25_of(
-                    engine.conn, lexical, [s for s in cosines if s not in text_scores]
+                extra_raw = bm25_of(
+                    engine.conn,
+                    engine.lexicon,
+                    lexical,
+                    [s for s in cosines if s not in text_scores],
                 )
                 text_scores.update({s: normalized_score(r, norm) for s, r in extra_raw.items()})
                 index = engine.vectors(int(query_vector.shape[0]))
@@ -352,18 +355,6 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
         fusion=fusion_name,
         notes=tuple(notes),
     )
-
-
-def _bm25_of(conn: sqlite3.Connection, lexical: LexicalPlan, seqs: list[int]) -> dict[int, float]:
-    """BM25 (positive) of these rows for the plan's terms; rows matching no term are left out."""
-    if not seqs or lexical.empty:
-        return {}
-    rows = conn.execute(
-        f"SELECT rowid, -bm25(memories_fts, 1.0, {TAGS_WEIGHT}) FROM memories_fts "
-        f"WHERE memories_fts MATCH ? AND rowid IN ({','.join('?' * len(seqs))})",
-        [lexical.match, *seqs],
-    ).fetchall()
-    return {seq: raw for seq, raw in rows if raw > 0}
 
 
 def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
