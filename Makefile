@@ -17,7 +17,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,watch,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
@@ -57,6 +57,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
 	$(BIN)/python benchmarks/bench_mcp.py
+	$(BIN)/python benchmarks/bench_workspace.py --model-files 200
 	$(BIN)/python benchmarks/eval_quality.py
 
 eval: $(VENV)/.dev

@@ -13,7 +13,19 @@ import mnemex
 from mnemex.index.fts import _BM25, _varints, bm25_of, plan, plan_raw
 from mnemex.store import Store
 
-WORDS = ["billing", "invoices", "invoice", "redis", "deploy", "deploys", "fly", "the", "上海", "发票", "a"]
+WORDS = [
+    "billing",
+    "invoices",
+    "invoice",
+    "redis",
+    "deploy",
+    "deploys",
+    "fly",
+    "the",
+    "上海",
+    "发票",
+    "a",
+]
 
 
 def fts5_scores(store: Store, match: str) -> dict[int, float]:

@@ -423,9 +423,9 @@ def test_a_version_2_store_gains_relations(tmp_path: Path, monkeypatch: pytest.M
 
     with mnemex.open(path, embedder=None) as store:
         conn = store.conn
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST >= 3
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
-        assert versions == [1, 2, 3]
+        assert versions == list(range(1, LATEST + 1))
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert {
             "relations",

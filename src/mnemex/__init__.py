@@ -7,7 +7,9 @@
 
 The public API is small: :func:`open` returns a :class:`Store`; its methods
 (``add``, ``remember``, ``add_many``, ``get``, ``update``, ``forget``,
-``timeline``, ``search``, ``recall``, ``relate``, ``neighbors``, ``stats``) return the frozen values in :mod:`mnemex.models`;
+``timeline``, ``search``, ``recall``, ``relate``, ``neighbors``, ``stats``,
+and for markdown workspaces ``sync``, ``workspace_status``,
+``add_to_workspace``, ``watch``) return the frozen values in :mod:`mnemex.models`;
 errors derive from :class:`MnemexError`.
 """
 
@@ -19,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALL",
+    "Appended",
     "ContentTooLarge",
     "DuplicateId",
     "EmbeddingError",
@@ -28,6 +31,7 @@ __all__ = [
     "IndexMismatch",
     "InvalidInput",
     "InvalidQuery",
+    "Location",
     "Memory",
     "MissingExtra",
     "MnemexError",
@@ -38,8 +42,10 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLocked",
+    "SyncReport",
     "TimelineEntry",
     "UnknownMemory",
+    "WorkspaceStatus",
     "__version__",
     "open",
 ]
@@ -64,6 +70,10 @@ _LAZY = {
     "Hit": "mnemex.models",
     "Memory": "mnemex.models",
     "Relation": "mnemex.models",
+    "Location": "mnemex.models",
+    "SyncReport": "mnemex.models",
+    "WorkspaceStatus": "mnemex.models",
+    "Appended": "mnemex.models",
     "SearchResult": "mnemex.models",
     "Stats": "mnemex.models",
     "TimelineEntry": "mnemex.models",
@@ -85,14 +95,18 @@ if TYPE_CHECKING:
         UnknownMemory,
     )
     from mnemex.models import (
+        Appended,
         ForgetResult,
         GetResult,
         Hit,
+        Location,
         Memory,
         Relation,
         SearchResult,
         Stats,
+        SyncReport,
         TimelineEntry,
+        WorkspaceStatus,
     )
     from mnemex.store import ALL, Store
 

@@ -173,10 +173,10 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 
 @cli.command()
 @click.argument("content")
-@click.option("--kind", default="observation", show_default=True, help="Kind of memory.")
+@click.option("--kind", help="Kind of memory (default: observation).")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat or comma-separate).")
 @click.option("--source", help="Where the memory came from.")
-@click.option("--confidence", type=float, default=0.8, show_default=True)
+@click.option("--confidence", type=float, help="How sure (0-1, default 0.8).")
 @click.option("--pinned", is_flag=True, help="Never decays.")
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
@@ -186,28 +186,40 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
     is_flag=True,
     help="Insert even if it repeats an existing memory (default: merge into that one).",
 )
+@click.option(
+    "--to-workspace",
+    "workspace",
+    type=click.Path(exists=True, file_okay=False),
+    help="Append it to DIR/memory/YYYY-MM-DD.md (today's daily file) and index that file.",
+)
 @json_option
 @click.pass_obj
 @handle_errors
 def add(
     obj: Context,
     content: str,
-    kind: str,
+    kind: str | None,
     tags: tuple[str, ...],
     source: str | None,
-    confidence: float,
+    confidence: float | None,
     pinned: bool,
     created_at: str | None,
     meta: tuple[str, ...],
     ident: str | None,
     no_dedup: bool,
+    workspace: str | None,
     as_json: bool,
 ) -> None:
     """Store a memory (CONTENT, or - to read it from standard input).
 
     A memory that repeats one already stored (same text, or near enough) is
     merged into it: the existing id is printed, and "deduplicated" on stderr.
+    With --to-workspace the memory is written to the workspace's daily file
+    instead, and the id printed is that of the chunk holding it.
     """
+    if workspace is not None:
+        _add_to_workspace(obj, workspace, content, kind, tags, created_at, as_json, locals())
+        return
     metadata: dict[str, str] = {}
     for pair in meta:
         key, sep, value = pair.partition("=")
@@ -216,10 +228,10 @@ def add(
         metadata[key] = value
     added = obj.store().remember(
         _read_text(content),
-        kind=kind,
+        kind=kind or "observation",
         tags=_split(tags),
         source=source,
-        confidence=confidence,
+        confidence=0.8 if confidence is None else confidence,
         pinned=pinned,
         created_at=created_at,
         metadata=metadata or None,
@@ -344,9 +356,10 @@ def search(
     start, end = store.settings.highlight_start, store.settings.highlight_end
     for rank, hit in enumerate(result.hits, start=1):
         tags_text = escape(f"  [{', '.join(hit.tags)}]") if hit.tags else ""
+        place = f"  [green]{escape(hit.location.label)}[/green]" if hit.location else ""
         out.print(
             f"[bold]{rank:>2}.[/bold] [cyan]{escape(hit.id)}[/cyan]  score {hit.score:.3f}  "
-            f"{escape(hit.kind)}  {_when(hit.created_at)}{tags_text}",
+            f"{escape(hit.kind)}{place}  {_when(hit.created_at)}{tags_text}",
             markup=True,
         )
         out.print(Padding(highlighted(" ".join(hit.snippet.split()), start, end), (0, 0, 0, 5)))
@@ -587,6 +600,12 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
                 + (f"   source: {m.source}" if m.source else ""),
                 markup=False,
             )
+            if m.location is not None:
+                heading = " > ".join(m.location.heading)
+                out.print(
+                    f"  at: {m.location.label}" + (f"   under: {heading}" if heading else ""),
+                    markup=False,
+                )
             if m.metadata:
                 out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
             out.print(m.content, markup=False)
@@ -1100,6 +1119,227 @@ def eval_locomo(
         progress=not as_json,
     )
     emit_json(report) if as_json else print_report(report)
+
+
+# -- markdown workspaces -------------------------------------------------------------
+
+
+def _add_to_workspace(
+    obj: Context,
+    workspace: str,
+    content: str,
+    kind: str | None,
+    tags: tuple[str, ...],
+    created_at: str | None,
+    as_json: bool,
+    given: dict[str, Any],
+) -> None:
+    """``mnemex add --to-workspace``: options a markdown file cannot hold are refused."""
+    refused = [
+        option
+        for option, name, unset in (
+            ("--source", "source", None),
+            ("--confidence", "confidence", None),
+            ("--pinned", "pinned", False),
+            ("--meta", "meta", ()),
+            ("--id", "ident", None),
+            ("--no-dedup", "no_dedup", False),
+        )
+        if given[name] != unset
+    ]
+    if refused:
+        fail(f"--to-workspace writes to a markdown file, which cannot hold {', '.join(refused)}", 2)
+    appended = obj.store().add_to_workspace(
+        _read_text(content), workspace, kind=kind, tags=_split(tags), created_at=created_at
+    )
+    if as_json:
+        emit_json(appended.to_dict())
+    else:
+        if appended.id:
+            click.echo(appended.id)
+        click.echo(
+            f"appended to {appended.location.label} in {appended.location.workspace}", err=True
+        )
+    for problem in appended.sync.problems:
+        click.echo(f"warning: {problem.path}: {problem.message}", err=True)
+    if not appended.ids:
+        fail(f"{appended.location.path} could not be indexed; the text is in the file", 1)
+
+
+class _PhaseBars:
+    """Progress bars for a sync's phases (reading files, embedding chunks), one at a time."""
+
+    def __init__(self, enabled: bool) -> None:
+        import contextlib
+
+        self.enabled = enabled
+        self.stack = contextlib.ExitStack()
+        self.phase: str | None = None
+        self.done = 0
+        self.advance: Callable[[int], None] = lambda n: None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self.phase:
+            self.stack.close()
+            self.advance = self.stack.enter_context(progress_bar(total, phase, self.enabled))
+            self.phase, self.done = phase, 0
+        self.advance(done - self.done)
+        self.done = done
+
+    def __enter__(self) -> _PhaseBars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option(
+    "--glob",
+    "globs",
+    multiple=True,
+    help="Files to index, relative to DIRECTORY (repeat or comma-separate; default "
+    "MEMORY.md, memory.md, memory/**/*.md). Remembered for later syncs.",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    help="Files and folders to skip (repeat or comma-separate; default **/.*, hidden ones).",
+)
+@click.option("--no-embed", is_flag=True, help="Index the text only (embed later: mnemex embed).")
+@click.option(
+    "--remove", is_flag=True, help="Stop indexing DIRECTORY: drop its chunks (not the files)."
+)
+@json_option
+@click.pass_obj
+@handle_errors
+def sync(
+    obj: Context,
+    directory: str,
+    globs: tuple[str, ...],
+    ignore: tuple[str, ...],
+    no_embed: bool,
+    remove: bool,
+    as_json: bool,
+) -> None:
+    """Index the markdown workspace in DIRECTORY (MEMORY.md and memory/**/*.md).
+
+    Only what changed since the last sync is read, chunked and embedded.
+    Files that cannot be indexed (not UTF-8, unreadable) are reported and
+    skipped, and the command exits 1; the rest is indexed.
+    """
+    store = obj.store()
+    if remove:
+        removed = store.remove_workspace(directory)
+        if as_json:
+            emit_json({"removed": True, "chunks": removed})
+        else:
+            click.echo(f"removed the workspace {directory}: {removed:,} chunks dropped")
+        return
+    with _PhaseBars(enabled=not as_json) as bars:
+        report = store.sync(
+            directory,
+            globs=_split(globs) or None,
+            ignore=_split(ignore) or None,
+            embed=not no_embed,
+            progress=bars,
+        )
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(
+            f"{report.workspace} (namespace {report.namespace}): {report.files:,} files, "
+            f"{report.chunks:,} chunks; {report.added:,} added, {report.changed:,} changed, "
+            f"{report.renamed:,} renamed, {report.deleted:,} deleted, {report.unchanged:,} "
+            f"unchanged; chunks +{report.chunks_added:,} -{report.chunks_removed:,}; "
+            f"{report.embedded:,} embedded, {report.reused:,} vectors reused; "
+            f"{report.took_ms:,.0f} ms"
+        )
+        if report.pending_vectors:
+            click.echo(f"{report.pending_vectors:,} chunks have no vector yet: run `mnemex embed`")
+    for problem in report.problems:
+        click.echo(f"skipped {problem.path}: {problem.message}", err=True)
+    if report.embedding_error:
+        click.echo(f"warning: chunks stored without vectors ({report.embedding_error})", err=True)
+    if report.problems:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@all_ns_option
+@json_option
+@click.pass_obj
+@handle_errors
+def status(obj: Context, directory: str | None, all_namespaces: bool, as_json: bool) -> None:
+    """Workspaces: files, chunks, vectors still to compute, the last sync, and how many
+    files changed on disk since (checked now)."""
+    from mnemex.store import ALL
+
+    found = obj.store().workspace_status(directory, namespace=ALL if all_namespaces else None)
+    if as_json:
+        emit_json({"workspaces": [w.to_dict() for w in found]})
+        return
+    out = console()
+    if not found:
+        out.print("no workspaces here: index one with `mnemex sync DIR`", markup=False)
+    for w in found:
+        out.print(f"{w.workspace}  (namespace {w.namespace})", markup=False, style="bold")
+        out.print(f"  files      {w.files:,} ({len(w.problems):,} not indexed)", markup=False)
+        vectors = (
+            "lexical only (no embedder)"
+            if w.pending_vectors is None
+            else f"{w.pending_vectors:,} without a vector for {w.embedder}"
+        )
+        out.print(f"  chunks     {w.chunks:,}; {vectors}", markup=False)
+        last = w.last_sync
+        when = f"{_when(w.synced_at)} UTC" if w.synced_at else "never"
+        took = f", {last['took_ms']:,.0f} ms" if "took_ms" in last else ""
+        out.print(f"  last sync  {when}{took}", markup=False)
+        if not w.exists:
+            now = "the folder is missing"
+        elif w.changed is None:
+            now = "the folder cannot be read"
+        elif w.changed:
+            now = f"{w.changed:,} file(s) changed since: run `mnemex sync {w.workspace}`"
+        else:
+            now = "in sync with the files"
+        out.print(f"  now        {now}", markup=False)
+        for problem in w.problems:
+            out.print(f"  skipped    {problem.path}: {problem.message}", markup=False)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--debounce",
+    type=click.FloatRange(0, 60),
+    help="Seconds without changes before a sync (default 1.5).",
+)
+@click.pass_obj
+@handle_errors
+def watch(obj: Context, directory: str, debounce: float | None) -> None:
+    """Sync DIRECTORY now and after every change to its files, until interrupted.
+
+    Each sync is logged on stderr; files that cannot be indexed are logged
+    and skipped; any other error is logged and watching goes on.
+    Needs mnemex[watch].
+    """
+    import logging
+    import signal
+    import threading
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    for name in ("mnemex", "mnemex.watch"):
+        logging.getLogger(name).addHandler(handler)
+    logging.getLogger("mnemex").setLevel(logging.INFO)
+    logging.getLogger("mnemex.watch").propagate = False
+    logging.getLogger("mnemex.watch").setLevel(logging.INFO)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    obj.store().watch(directory, debounce=debounce, stop=stop)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -49,6 +49,14 @@ DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distin
 RECALL_BUDGET_TOKENS = 500  # seed 003
 RECALL_MAX_MEMORIES = 5  # seed 003
 SEARCH_RELATIONS = 5  # relations returned beside the memories of a search (seed 002)
+# Markdown workspaces (mnemex.ingest).
+CHUNK_TOKENS = 400  # seed 004
+CHUNK_OVERLAP = 80  # seed 004
+CHUNK_KIND = "chunk"  # the kind of the memories a workspace's files are cut into
+WORKSPACE_GLOBS = ("MEMORY.md", "memory.md", "memory/**/*.md")  # seed 004
+WORKSPACE_IGNORE = ("**/.*",)  # hidden files and folders (.git, editor swap files)
+SYNC_TIMEOUT = 1.0  # seconds a search may spend syncing a changed workspace
+WATCH_DEBOUNCE = 1.5  # seconds of quiet after a change before `mnemex watch` syncs
 MODES = ("auto", "lexical", "vector", "hybrid")
 SIMILARITIES = ("auto", "jaccard", "cosine")
 TOKEN_COUNTERS = ("chars", "wordpiece")
@@ -108,6 +116,13 @@ class Settings:
     token_counter: str = "chars"  # chars: len/4; wordpiece: the local model's tokenizer
     query_expansion: bool = True  # multilingual stop words, CJK pieces, Korean particles
     search_relations: int = SEARCH_RELATIONS  # 0: searches return no relations
+    chunk_tokens: int = CHUNK_TOKENS
+    chunk_overlap: int = CHUNK_OVERLAP
+    workspace_globs: tuple[str, ...] = WORKSPACE_GLOBS
+    workspace_ignore: tuple[str, ...] = WORKSPACE_IGNORE
+    sync_on_search: bool = True  # a search first syncs the workspaces it reads if they changed
+    sync_timeout: float = SYNC_TIMEOUT
+    watch_debounce: float = WATCH_DEBOUNCE
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -140,6 +155,11 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if text in _FALSE:
             return False
         raise InvalidInput(f"{source}: {name} must be true or false, got {value!r}")
+    if kind == "tuple[str, ...]":  # a TOML list, or comma-separated text
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise InvalidInput(f"{source}: {name} must be a list of strings, got {value!r}")
+        return tuple(i.strip() for i in items if i.strip())
     try:
         if kind in ("int", int):
             if isinstance(value, bool):
@@ -254,6 +274,20 @@ def _validate(s: Settings) -> None:
         raise InvalidInput("recall_budget and recall_max must be at least 1")
     if not 0 <= s.search_relations <= MAX_SEARCH_LIMIT:
         raise InvalidInput(f"search_relations must be between 0 and {MAX_SEARCH_LIMIT}")
+    if s.chunk_tokens < 32:
+        raise InvalidInput(f"chunk_tokens must be at least 32, got {s.chunk_tokens}")
+    if not 0 <= s.chunk_overlap <= s.chunk_tokens // 2:
+        raise InvalidInput("chunk_overlap must be between 0 and half of chunk_tokens")
+    from mnemex.ingest.files import check_patterns
+
+    try:
+        if not check_patterns(s.workspace_globs, "workspace_globs"):
+            raise ValueError("workspace_globs needs at least one pattern")
+        check_patterns(s.workspace_ignore, "workspace_ignore")
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if s.sync_timeout <= 0 or s.watch_debounce < 0:
+        raise InvalidInput("sync_timeout must be > 0 and watch_debounce >= 0 seconds")
     if s.token_counter not in TOKEN_COUNTERS:
         raise InvalidInput(
             f"token_counter must be one of {', '.join(TOKEN_COUNTERS)}, got {s.token_counter!r}"

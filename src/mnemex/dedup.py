@@ -16,6 +16,10 @@ jobs") or in a negation ("we use X" / "we don't use X") are never
 duplicates, however similar: bag-of-words and embedding similarity both miss
 exactly the words that make them different facts.
 
+Chunks of markdown workspace files are never merged into nor merged: their
+files own them, and a sync may replace them at any time (a memory merged
+into one would be lost with it).
+
 Merging keeps the existing memory and its id, raises its confidence to the
 higher of the two, adds the new tags, pins it if either was pinned, and
 records the duplicate (its time, source, and its text when it differs) in the
@@ -129,7 +133,7 @@ def find(
     params: list[Any] = [namespace, content_hash, seq] + ([seq] if older_only else [])
     row = conn.execute(
         "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq != ?"
-        f"{limit} ORDER BY seq LIMIT 1",
+        f"{limit} AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq LIMIT 1",
         params,
     ).fetchone()
     if row:
@@ -158,6 +162,8 @@ def find(
                 continue
             if hit.cosine > cosine_threshold:
                 found.append((hit.cosine, hit.seq, "cosine"))
+    chunks = file_chunks(conn, [f[1] for f in found])
+    found = [f for f in found if f[1] not in chunks]
     if not found:
         return None
     texts = dict(
@@ -172,6 +178,18 @@ def find(
             ident = conn.execute("SELECT id FROM memories WHERE seq = ?", (other,)).fetchone()[0]
             return Match(other, ident, similarity, by)
     return None
+
+
+def file_chunks(conn: sqlite3.Connection, seqs: list[int]) -> set[int]:
+    """Which of these memories are chunks of workspace files."""
+    if not seqs:
+        return set()
+    return {
+        r[0]
+        for r in conn.execute(
+            f"SELECT seq FROM chunks WHERE seq IN ({','.join('?' * len(seqs))})", seqs
+        )
+    }
 
 
 def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:

@@ -10,6 +10,36 @@ from mnemex.text import format_time
 
 
 @dataclass(frozen=True, slots=True)
+class Location:
+    """Where a chunk of a workspace file lives: ``path:start_line-end_line``.
+
+    ``path`` is relative to the workspace folder ``workspace``; lines are
+    1-based and inclusive; ``heading`` is the path of markdown headings in
+    force at the chunk's first line.
+    """
+
+    workspace: str
+    path: str
+    start_line: int
+    end_line: int
+    heading: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.start_line}-{self.end_line}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "heading": list(self.heading),
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Memory:
     """One stored memory, in full."""
 
@@ -25,9 +55,10 @@ class Memory:
     updated_at: datetime
     content_hash: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    location: Location | None = None  # for a chunk of a workspace file
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "id": self.id,
             "namespace": self.namespace,
             "kind": self.kind,
@@ -41,6 +72,9 @@ class Memory:
             "content_hash": self.content_hash,
             "metadata": self.metadata,
         }
+        if self.location is not None:
+            data["location"] = self.location.to_dict()
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +88,7 @@ class Hit:
     tags: tuple[str, ...]
     created_at: datetime
     explain: dict[str, Any] | None = None
+    location: Location | None = None  # for a chunk of a workspace file
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -64,6 +99,8 @@ class Hit:
             "tags": list(self.tags),
             "created_at": format_time(self.created_at),
         }
+        if self.location is not None:
+            data["location"] = self.location.to_dict()
         if self.explain is not None:
             data["explain"] = self.explain
         return data
@@ -107,7 +144,9 @@ class SearchResult:
 
     ``mode_used`` is the mode that produced the hits (``lexical``, ``vector``
     or ``hybrid``): a hybrid search whose query could not be embedded answers
-    lexically and says why in ``notes``.
+    lexically and says why in ``notes``. ``stale`` is true when a markdown
+    workspace the search reads changed and could not be synced first: the
+    hits may miss or misquote its latest text (``notes`` says what to run).
     """
 
     query: str
@@ -117,6 +156,7 @@ class SearchResult:
     took_ms: float
     fusion: str | None = None
     notes: tuple[str, ...] = ()
+    stale: bool = False
     relations: tuple[Relation, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +165,7 @@ class SearchResult:
             "namespace": self.namespace,
             "mode_used": self.mode_used,
             "fusion": self.fusion,
+            "stale": self.stale,
             "notes": list(self.notes),
             "took_ms": round(self.took_ms, 3),
             "hits": [h.to_dict() for h in self.hits],
@@ -293,6 +334,7 @@ class RecallResult:
     mode_used: str
     token_counter: str
     notes: tuple[str, ...] = ()
+    stale: bool = False  # as SearchResult.stale
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -310,6 +352,7 @@ class RecallResult:
             "skipped": self.skipped,
             "mode_used": self.mode_used,
             "token_counter": self.token_counter,
+            "stale": self.stale,
             "notes": list(self.notes),
         }
 
@@ -372,4 +415,150 @@ class DedupReport:
             "dry_run": self.dry_run,
             "moved_to": self.moved_to,
             "pairs": [p.to_dict() for p in self.pairs],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FileProblem:
+    """A workspace file that could not be indexed (or a folder that could not be listed)."""
+
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What a sync of a markdown workspace did.
+
+    File counts: ``added``, ``changed`` (new text), ``renamed`` (same text at a
+    new path: its chunks moved, nothing re-embedded), ``deleted``, and
+    ``unchanged`` (skipped by size and mtime, or read and found to hash the
+    same). ``complete`` is false when a time limit stopped the sync with
+    ``remaining`` files still to read. ``files`` and ``chunks`` are the totals
+    indexed afterwards; ``pending_vectors`` the chunks still without a vector
+    for the configured model.
+    """
+
+    workspace: str
+    namespace: str
+    files: int
+    chunks: int
+    added: int = 0
+    changed: int = 0
+    renamed: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    embedded: int = 0
+    reused: int = 0
+    pending_vectors: int = 0
+    problems: tuple[FileProblem, ...] = ()
+    complete: bool = True
+    remaining: int = 0
+    took_ms: float = 0.0
+    embedding_error: str | None = None
+
+    @property
+    def touched(self) -> int:
+        """Files whose index entry changed."""
+        return self.added + self.changed + self.renamed + self.deleted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "namespace": self.namespace,
+            "files": self.files,
+            "chunks": self.chunks,
+            "added": self.added,
+            "changed": self.changed,
+            "renamed": self.renamed,
+            "deleted": self.deleted,
+            "unchanged": self.unchanged,
+            "chunks_added": self.chunks_added,
+            "chunks_removed": self.chunks_removed,
+            "embedded": self.embedded,
+            "reused": self.reused,
+            "pending_vectors": self.pending_vectors,
+            "problems": [p.to_dict() for p in self.problems],
+            "complete": self.complete,
+            "remaining": self.remaining,
+            "took_ms": round(self.took_ms, 3),
+            "embedding_error": self.embedding_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceStatus:
+    """A markdown workspace as the store holds it, and whether that matches the disk.
+
+    ``files``, ``chunks`` and ``pending_vectors`` are counted from the index
+    (``pending_vectors`` is ``None`` without an embedder); ``changed`` is the
+    number of files added, edited or deleted on disk since the last sync,
+    found by comparing sizes and mtimes now (``None`` when the folder cannot
+    be read). ``last_sync`` is the report of the last sync that wrote.
+    """
+
+    workspace: str
+    namespace: str
+    globs: tuple[str, ...]
+    ignore: tuple[str, ...]
+    exists: bool
+    files: int
+    chunks: int
+    problems: tuple[FileProblem, ...]
+    pending_vectors: int | None
+    embedder: str | None
+    synced_at: datetime | None
+    changed: int | None
+    last_sync: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_sync(self) -> bool:
+        return self.exists and self.changed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "namespace": self.namespace,
+            "globs": list(self.globs),
+            "ignore": list(self.ignore),
+            "exists": self.exists,
+            "files": self.files,
+            "chunks": self.chunks,
+            "problems": [p.to_dict() for p in self.problems],
+            "pending_vectors": self.pending_vectors,
+            "embedder": self.embedder,
+            "synced_at": format_time(self.synced_at) if self.synced_at else None,
+            "changed": self.changed,
+            "in_sync": self.in_sync,
+            "last_sync": self.last_sync,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """A memory written through to a workspace's daily file, and the chunks that now hold it.
+
+    ``location`` is the appended entry's place in the file; ``ids`` are the
+    chunks whose lines include it (usually one).
+    """
+
+    location: Location
+    ids: tuple[str, ...]
+    sync: SyncReport
+
+    @property
+    def id(self) -> str | None:
+        return self.ids[0] if self.ids else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ids": list(self.ids),
+            "location": self.location.to_dict(),
+            "sync": self.sync.to_dict(),
         }

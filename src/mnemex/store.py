@@ -38,11 +38,13 @@ from mnemex.errors import (
     IndexMismatch,
     InvalidInput,
     MissingExtra,
+    MnemexError,
     UnknownMemory,
 )
 from mnemex.index.fts import Filters, Lexicon
 from mnemex.models import (
     Added,
+    Appended,
     DedupReport,
     DuplicatePair,
     ForgetResult,
@@ -53,7 +55,9 @@ from mnemex.models import (
     Relation,
     SearchResult,
     Stats,
+    SyncReport,
     TimelineEntry,
+    WorkspaceStatus,
 )
 from mnemex.search.rank import Ranking
 from mnemex.storage import (
@@ -128,6 +132,7 @@ WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
 OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
 OPTIMIZE_MIN_ROWS = 10_000
 OPTIMIZE_MAX_ROWS = 2_000_000
+DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when time is limited
 
 
 def open_store(
@@ -179,6 +184,8 @@ class Store:
             raise
         self._lexicon = Lexicon(self._conn)
         self._executor: ThreadPoolExecutor | None = None
+        self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
+        self._files_cache: dict[int, tuple[Any, ...]] = {}  # see ingest.workspace._cached
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -225,6 +232,7 @@ class Store:
         return clean_namespace(namespace)
 
     def _wrote(self) -> None:
+        self._generation += 1
         self._lexicon.invalidate()
         if self._vector_index is not None:
             self._vector_index.mark_dirty()
@@ -364,14 +372,24 @@ class Store:
                 f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
             )
 
-    def _embed_new(self, seqs: Sequence[int], primed: dict[str, Any] | None = None) -> None:
+    def _embed_new(
+        self,
+        seqs: Sequence[int],
+        primed: dict[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> EmbedReport | None:
         """Embed memories just written. On failure they stay stored, marked pending.
 
         ``primed`` maps texts to vectors already computed (by the duplicate check).
+        With a ``deadline`` (``time.monotonic()``), embedding stops once it has
+        passed; what is left stays pending for the next sync or ``embed``.
+        Returns what was done (``None`` without an embedder or memories).
         """
         embedder = self.embedder
         if embedder is None or not seqs:
-            return
+            return None
         if primed:
             embedder = _Primed(embedder, primed)
         from mnemex.index import embeddings as vectors
@@ -381,24 +399,32 @@ class Store:
             with self._db() as conn:
                 self._check_dimension(embedder)
                 rows = vectors.rows_for(conn, seqs, embedder.model_id)
-            vectors.embed_and_store(self.conn, embedder, rows, report, guard=self._db)
+            step = len(rows) if deadline is None else DEADLINE_SLICE
+            for start in range(0, len(rows), max(step, 1)):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                vectors.embed_and_store(
+                    self.conn, embedder, rows[start : start + step], report, progress, self._db
+                )
             with self._db() as conn:
                 backlog = conn.execute(
                     "SELECT value FROM meta WHERE key = 'embed_backlog'"
                 ).fetchone()
             self._wrote()
-            if backlog:  # an earlier write could not embed: catch up now
+            if backlog and deadline is None:  # an earlier write could not embed: catch up now
                 self.embed()
             self.last_embedding_error = None
         except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
             self._wrote()
             self.last_embedding_error = str(exc)
+            report.error = str(exc)
             logger.warning("memories stored without vectors (run `mnemex embed`): %s", exc)
             with self._lock, self._errors(), write_transaction(self.conn) as conn:
                 conn.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('embed_backlog', ?)",
                     (str(exc),),
                 )
+        return report
 
     # -- writes ----------------------------------------------------------------
 
@@ -702,7 +728,7 @@ class Store:
         largest before the transaction).
         """
         conn = self.conn
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({_ROW_COLUMNS})")
+        self._staging()
         ids: list[str] = []
         seen: set[str] = set()
         inserted = 0
@@ -732,6 +758,24 @@ class Store:
             if inserted >= OPTIMIZE_MIN_BATCH:
                 self._maybe_optimize()
         return inserted, ids, seqs
+
+    def _staging(self) -> None:
+        self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({_ROW_COLUMNS})")
+
+    def _insert_rows(self, rows: list[tuple[Any, ...]]) -> list[int]:
+        """Insert prepared rows (new ids) inside the caller's write transaction; their seqs."""
+        if not rows:
+            return []
+        self._staging()
+        before = self.conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
+        for start in range(0, len(rows), WRITE_CHUNK):
+            self._insert_chunk(rows[start : start + WRITE_CHUNK], "error")
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT seq FROM memories WHERE seq > ? ORDER BY seq", (before,)
+            )
+        ]
 
     def _maybe_optimize(self) -> None:
         """Merge the full-text index into one segment each time the store has doubled.
@@ -810,7 +854,8 @@ class Store:
         """Change fields of one memory; returns it as stored. Unknown ids raise.
 
         New content drops the memory's vectors and embeds it again (when an
-        embedder is configured and ``embed`` is true).
+        embedder is configured and ``embed`` is true). The content of a chunk
+        of a workspace file cannot be changed here: its file is the truth.
         """
         ns = self._ns(namespace)
         assert ns is not None
@@ -837,6 +882,17 @@ class Store:
         sets["updated_at"] = format_time(utcnow())
         assignments = ", ".join(f"{k} = ?" for k in sets)
         with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            if "content" in sets:
+                place = conn.execute(
+                    "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
+                    "JOIN files AS f ON f.id = c.file_id WHERE m.id = ?",
+                    (ident,),
+                ).fetchone()
+                if place:
+                    raise InvalidInput(
+                        f"memory {ident} is a chunk of the workspace file {place[0]}: edit the "
+                        "file (the next sync or search indexes it), not the chunk"
+                    )
             cursor = conn.execute(
                 f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
                 [*sets.values(), ident, ns],
@@ -885,7 +941,7 @@ class Store:
         with self._db() as conn:
             rows = conn.execute(
                 "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
-                "ORDER BY seq",
+                "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
                 (ns,),
             ).fetchall()
         pairs: list[DuplicatePair] = []
@@ -1032,17 +1088,21 @@ class Store:
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
+        from mnemex.search.pipeline import locations
+
         ns = self._ns(namespace)
         wanted = _id_list(ids)
         found: dict[str, Memory] = {}
         with self._lock, self._errors(), read_transaction(self.conn) as conn:
             for chunk in batched(wanted, _CHUNK):
-                for row in conn.execute(
-                    f"SELECT {_FIELDS} FROM memories WHERE namespace = ? AND id IN "
+                rows = conn.execute(
+                    f"SELECT {_FIELDS}, seq FROM memories WHERE namespace = ? AND id IN "
                     f"({','.join('?' * len(chunk))})",
                     [ns, *chunk],
-                ):
-                    found[row[0]] = _memory(row)
+                ).fetchall()
+                places = locations(conn, [row[-1] for row in rows])
+                for row in rows:
+                    found[row[0]] = dataclasses.replace(_memory(row), location=places.get(row[-1]))
         return GetResult(
             memories=tuple(found[i] for i in wanted if i in found),
             missing=tuple(i for i in wanted if i not in found),
@@ -1208,17 +1268,28 @@ class Store:
             expand=settings.query_expansion if expand is None else bool(expand),
             now=None if now is None else parse_time(now, what="now"),
         )
+        started = time.perf_counter()
+        notes, stale = self._freshen(filters.namespace)
+        took = (time.perf_counter() - started) * 1000
+        found: tuple[Any, ...] = ()
         with self._lock, self._errors():
             engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
             result = run_search(engine, request)
-            if not wanted:
-                return result
-            started = time.perf_counter()
-            found = relations_db.search_relations(
-                self.conn, self._lexicon, result.query, filters.namespace, wanted
-            )
-        took = (time.perf_counter() - started) * 1000
-        return dataclasses.replace(result, relations=tuple(found), took_ms=result.took_ms + took)
+            if wanted:
+                started = time.perf_counter()
+                found = tuple(
+                    relations_db.search_relations(
+                        self.conn, self._lexicon, result.query, filters.namespace, wanted
+                    )
+                )
+                took += (time.perf_counter() - started) * 1000
+        return dataclasses.replace(
+            result,
+            notes=(*notes, *result.notes),
+            stale=stale,
+            relations=found,
+            took_ms=result.took_ms + took,
+        )
 
     def _ranking(
         self,
@@ -1337,6 +1408,7 @@ class Store:
             mode_used=found.mode_used,
             token_counter=counter_name,
             notes=found.notes,
+            stale=found.stale,
         )
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
@@ -1496,6 +1568,13 @@ class Store:
                         ).fetchone()[0]
                     )
                     rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+                    orphans, short = conn.execute(
+                        """SELECT
+                            (SELECT count(*) FROM chunks WHERE file_id NOT IN
+                                (SELECT id FROM files)),
+                            (SELECT count(*) FROM files AS f WHERE f.chunks !=
+                                (SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id))"""
+                    ).fetchone()
             finally:
                 for table in ("mnemex_index_v", "mnemex_check_v", "mnemex_check"):
                     conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
@@ -1507,7 +1586,185 @@ class Store:
             problems.append(f"full-text index has {ghost_docs} ghost rows")
         if tag_rows:
             problems.append(f"tag index differs from memories in {tag_rows} rows")
+        if orphans:
+            problems.append(f"{orphans} workspace chunks belong to no file")
+        if short:
+            problems.append(
+                f"{short} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`"
+            )
         return {"ok": not problems, "memories": rows, "problems": problems}
+
+    # -- markdown workspaces ------------------------------------------------------
+
+    def sync(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        globs: Iterable[str] | None = None,
+        ignore: Iterable[str] | None = None,
+        embed: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
+        namespace: str | None = None,
+    ) -> SyncReport:
+        """Index the markdown workspace in ``directory`` and keep it true to the files.
+
+        The first call registers the folder as a workspace of the namespace
+        with ``globs`` (default ``MEMORY.md``, ``memory.md``,
+        ``memory/**/*.md``) and ``ignore`` patterns (default hidden files and
+        folders); later calls reuse them unless given again. Unchanged files
+        are skipped by size and mtime, then by SHA-256; unchanged chunks keep
+        their ids and vectors; chunks of deleted files are removed; renamed
+        files move without re-embedding (see :mod:`mnemex.ingest.workspace`).
+        Files that cannot be indexed (not UTF-8, unreadable) are reported in
+        ``problems`` and the rest is indexed. ``progress(phase, done, total)``
+        is called while reading files and while embedding chunks.
+        """
+        from mnemex.ingest import workspace as spaces
+
+        ns = self._ns(namespace)
+        assert ns is not None
+        root = spaces.resolve_root(directory)
+        settings = self.settings
+        chunking = spaces.chunking_key(settings.chunk_tokens, settings.chunk_overlap)
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            old = spaces.find(conn, root, ns)
+            ws = spaces.register(
+                conn,
+                root,
+                ns,
+                _patterns(globs, "globs") if globs is not None
+                else old.globs if old else settings.workspace_globs,
+                _patterns(ignore, "ignore", empty=True) if ignore is not None
+                else old.ignore if old else settings.workspace_ignore,
+                old.chunking if old else chunking,  # a new chunking once every file has it
+            )  # fmt: skip
+        rechunk = ws.chunking != chunking
+        with self._errors():
+            return spaces.sync(
+                self,
+                dataclasses.replace(ws, chunking=chunking),
+                embed=embed,
+                progress=progress,
+                rechunk=rechunk,
+            )
+
+    def remove_workspace(
+        self, directory: str | os.PathLike[str], *, namespace: str | None = None
+    ) -> int:
+        """Stop indexing a workspace: delete its files' records and chunks (never the files).
+
+        Returns the number of chunks removed; raises when the folder is no
+        workspace of the namespace.
+        """
+        from mnemex.ingest import workspace as spaces
+
+        ns = self._ns(namespace)
+        assert ns is not None
+        root = spaces.resolve_root(directory, must_exist=False)
+        with self._lock, self._errors(), write_transaction(self.conn) as conn:
+            ws = spaces.find(conn, root, ns)
+            if ws is None:
+                raise InvalidInput(f"{root} is not a workspace of namespace {ns!r}")
+            removed = spaces.remove(conn, ws)
+        self._wrote()
+        return removed
+
+    def workspace_status(
+        self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
+    ) -> tuple[WorkspaceStatus, ...]:
+        """Each workspace of the namespace (or ``ALL``, or only ``directory``): files,
+        chunks, problems, pending vectors, the last sync, and how many files differ on
+        disk now (a scan of sizes and mtimes)."""
+        from mnemex.ingest import workspace as spaces
+
+        ns = self._ns(namespace, allow_all=True)
+        with self._db() as conn:
+            found = spaces.listed(conn, ns)
+        if directory is not None:
+            root = spaces.resolve_root(directory, must_exist=False)
+            found = [ws for ws in found if ws.root == root]
+            if not found:
+                raise InvalidInput(
+                    f"{root} is not a workspace of namespace {ns or '*'!r}: "
+                    f"run `mnemex sync {directory}` first"
+                )
+        return tuple(spaces.status(self, ws) for ws in found)
+
+    def add_to_workspace(
+        self,
+        content: str,
+        directory: str | os.PathLike[str],
+        *,
+        kind: str | None = None,
+        tags: Iterable[str] | None = None,
+        created_at: datetime | str | None = None,
+        namespace: str | None = None,
+    ) -> Appended:
+        """Write a memory through to a workspace: append it to the daily file
+        ``memory/YYYY-MM-DD.md`` (local date of ``created_at``, default now) as a
+        ``## HH:MM · kind · #tags`` entry, and index that file. The memory is then the
+        chunk (or chunks) holding the entry: ``result.ids``. A folder not yet
+        synced is synced first."""
+        from mnemex.ingest import workspace as spaces
+
+        ns = self._ns(namespace)
+        assert ns is not None
+        root = spaces.resolve_root(directory)
+        label = None if kind is None else clean_label(kind, "kind", 40)
+        when = utcnow() if created_at is None else parse_time(created_at, what="created_at")
+        with self._db() as conn:
+            ws = spaces.find(conn, root, ns)
+        if ws is None:
+            self.sync(root, namespace=ns)
+            with self._db() as conn:
+                ws = spaces.find(conn, root, ns)
+            assert ws is not None
+        with self._errors():
+            return spaces.append(self, ws, content, kind=label, tags=clean_tags(tags), when=when)
+
+    def watch(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        debounce: float | None = None,
+        stop: threading.Event | None = None,
+        on_sync: Callable[[SyncReport], None] | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Sync a workspace, then again after each change (``debounce`` seconds of quiet,
+        default 1.5), until ``stop`` is set or the process is interrupted. Needs
+        ``mnemex[watch]``; see :mod:`mnemex.ingest.watch`."""
+        from mnemex.ingest import watch
+
+        watch.watch(
+            self,
+            directory,
+            debounce=self.settings.watch_debounce if debounce is None else debounce,
+            stop=stop,
+            on_sync=on_sync,
+            namespace=namespace,
+        )
+
+    def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
+        """Before a search: sync the workspaces it reads that changed, within
+        ``sync_timeout``. Returns notes and whether the results may be stale."""
+        from mnemex.ingest import workspace as spaces
+
+        with self._db() as conn:
+            found = spaces.listed(conn, namespace)
+        if not found:
+            return [], False
+        settings = self.settings
+        deadline = time.monotonic() + settings.sync_timeout
+        notes: list[str] = []
+        for ws in found:
+            try:
+                note = spaces.refresh(self, ws, deadline, settings.sync_on_search)
+            except (MnemexError, OSError) as exc:
+                note = f"the workspace {ws.root} could not be synced ({exc}): results may be stale"
+            if note:
+                notes.append(note)
+        return notes, bool(notes)
 
     def _filters(
         self,
@@ -1543,6 +1800,19 @@ class _Primed:
         if all(t in self._vectors for t in texts):
             return np.stack([self._vectors[t] for t in texts])
         return self._embedder.embed(texts)
+
+
+def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) -> tuple[str, ...]:
+    from mnemex.ingest.files import check_patterns
+
+    items = [values] if isinstance(values, str) else list(values)
+    try:
+        patterns = check_patterns(items, what)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if not patterns and not empty:
+        raise InvalidInput(f"{what} needs at least one pattern, such as memory/**/*.md")
+    return patterns
 
 
 def _clean_source(value: object) -> str:

@@ -14,7 +14,8 @@
    say so in ``mode_used`` and ``notes``.
 5. Rank (:mod:`mnemex.search.rank`): threshold each arm in its own units,
    then decay, confidence and MMR as configured; keep the top ``limit``.
-6. Fetch those memories and their snippets in one query each; attach the
+6. Fetch those memories, their snippets and, for chunks of workspace files,
+   their place (``path:start-end``), in one query each; attach the
    explain trace (each arm, the fusion, every stage) when asked.
 """
 
@@ -45,7 +46,7 @@ from mnemex.index.fts import (
     retrieve,
     snippets,
 )
-from mnemex.models import Hit, SearchResult
+from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
 from mnemex.search.query import normalized_score
 from mnemex.search.rank import (
@@ -294,8 +295,9 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
             scores, order = _rerank(engine, request, order, scores, trace, query_vector)
         top = order[: request.limit]
 
-        # 6. rows, snippets
+        # 6. rows, snippets, where chunks of workspace files live
         rows = _rows(engine.conn, top)
+        places = locations(engine.conn, top)
         cut = (
             snippets(
                 engine.conn,
@@ -341,6 +343,7 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
                 tags=tuple(json.loads(row[3])),
                 created_at=parse_stored_time(row[4]),
                 explain=explain,
+                location=places.get(seq),
             )
         )
     return SearchResult(
@@ -352,6 +355,21 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
         fusion=fusion_name,
         notes=tuple(notes),
     )
+
+
+def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
+    """Where each memory that is a chunk of a workspace file lives."""
+    if not seqs:
+        return {}
+    return {
+        seq: Location(root, path, start, end, tuple(json.loads(heading)))
+        for seq, root, path, start, end, heading in conn.execute(
+            "SELECT c.seq, w.root, f.path, c.start_line, c.end_line, c.heading FROM chunks AS c "
+            "JOIN files AS f ON f.id = c.file_id JOIN workspaces AS w ON w.id = f.workspace_id "
+            f"WHERE c.seq IN ({','.join('?' * len(seqs))})",
+            seqs,
+        )
+    }
 
 
 def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:

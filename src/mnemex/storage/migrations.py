@@ -194,10 +194,68 @@ _RELATIONS: Final = (
     END""",
 )
 
+# Markdown workspaces (see mnemex.ingest). A workspace is a folder indexed into one
+# namespace; ``files`` records each file as last synced (size, mtime, SHA-256, or the
+# error that kept it out); each chunk of a file is a memory (kind ``chunk``, source its
+# path) with its place in the file in ``chunks``, keyed by the memory's seq. A side
+# table rather than columns on ``memories``: only chunks have a place, and its life is
+# tied to the file's row. Triggers keep the three in step whatever deletes a row:
+# a file's row takes its chunk memories with it, a memory takes its chunk row.
+# A renamed file's chunks get new ids (derived from the path): relations that
+# point at them by id follow.
+_WORKSPACES: Final = (
+    """CREATE TABLE IF NOT EXISTS workspaces (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        root TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        globs TEXT NOT NULL,
+        ignore TEXT NOT NULL,
+        chunking TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        synced_at TEXT,
+        last_sync TEXT NOT NULL DEFAULT '{}',
+        UNIQUE (root, namespace)
+    )""",
+    """CREATE TABLE IF NOT EXISTS files (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace_id INTEGER NOT NULL REFERENCES workspaces (id),
+        path TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        read_ns INTEGER NOT NULL,
+        sha256 TEXT,
+        chunks INTEGER NOT NULL DEFAULT 0,
+        error TEXT,
+        synced_at TEXT NOT NULL,
+        UNIQUE (workspace_id, path)
+    )""",
+    """CREATE TABLE IF NOT EXISTS chunks (
+        seq INTEGER PRIMARY KEY REFERENCES memories (seq),
+        file_id INTEGER NOT NULL REFERENCES files (id),
+        position INTEGER NOT NULL,
+        heading TEXT NOT NULL DEFAULT '[]',
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS chunks_file ON chunks (file_id, position)",
+    """CREATE TRIGGER IF NOT EXISTS files_before_delete BEFORE DELETE ON files BEGIN
+        DELETE FROM memories WHERE seq IN (SELECT seq FROM chunks WHERE file_id = old.id);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_chunks AFTER DELETE ON memories BEGIN
+        DELETE FROM chunks WHERE seq = old.seq;
+    END""",
+    # A chunk's id follows its file's path: a relation read from it follows the rename.
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_id_relations
+        AFTER UPDATE OF id ON memories BEGIN
+        UPDATE relations SET source_memory = new.id WHERE source_memory = old.id;
+    END""",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
     (3, "relations with their own fts5 index", _RELATIONS),
+    (4, "markdown workspaces: files and the place of each chunk", _WORKSPACES),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

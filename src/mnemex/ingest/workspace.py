@@ -1,0 +1,1074 @@
+"""Markdown workspaces in the store: register, sync, status, write-through.
+
+A workspace is a folder (its ``MEMORY.md`` and ``memory/**/*.md`` by
+default) indexed into one namespace. The files are the truth; a sync makes
+the index say what they say:
+
+1. **Scan** the folder for files the globs match (sizes and mtimes only).
+2. **Compare** with the ``files`` table: a file whose size and mtime are
+   unchanged is skipped unread (unless it was modified so shortly before it
+   was last read that a change could hide in the same mtime tick); others
+   are read and hashed (SHA-256), and only a new hash is chunked.
+3. **Write**, a batch of whole files per transaction (a file is never half
+   written; one file that cannot be stored does not stop the others):
+   a chunk whose text is unchanged keeps its memory, id and vector, even
+   when it moved within its file; new chunks are inserted; chunks gone from
+   their file are deleted, after any new chunk with the same text has been
+   given their vector (so moved text is never embedded again). A file that
+   disappeared while another with the same hash appeared was renamed: its
+   rows move to the new path, nothing is re-embedded. Deleted files go last,
+   in the final batch, with their chunks (triggers: no ghost rows).
+4. **Embed** the workspace's chunks that lack a vector, after the commits.
+
+Every chunk is a memory of kind ``chunk`` whose ``source`` is its file's
+path, so every search mode, filter, decay stage and recall works on it. Its
+time is the date in its file name (``memory/2025-11-27.md``) or else the
+file's mtime; ``MEMORY.md`` and undated files under ``memory/`` are
+evergreen, exempt from decay (:func:`mnemex.search.rank.evergreen_source`).
+A chunk's id is derived from the workspace, its path, its text and which
+occurrence of that text in the file it is: the same text at the same place
+keeps its id across syncs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from mnemex.config import CHUNK_KIND
+from mnemex.errors import InvalidInput, MnemexError, StoreLocked
+from mnemex.ingest import files
+from mnemex.ingest.chunk import CHUNKER_VERSION, chunk_markdown
+from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
+from mnemex.storage import write_transaction
+from mnemex.text import batched, clean_content, content_hash, format_time, parse_stored_time, utcnow
+
+if TYPE_CHECKING:
+    from mnemex.store import Store
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+BATCH_FILES = 500  # files per write transaction
+BATCH_CHUNKS = 5_000  # chunks per write transaction (a transaction may exceed it by one file)
+_DATED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+_IN = 500  # ids per IN (...)
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """A registered workspace: its folder, namespace, patterns and how its files are cut."""
+
+    id: int
+    root: str
+    namespace: str
+    globs: tuple[str, ...]
+    ignore: tuple[str, ...]
+    chunking: str
+    synced_at: str | None = None
+    last_sync: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def chunk_sizes(self) -> tuple[int, int]:
+        """(tokens, overlap) this workspace's files are cut with."""
+        sizes = self.chunking.rsplit(" ", 1)[-1].split("/")
+        return int(sizes[0]), int(sizes[1])
+
+
+def chunking_key(tokens: int, overlap: int) -> str:
+    return f"{CHUNKER_VERSION} {tokens}/{overlap}"
+
+
+def resolve_root(directory: str | os.PathLike[str], *, must_exist: bool = True) -> str:
+    """The workspace folder as an absolute path with symbolic links resolved."""
+    path = Path(directory).expanduser()
+    if not must_exist:
+        return str(path.resolve())
+    try:
+        resolved = path.resolve(strict=True)
+    except OSError:
+        raise InvalidInput(f"workspace folder {str(path)!r} does not exist") from None
+    if not resolved.is_dir():
+        raise InvalidInput(f"workspace {str(path)!r} is not a folder")
+    return str(resolved)
+
+
+def chunk_id(namespace: str, root: str, path: str, digest: str, occurrence: int) -> str:
+    """A chunk's stable id: 16 base32 characters of a hash of where it is and what it says."""
+    key = "\0".join((namespace, root, path, digest, str(occurrence))).encode("utf-8")
+    return base64.b32encode(hashlib.sha256(key).digest()[:10]).decode("ascii").lower()
+
+
+def file_time(path: str, mtime_ns: int) -> datetime:
+    """A chunk's time: the date its file is named after (``2025-11-27.md``), else its mtime."""
+    match = _DATED.match(PurePosixPath(path).name)
+    if match:
+        with contextlib.suppress(ValueError):
+            day = date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return datetime.fromtimestamp(mtime_ns / 1e9, UTC)
+
+
+# -- the workspaces table ---------------------------------------------------------------
+
+_WS_COLUMNS = "id, root, namespace, globs, ignore, chunking, synced_at, last_sync"
+
+
+def _workspace(row: Sequence[Any]) -> Workspace:
+    return Workspace(
+        id=row[0],
+        root=row[1],
+        namespace=row[2],
+        globs=tuple(json.loads(row[3])),
+        ignore=tuple(json.loads(row[4])),
+        chunking=row[5],
+        synced_at=row[6],
+        last_sync=json.loads(row[7]),
+    )
+
+
+def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | None:
+    row = conn.execute(
+        f"SELECT {_WS_COLUMNS} FROM workspaces WHERE root = ? AND namespace = ?", (root, namespace)
+    ).fetchone()
+    return _workspace(row) if row else None
+
+
+def listed(conn: sqlite3.Connection, namespace: str | None) -> list[Workspace]:
+    """The workspaces of a namespace (all when ``None``)."""
+    where, params = ("WHERE namespace = ?", [namespace]) if namespace is not None else ("", [])
+    return [
+        _workspace(r)
+        for r in conn.execute(
+            f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root", params
+        )
+    ]
+
+
+def register(
+    conn: sqlite3.Connection,
+    root: str,
+    namespace: str,
+    globs: Sequence[str],
+    ignore: Sequence[str],
+    chunking: str,
+) -> Workspace:
+    """Create the workspace or update its patterns and chunking (in a write transaction)."""
+    conn.execute(
+        """INSERT INTO workspaces (root, namespace, globs, ignore, chunking, created_at)
+           VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT (root, namespace) DO UPDATE SET
+               globs = excluded.globs, ignore = excluded.ignore, chunking = excluded.chunking""",
+        (root, namespace, json.dumps(list(globs)), json.dumps(list(ignore)), chunking,
+         format_time(utcnow())),
+    )  # fmt: skip
+    found = find(conn, root, namespace)
+    assert found is not None
+    return found
+
+
+def remove(conn: sqlite3.Connection, ws: Workspace) -> int:
+    """Delete a workspace, its files and their chunks (in a write transaction)."""
+    chunks = _count_chunks(conn, ws.id)
+    conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
+    conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+    return chunks
+
+
+def _recorded_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
+    """The chunks the files rows say they have (their real count differs after a forget)."""
+    return int(
+        conn.execute(
+            "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?", (workspace_id,)
+        ).fetchone()[0]
+    )
+
+
+def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM chunks WHERE file_id IN "
+            "(SELECT id FROM files WHERE workspace_id = ?)",
+            (workspace_id,),
+        ).fetchone()[0]
+    )
+
+
+# -- comparing the disk with the index --------------------------------------------------
+
+
+class _Known(NamedTuple):
+    """A file's row in ``files``, with how many chunk rows it really has."""
+
+    id: int
+    size: int
+    mtime_ns: int
+    read_ns: int
+    sha256: str | None
+    chunks: int
+    error: str | None
+    actual: int
+
+
+def _known(conn: sqlite3.Connection, workspace_id: int, *, count: bool) -> dict[str, _Known]:
+    """The files rows of a workspace by path; with ``count``, their real chunk counts
+    (a chunk forgotten through the API makes its file be read again), else the recorded."""
+    actual = "(SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id)" if count else "f.chunks"
+    rows = conn.execute(
+        f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
+                   {actual} FROM files AS f WHERE f.workspace_id = ?""",
+        (workspace_id,),
+    ).fetchall()
+    return {r[0]: _Known(*r[1:]) for r in rows}
+
+
+def _cached(
+    store: Store, conn: sqlite3.Connection, ws: Workspace
+) -> tuple[dict[str, _Known], dict[str, files.Stat] | None]:
+    """The files rows as last read, unless the store changed since (``PRAGMA data_version``
+    for other connections, the store's write count for this one); and, when no file needs
+    a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
+    version = (conn.execute("PRAGMA data_version").fetchone()[0], store._generation)
+    cached = store._files_cache.get(ws.id)
+    if cached is not None and cached[0] == version:
+        return cached[1], cached[2]
+    known = _known(conn, ws.id, count=False)
+    settled: dict[str, files.Stat] | None = {
+        path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()
+    }
+    if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
+        settled = None
+    store._files_cache[ws.id] = (version, known, settled)
+    return known, settled
+
+
+def _needs_read(known: _Known | None, stat: files.Stat, retry: bool) -> bool:
+    """Whether a file must be read: new, changed size or mtime, racily clean, chunks
+    missing from the index, or (with ``retry``) a file that could not be indexed."""
+    if known is None:
+        return True
+    if known.error is not None:
+        return retry or (known.size, known.mtime_ns) != (stat.size, stat.mtime_ns)
+    return (
+        (known.size, known.mtime_ns) != (stat.size, stat.mtime_ns)
+        or files.racy(known.mtime_ns, known.read_ns)
+        or known.chunks != known.actual
+    )
+
+
+@dataclass
+class _Plan:
+    found: files.Scan
+    known: dict[str, _Known]
+    to_read: list[str]
+    gone: list[str]
+
+
+def _plan(
+    store: Store,
+    ws: Workspace,
+    *,
+    retry: bool,
+    only: Sequence[str] | None = None,
+    rechunk: bool = False,
+    count: bool = True,
+    found: files.Scan | None = None,
+) -> _Plan:
+    """Scan the folder (or only these paths) and decide which files to read and drop."""
+    folder = ws.folder
+    if found is not None:
+        pass
+    elif only is None:
+        found = files.scan(folder, ws.globs, ws.ignore)
+    else:
+        if not folder.is_dir():
+            raise FileNotFoundError(2, "no such folder", ws.root)
+        found = files.Scan()
+        for path in only:
+            files.stat_into(found, folder, path, ws.globs, ws.ignore)
+    with store._db() as conn:
+        if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
+            known = _known(conn, ws.id, count=True)  # find the files that lost chunks
+        else:
+            known = _cached(store, conn, ws)[0]
+    to_read = sorted(
+        p for p, stat in found.files.items() if rechunk or _needs_read(known.get(p), stat, retry)
+    )
+    scope: Iterable[str] = known if only is None else [p for p in only if p in known]
+    gone = sorted(p for p in scope if p not in found.files and not found.hides(p))
+    return _Plan(found, known, to_read, gone)
+
+
+# -- reading and cutting files ----------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    """A file read from disk, with its chunks as rows ready to insert (if it changed)."""
+
+    text: files.FileText
+    stat: files.Stat
+    chunks: list[_ChunkRow] | None = None  # None: the same hash as indexed, or an error
+    error: str | None = None
+
+    @property
+    def size(self) -> int:
+        return self.text.size if self.text.sha256 else self.stat.size
+
+    @property
+    def mtime_ns(self) -> int:
+        return self.text.mtime_ns if self.text.sha256 else self.stat.mtime_ns
+
+
+@dataclass(frozen=True, slots=True)
+class _ChunkRow:
+    content: str
+    digest: str
+    occurrence: int
+    position: int
+    heading: str  # JSON
+    start_line: int
+    end_line: int
+
+
+def _prepare(
+    folder: Path,
+    path: str,
+    stat: files.Stat,
+    known: _Known | None,
+    sizes: tuple[int, int],
+    max_bytes: int,
+    rechunk: bool,
+) -> _Prepared:
+    """Read a file and, unless it hashes as indexed (with all its chunks), cut it."""
+    text = files.read(folder, path)
+    prepared = _Prepared(text, stat, error=text.error)
+    intact = (
+        known is not None
+        and known.error is None
+        and known.chunks == known.actual
+        and known.sha256 == text.sha256
+    )
+    if text.text is not None and (rechunk or not intact):
+        _cut(prepared, sizes, max_bytes)
+    return prepared
+
+
+def _cut(prepared: _Prepared, sizes: tuple[int, int], max_bytes: int) -> None:
+    """Give a read file its chunk rows (or the error that keeps it out)."""
+    assert prepared.text.text is not None
+    path = prepared.text.path
+    rows: list[_ChunkRow] = []
+    seen: dict[str, int] = {}
+    try:
+        for piece in chunk_markdown(prepared.text.text, *sizes):
+            if not piece.text.strip():
+                continue
+            content = clean_content(piece.text, max_bytes, what=f"{path}:{piece.start_line}")
+            digest = content_hash(content)
+            occurrence = seen.get(digest, 0)
+            seen[digest] = occurrence + 1
+            rows.append(
+                _ChunkRow(
+                    content,
+                    digest,
+                    occurrence,
+                    len(rows),
+                    json.dumps(list(piece.heading), ensure_ascii=False),
+                    piece.start_line,
+                    piece.end_line,
+                )
+            )
+    except InvalidInput as exc:
+        prepared.error = str(exc)
+        return
+    prepared.chunks = rows
+
+
+def _batches(prepared: list[_Prepared]) -> Iterator[list[_Prepared]]:
+    batch: list[_Prepared] = []
+    size = 0
+    for item in prepared:
+        if batch and (len(batch) >= BATCH_FILES or size >= BATCH_CHUNKS):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += len(item.chunks or ())
+    if batch:
+        yield batch
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    added: int = 0
+    changed: int = 0
+    renamed: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    reused: int = 0
+    failed: list[FileProblem] = field(default_factory=list)
+
+
+class _Writer:
+    """Applies prepared files to the index inside one write transaction."""
+
+    def __init__(self, store: Store, ws: Workspace, tally: _Tally) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.ws = ws
+        self.tally = tally
+        self.now = format_time(utcnow())
+        self.new_seqs: list[int] = []
+        self.doomed: list[int] = []
+
+    def file(self, item: _Prepared, renamed_from: int | None) -> None:
+        conn, path, text = self.conn, item.text.path, item.text
+        row = conn.execute(
+            "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND path = ?",
+            (self.ws.id, path),
+        ).fetchone()
+        if text.gone:
+            if row is not None:
+                self._drop_file(row[0])
+            return
+        if not text.readable:  # keep what was indexed; try again at the next sync
+            if row is None:
+                row = (self._new_file(item), None, None)
+            conn.execute(
+                "UPDATE files SET error = ?, synced_at = ? WHERE id = ?",
+                (item.error, self.now, row[0]),
+            )
+            return
+        moved = False
+        if row is None and renamed_from is not None:
+            moved = (
+                conn.execute(
+                    "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?",
+                    (path, renamed_from, self.ws.id),
+                ).rowcount
+                == 1
+            )
+            if moved:
+                row = conn.execute(
+                    "SELECT id, sha256, error FROM files WHERE id = ?", (renamed_from,)
+                ).fetchone()
+        if row is None:
+            file_id, same = self._new_file(item), False
+            self.tally.added += 1
+        else:
+            file_id = row[0]
+            same = row[1] == text.sha256 and row[2] == item.error
+            if moved:
+                self.tally.renamed += 1
+            elif same:
+                self.tally.unchanged += 1
+            else:
+                self.tally.changed += 1
+        if item.chunks is None and item.error is None and (row is None or row[1] != text.sha256):
+            # another process synced this file in between: cut it after all
+            _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
+        if item.error is not None:
+            self.doomed.extend(_chunk_seqs(conn, file_id))
+            count = 0
+        elif item.chunks is None:  # same text as indexed: keep the chunks, relabel them
+            count = self._relabel(file_id, path, item.mtime_ns)
+        else:
+            before = (self.tally.chunks_added, self.tally.chunks_removed)
+            count = self._reconcile(file_id, path, item)
+            if (
+                same
+                and not moved
+                and before != (self.tally.chunks_added, self.tally.chunks_removed)
+            ):
+                self.tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
+                self.tally.changed += 1
+        conn.execute(
+            """UPDATE files SET size = ?, mtime_ns = ?, read_ns = ?, sha256 = ?, chunks = ?,
+                   error = ?, synced_at = ? WHERE id = ?""",
+            (item.size, item.mtime_ns, text.read_ns, text.sha256, count, item.error, self.now,
+             file_id),
+        )  # fmt: skip
+
+    def _new_file(self, item: _Prepared) -> int:
+        cursor = self.conn.execute(
+            """INSERT INTO files (workspace_id, path, size, mtime_ns, read_ns, sha256, error,
+                   synced_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+            (self.ws.id, item.text.path, item.size, item.mtime_ns, item.text.read_ns,
+             item.text.sha256, item.error, self.now),
+        )  # fmt: skip
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def _existing(self, file_id: int) -> list[tuple[Any, ...]]:
+        """(seq, id, content_hash, source, created_at, position, heading, start, end)."""
+        return self.conn.execute(
+            """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
+                      c.heading, c.start_line, c.end_line
+               FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
+               WHERE c.file_id = ? ORDER BY c.position, c.seq""",
+            (file_id,),
+        ).fetchall()
+
+    def _relabel(self, file_id: int, path: str, mtime_ns: int) -> int:
+        """Give a file's chunks the ids, source and time its (new) path and mtime call for."""
+        existing = self._existing(file_id)
+        seen: dict[str, int] = {}
+        created = format_time(file_time(path, mtime_ns))
+        for seq, ident, digest, source, created_at, *_ in existing:
+            occurrence = seen.get(digest, 0)
+            seen[digest] = occurrence + 1
+            self._label(seq, ident, source, created_at, path, digest, occurrence, created)
+        return len(existing)
+
+    def _label(
+        self,
+        seq: int,
+        ident: str,
+        source: str | None,
+        created_at: str,
+        path: str,
+        digest: str,
+        occurrence: int,
+        created: str,
+    ) -> None:
+        wanted = chunk_id(self.ws.namespace, self.ws.root, path, digest, occurrence)
+        if (
+            wanted != ident
+            and self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (wanted,)).fetchone()
+        ):
+            wanted = ident  # taken (by a row about to move or go): keep the old id
+        if (wanted, path, created) != (ident, source, created_at):
+            self.conn.execute(
+                "UPDATE memories SET id = ?, source = ?, created_at = ?, updated_at = ? "
+                "WHERE seq = ?",
+                (wanted, path, created, self.now, seq),
+            )
+
+    def _reconcile(self, file_id: int, path: str, item: _Prepared) -> int:
+        """Make a file's chunk rows those of its new text; returns how many it has."""
+        assert item.chunks is not None
+        conn = self.conn
+        existing: dict[tuple[str, int], tuple[Any, ...]] = {}
+        seen: dict[str, int] = {}
+        for row in self._existing(file_id):
+            occurrence = seen.get(row[2], 0)
+            seen[row[2]] = occurrence + 1
+            existing[(row[2], occurrence)] = row
+        created = format_time(file_time(path, item.mtime_ns))
+        fresh: list[_ChunkRow] = []
+        for chunk in item.chunks:
+            old = existing.pop((chunk.digest, chunk.occurrence), None)
+            if old is None:
+                fresh.append(chunk)
+                continue
+            seq, ident, digest, source, created_at, position, heading, start, end = old
+            self._label(seq, ident, source, created_at, path, digest, chunk.occurrence, created)
+            place = (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
+            if place != (position, heading, start, end):
+                conn.execute(
+                    "UPDATE chunks SET position = ?, heading = ?, start_line = ?, end_line = ? "
+                    "WHERE seq = ?",
+                    (*place, seq),
+                )
+        self.doomed.extend(row[0] for row in existing.values())
+        self.tally.chunks_removed += len(existing)
+        if fresh:
+            self._insert(file_id, path, fresh, created)
+        return len(item.chunks)
+
+    def _insert(self, file_id: int, path: str, fresh: list[_ChunkRow], created: str) -> None:
+        store, ws = self.store, self.ws
+        ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
+        taken: set[str] = set()
+        for chunk in batched(ids, _IN):
+            taken.update(
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                )
+            )
+        now = utcnow()
+        rows = [
+            store._row(
+                {
+                    "id": None if ident in taken else ident,  # taken: by a row about to move
+                    "content": c.content,
+                    "kind": CHUNK_KIND,
+                    "source": path,
+                    "created_at": created,
+                    "updated_at": self.now,
+                },
+                ws.namespace,
+                now,
+                False,
+                self.now,
+            )
+            for ident, c in zip(ids, fresh, strict=True)
+        ]
+        seqs = store._insert_rows(rows)
+        self.conn.executemany(
+            "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (seq, file_id, c.position, c.heading, c.start_line, c.end_line)
+                for seq, c in zip(seqs, fresh, strict=True)
+            ],
+        )
+        self.new_seqs.extend(seqs)
+        self.tally.chunks_added += len(fresh)
+
+    def _drop_file(self, file_id: int) -> None:
+        self.tally.chunks_removed += len(_chunk_seqs(self.conn, file_id))
+        self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        self.tally.deleted += 1
+
+    def gone(self, known: _Known) -> None:
+        """A file deleted from disk (its row may already be gone: another process)."""
+        if self.conn.execute("SELECT 1 FROM files WHERE id = ?", (known.id,)).fetchone():
+            self._drop_file(known.id)
+
+    def finish(self) -> None:
+        """Give new chunks the vectors of identical text, then delete the chunks that went."""
+        self.tally.reused += _copy_vectors(self.conn, self.new_seqs)
+        for chunk in batched(self.doomed, _IN):
+            self.conn.execute(
+                f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(chunk))})", chunk
+            )
+
+
+def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT seq FROM chunks WHERE file_id = ?", (file_id,))]
+
+
+def _models(conn: sqlite3.Connection) -> list[str]:
+    """The models with stored vectors (a skip-scan of the (model, content_hash) index)."""
+    return [
+        r[0]
+        for r in conn.execute(
+            """WITH RECURSIVE m(model) AS (
+                   SELECT min(model) FROM embeddings
+                   UNION ALL
+                   SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
+                   WHERE m.model IS NOT NULL)
+               SELECT model FROM m WHERE model IS NOT NULL"""
+        )
+    ]
+
+
+def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
+    """Give each new memory, for every model, the vector stored for the same text."""
+    if not seqs:
+        return 0
+    copied = 0
+    for model in _models(conn):
+        for chunk in batched(seqs, _IN):
+            copied += conn.execute(
+                f"""INSERT OR IGNORE INTO embeddings (seq, model, dim, content_hash, vector)
+                    SELECT m.seq, e.model, e.dim, e.content_hash, e.vector
+                    FROM memories AS m JOIN embeddings AS e ON e.id = (
+                        SELECT id FROM embeddings WHERE model = ? AND content_hash = m.content_hash
+                        ORDER BY id LIMIT 1)
+                    WHERE m.seq IN ({",".join("?" * len(chunk))})""",
+                [model, *chunk],
+            ).rowcount
+    return copied
+
+
+# -- sync -------------------------------------------------------------------------------
+
+
+def sync(
+    store: Store,
+    ws: Workspace,
+    *,
+    deadline: float | None = None,
+    embed: bool = True,
+    progress: Progress | None = None,
+    retry: bool = True,
+    record: bool = True,
+    only: Sequence[str] | None = None,
+    rechunk: bool = False,
+    plan: _Plan | None = None,
+) -> SyncReport:
+    """Bring the index of ``ws`` up to date with its folder; see the module docstring.
+
+    ``deadline`` (a ``time.monotonic()`` value) stops reading files and
+    embedding chunks when passed: the report says ``complete=False``.
+    ``retry`` reads again files that could not be indexed before; ``record``
+    writes the report to the workspace row even when nothing changed; ``only``
+    limits the sync to these paths; ``rechunk`` re-cuts every file with the
+    sizes ``ws.chunking`` names, recorded as the workspace's once all are.
+    Raises ``FileNotFoundError`` when the folder is gone.
+    """
+    started = time.perf_counter()
+    if plan is None:
+        plan = _plan(store, ws, retry=retry, only=only, rechunk=rechunk)
+    tally = _Tally(unchanged=len(plan.found.files) - len(plan.to_read))
+    sizes = ws.chunk_sizes
+    max_bytes = store.settings.max_content_bytes
+    prepared: list[_Prepared] = []
+    remaining = 0
+    if progress is not None and plan.to_read:
+        progress("reading", 0, len(plan.to_read))
+    for done, path in enumerate(plan.to_read):
+        if deadline is not None and time.monotonic() > deadline:
+            remaining = len(plan.to_read) - done
+            break
+        prepared.append(
+            _prepare(
+                ws.folder, path, plan.found.files[path], plan.known.get(path), sizes, max_bytes,
+                rechunk,
+            )
+        )  # fmt: skip
+        if progress is not None:
+            progress("reading", done + 1, len(plan.to_read))
+    renames = _renames(plan, prepared)
+    prepared.sort(key=lambda p: p.text.path not in renames)  # moves first: they free ids
+    batches = list(_batches(prepared)) or [[]]
+    gone = [(path, plan.known[path]) for path in plan.gone]
+    for number, batch in enumerate(batches):
+        _write_batch(store, ws, batch, renames, gone if number == len(batches) - 1 else [], tally)
+    embedding = None
+    if embed and store.embedder is not None:
+        embedding = _embed(store, ws, deadline, progress)
+    report = _report(store, ws, plan, tally, started, embedding, remaining)
+    if record or report.touched or tally.failed:
+        done = report.complete and not tally.failed  # every file is cut as ws.chunking says
+        with store._lock, store._errors(), write_transaction(store.conn) as conn:
+            conn.execute(
+                "UPDATE workspaces SET synced_at = ?, last_sync = ?, "
+                "chunking = CASE WHEN ? THEN ? ELSE chunking END WHERE id = ?",
+                (format_time(utcnow()), json.dumps(report.to_dict()), done, ws.chunking, ws.id),
+            )
+    return report
+
+
+def _renames(plan: _Plan, prepared: list[_Prepared]) -> dict[str, int]:
+    """New paths whose text is that of a deleted file: new path -> the old file's row id.
+
+    Matched paths leave ``plan.gone``.
+    """
+    by_hash: dict[str, list[str]] = {}
+    for path in plan.gone:
+        known = plan.known[path]
+        if known.sha256 and known.error is None:
+            by_hash.setdefault(known.sha256, []).append(path)
+    renames: dict[str, int] = {}
+    for item in prepared:
+        text = item.text
+        olds = by_hash.get(text.sha256 or "")
+        if olds and text.path not in plan.known and item.error is None:
+            old = olds.pop(0)
+            renames[text.path] = plan.known[old].id
+            plan.gone.remove(old)
+    return renames
+
+
+def _write_batch(
+    store: Store,
+    ws: Workspace,
+    batch: list[_Prepared],
+    renames: dict[str, int],
+    gone: list[tuple[str, _Known]],
+    tally: _Tally,
+) -> None:
+    """One transaction: these files, then (in the last batch) the deleted ones."""
+    if not batch and not gone:
+        return
+    try:
+        with store._lock, store._errors(), write_transaction(store.conn):
+            writer = _Writer(store, ws, _Tally())
+            for item in batch:
+                writer.file(item, renames.get(item.text.path))
+            writer.finish()
+            for _, known in gone:
+                writer.gone(known)
+    except StoreLocked:
+        raise
+    except (sqlite3.Error, MnemexError) as exc:
+        if len(batch) > 1:  # find the file that fails; store the others
+            for item in batch:
+                _write_batch(store, ws, [item], renames, [], tally)
+            _write_batch(store, ws, [], renames, gone, tally)
+        else:
+            paths = [item.text.path for item in batch] or [path for path, _ in gone]
+            tally.failed.append(FileProblem(paths[0], f"could not be stored: {exc}"))
+        return
+    finally:
+        store._wrote()
+    for name in ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added",
+                 "chunks_removed", "reused"):  # fmt: skip
+        setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
+
+
+def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progress | None) -> Any:
+    """Embed the workspace's chunks that have no vector for the configured model."""
+    embedder = store.embedder
+    assert embedder is not None
+    with store._db() as conn:
+        seqs = _pending(conn, ws.id, embedder.model_id)
+    if not seqs:
+        return None
+    advance = None
+    if progress is not None:
+        progress("embedding", 0, len(seqs))
+        done = [0]
+
+        def advance(count: int) -> None:
+            done[0] += count
+            progress("embedding", done[0], len(seqs))
+
+    return store._embed_new(seqs, deadline=deadline, progress=advance)
+
+
+def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
+    return [
+        r[0]
+        for r in conn.execute(
+            """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+               WHERE f.workspace_id = ? AND NOT EXISTS (
+                   SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
+               ORDER BY c.seq""",
+            (workspace_id, model),
+        )
+    ]
+
+
+def _counts(conn: sqlite3.Connection, workspace_id: int) -> tuple[int, int]:
+    """Files recorded (indexed or not) and chunk rows, counted from the tables."""
+    count = conn.execute("SELECT count(*) FROM files WHERE workspace_id = ?", (workspace_id,))
+    return int(count.fetchone()[0]), _count_chunks(conn, workspace_id)
+
+
+def _problems(conn: sqlite3.Connection, ws: Workspace) -> list[FileProblem]:
+    return [
+        FileProblem(path, error)
+        for path, error in conn.execute(
+            "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL "
+            "ORDER BY path",
+            (ws.id,),
+        )
+    ]
+
+
+def _report(
+    store: Store,
+    ws: Workspace,
+    plan: _Plan,
+    tally: _Tally,
+    started: float,
+    embedding: Any,
+    remaining: int,
+) -> SyncReport:
+    embedder = store.embedder
+    with store._db() as conn:
+        counts = _counts(conn, ws.id)
+        problems = _problems(conn, ws)
+        pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else 0
+    problems += [FileProblem(path, message) for path, message in plan.found.errors]
+    problems += tally.failed
+    return SyncReport(
+        workspace=ws.root,
+        namespace=ws.namespace,
+        files=counts[0],
+        chunks=counts[1],
+        added=tally.added,
+        changed=tally.changed,
+        renamed=tally.renamed,
+        deleted=tally.deleted,
+        unchanged=tally.unchanged,
+        chunks_added=tally.chunks_added,
+        chunks_removed=tally.chunks_removed,
+        embedded=embedding.embedded if embedding is not None else 0,
+        reused=tally.reused + (embedding.reused if embedding is not None else 0),
+        pending_vectors=pending,
+        problems=tuple(problems),
+        complete=remaining == 0,
+        remaining=remaining,
+        took_ms=(time.perf_counter() - started) * 1000,
+        embedding_error=store.last_embedding_error if embedding is not None else None,
+    )
+
+
+def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str | None:
+    """Before a search: sync ``ws`` if files changed since the last sync, by ``deadline``.
+
+    Costs a scan (sizes and mtimes) and a cheap query when nothing changed.
+    Returns ``None`` when the index matches the folder, else a note saying why
+    the results may be stale and what to run.
+    """
+    try:
+        found = files.scan(ws.folder, ws.globs, ws.ignore)
+    except FileNotFoundError:
+        return f"the workspace folder {ws.root} is missing: its chunks may be stale"
+    with store._db() as conn:
+        settled = _cached(store, conn, ws)[1]
+    if settled is not None and not found.unlisted and found.files == settled:
+        return None  # the common case: one comparison of two dicts
+    plan = _plan(store, ws, retry=False, count=False, found=found)
+    if not plan.to_read and not plan.gone:
+        return None
+    pending = len(plan.to_read) + len(plan.gone)
+    if not allowed:
+        return (
+            f"{pending} file(s) of the workspace {ws.root} changed since the last sync: "
+            f"run `mnemex sync {ws.root}`"
+        )
+    report = sync(store, ws, deadline=deadline, retry=False, record=False, plan=plan)
+    if not report.complete:
+        return (
+            f"the workspace {ws.root} changed and {report.remaining} file(s) could not be synced "
+            f"within sync_timeout ({store.settings.sync_timeout:g} s): run `mnemex sync {ws.root}`"
+        )
+    return None
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+def status(store: Store, ws: Workspace) -> WorkspaceStatus:
+    """What the index holds for ``ws`` and how many files differ on disk now."""
+    embedder = store.embedder
+    with store._db() as conn:
+        files_count, chunks = _counts(conn, ws.id)
+        problems = _problems(conn, ws)
+        pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else None
+    exists = ws.folder.is_dir()
+    changed: int | None = None
+    if exists:
+        try:
+            changed = changes(store, ws)
+        except OSError:
+            changed = None
+    return WorkspaceStatus(
+        workspace=ws.root,
+        namespace=ws.namespace,
+        globs=ws.globs,
+        ignore=ws.ignore,
+        exists=exists,
+        files=files_count,
+        chunks=chunks,
+        problems=tuple(problems),
+        pending_vectors=pending,
+        embedder=embedder.model_id if embedder is not None else None,
+        synced_at=parse_stored_time(ws.synced_at) if ws.synced_at else None,
+        changed=changed,
+        last_sync=ws.last_sync,
+    )
+
+
+def changes(store: Store, ws: Workspace) -> int:
+    """How many files were added, edited or deleted since the last sync (reads only the
+    files whose size and mtime cannot settle it)."""
+    plan = _plan(store, ws, retry=False)
+    count = len(plan.gone)
+    for path in plan.to_read:
+        known = plan.known.get(path)
+        stat = plan.found.files[path]
+        if (
+            known is None
+            or (known.size, known.mtime_ns) != (stat.size, stat.mtime_ns)
+            or known.chunks != known.actual
+            or files.read(ws.folder, path).sha256 != known.sha256
+        ):
+            count += 1
+    return count
+
+
+# -- write-through ----------------------------------------------------------------------
+
+
+def append(
+    store: Store,
+    ws: Workspace,
+    content: str,
+    *,
+    kind: str | None,
+    tags: Sequence[str],
+    when: datetime,
+) -> Appended:
+    """Append a memory to the workspace's daily file ``memory/YYYY-MM-DD.md`` and index it.
+
+    The entry is a ``## HH:MM`` heading (with the kind and ``#tags`` when given)
+    followed by the text; the day and time are ``when`` in local time. A new
+    daily file starts with a ``# YYYY-MM-DD`` title.
+    """
+    local = when.astimezone()
+    relative = f"memory/{local.date().isoformat()}.md"
+    if not files.matches(relative, ws.globs) or files.ignored(relative, ws.ignore):
+        raise InvalidInput(
+            f"{relative} is not part of the workspace {ws.root} (its globs are "
+            f"{', '.join(ws.globs)}): add memory/**/*.md to them"
+        )
+    text = clean_content(content, store.settings.max_content_bytes)
+    parts = [local.strftime("%H:%M")]
+    if kind:
+        parts.append(kind)
+    if tags:
+        parts.append(" ".join("#" + "-".join(tag.split()) for tag in tags))
+    title = " · ".join(parts)
+    entry = f"## {title}\n\n{text}\n"
+    path = ws.folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab+") as handle, _locked(handle):
+        handle.seek(0)
+        existing = handle.read()
+        if not existing.strip():
+            prefix = f"# {local.date().isoformat()}\n\n"
+        elif existing.endswith(b"\n\n"):
+            prefix = ""
+        else:
+            prefix = "\n" if existing.endswith(b"\n") else "\n\n"
+        handle.write((prefix + entry).encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+    start = existing.count(b"\n") + prefix.count("\n") + 1
+    end = start + entry.count("\n") - 1
+    report = sync(store, ws, only=[relative], retry=True, record=False)
+    with store._db() as conn:
+        ids = tuple(
+            r[0]
+            for r in conn.execute(
+                """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+                   JOIN memories AS m ON m.seq = c.seq
+                   WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
+                     AND c.end_line >= ? ORDER BY c.position""",
+                (ws.id, relative, end, start),
+            )
+        )
+    heading = (local.date().isoformat(), title)
+    return Appended(Location(ws.root, relative, start, end, heading), ids, report)
+
+
+@contextlib.contextmanager
+def _locked(handle: Any) -> Iterator[None]:
+    """An exclusive lock on an open file where the platform has ``flock``."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
