@@ -579,3 +579,25 @@ def test_importing_mnemex_does_not_import_the_sdk() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
     assert os.environ.get(transport.TOKEN_ENV) is None
+
+
+@pytest.mark.anyio
+async def test_workspace_chunks_show_their_place_and_staleness(db: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "ws"
+    (folder / "memory").mkdir(parents=True)
+    (folder / "MEMORY.md").write_text("# Deploys\n\nFly deploys need the ORBIT_TOKEN secret.\n")
+    os.utime(folder / "MEMORY.md", (time.time() - 60, time.time() - 60))  # not just written
+    settings = load_settings(db, namespace=NAMESPACE, sync_on_search=False)
+    with Store(settings, embedder=None) as store:
+        store.sync(folder)
+    async with Client(build_server(settings, embedder=None)) as client:
+        found = await call(client, "memory_search", query="ORBIT_TOKEN")
+        assert found["hits"][0]["location"] == "MEMORY.md:1-3"
+        assert "stale" not in found
+        got = await call(client, "memory_get", ids=[found["hits"][0]["id"]])
+        assert got["memories"][0]["location"] == "MEMORY.md:1-3"
+        (folder / "memory" / "2026-01-05.md").write_text("ORBIT_TOKEN was rotated today.\n")
+        stale = await call(client, "memory_search", query="ORBIT_TOKEN")
+        assert stale["stale"] is True and "mnemex sync" in " ".join(stale["notes"])
+        block = await call(client, "memory_recall", task="ORBIT_TOKEN")
+        assert block["stale"] is True

@@ -38,6 +38,7 @@ class Hit(BaseModel):
     kind: str
     tags: list[str]
     created_at: str
+    location: str | None = None  # path:start-end of a markdown workspace chunk
 
 
 class Relation(BaseModel):
@@ -57,6 +58,7 @@ class SearchOutput(BaseModel):
     relations: list[Relation]
     mode_used: str
     notes: list[str] | None = None
+    stale: bool | None = None  # true: workspace files changed and could not be synced
 
 
 class Entry(BaseModel):
@@ -86,6 +88,7 @@ class Memory(BaseModel):
     created_at: str
     updated_at: str
     metadata: dict[str, Any] | None = None
+    location: str | None = None
 
 
 class GetOutput(BaseModel):
@@ -100,6 +103,7 @@ class RecallOutput(BaseModel):
     budget_tokens: int
     mode_used: str
     notes: list[str] | None = None
+    stale: bool | None = None
 
 
 class AddOutput(BaseModel):
@@ -148,12 +152,14 @@ def search_output(result: models.SearchResult) -> SearchOutput:
                 kind=h.kind,
                 tags=list(h.tags),
                 created_at=when(h.created_at),
+                location=None if h.location is None else h.location.label,
             )
             for h in result.hits
         ],
         relations=[relation(r) for r in result.relations],
         mode_used=result.mode_used,
         notes=list(result.notes) or None,
+        stale=result.stale or None,
     )
 
 
@@ -198,6 +204,7 @@ def get_output(result: models.GetResult) -> GetOutput:
                 created_at=when(m.created_at),
                 updated_at=when(m.updated_at),
                 metadata=m.metadata or None,
+                location=None if m.location is None else m.location.label,
             )
             for m in result.memories
         ],
@@ -213,6 +220,7 @@ def recall_output(result: models.RecallResult) -> RecallOutput:
         budget_tokens=result.budget_tokens,
         mode_used=result.mode_used,
         notes=list(result.notes) or None,
+        stale=result.stale or None,
     )
 
 
