@@ -2,11 +2,14 @@
 
 from mnemex.storage.connect import connect, read_transaction, translate_errors, write_transaction
 from mnemex.storage.migrations import LATEST, TOKENIZER, migrate, read_meta, schema_version
+from mnemex.storage.sql import IN_CHUNK, marks
 
 __all__ = [
+    "IN_CHUNK",
     "LATEST",
     "TOKENIZER",
     "connect",
+    "marks",
     "migrate",
     "read_meta",
     "read_transaction",
