@@ -1,0 +1,1 @@
+"""Storage engines: the session each store talks to (SQLite today)."""
