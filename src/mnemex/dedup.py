@@ -37,17 +37,25 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mnemex.config import Settings
+from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
 from mnemex.index.stopwords import STOPWORDS
+from mnemex.models import DedupReport, DuplicatePair
+from mnemex.rows import ROW_COLUMNS
+from mnemex.storage import marks, read_transaction
+from mnemex.storage.connect import Connect
 from mnemex.text import format_time, tags_columns, utcnow
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from mnemex.embed import Embedder
     from mnemex.index.vectors import VectorIndex
 
 NEGATIONS = frozenset(
@@ -315,7 +323,7 @@ def _covered(
         return []
     others = dict(
         conn.execute(
-            f"SELECT seq, content FROM memories WHERE seq IN ({','.join('?' * len(close))})",
+            f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})",
             [c[0] for c in close],
         ).fetchall()
     )
@@ -339,7 +347,7 @@ def _best(
     rows = {
         seq: (ident, text)
         for seq, ident, text in conn.execute(
-            f"SELECT seq, id, content FROM memories WHERE seq IN ({','.join('?' * len(found))})",
+            f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})",
             [f[1] for f in found],
         )
     }
@@ -356,9 +364,7 @@ def file_chunks(conn: sqlite3.Connection, seqs: list[int]) -> set[int]:
         return set()
     return {
         r[0]
-        for r in conn.execute(
-            f"SELECT seq FROM chunks WHERE seq IN ({','.join('?' * len(seqs))})", seqs
-        )
+        for r in conn.execute(f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})", seqs)
     }
 
 
@@ -424,3 +430,202 @@ def merge(
             keep.seq,
         ),
     )
+
+
+# -- the operations: remember one memory, deduplicate a namespace -------------------
+
+
+def new_vector(
+    embedder: Embedder | None,
+    text: str,
+    digest: str,
+    *,
+    connection: Connect,
+    check_dimension: Callable[[Embedder], None],
+    vectors: Callable[[int], VectorIndex],
+) -> tuple[np.ndarray | None, VectorIndex | None]:
+    """A new text's vector and the index to compare it with (``None`` without vectors).
+
+    A text already embedded (in any namespace) is not embedded again.
+    """
+    if embedder is None:
+        return None, None
+    import numpy as np
+
+    from mnemex.embed import embed_checked
+
+    try:
+        with connection() as conn:
+            check_dimension(embedder)
+            known = conn.execute(
+                "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
+                "AND dim = ? LIMIT 1",
+                (embedder.model_id, digest, embedder.dim),
+            ).fetchone()
+        if known is not None and len(known[0]) == 4 * embedder.dim:
+            vector = np.frombuffer(known[0], dtype=np.float32)
+        else:
+            vector = embed_checked(embedder, [text])[0]
+        return vector, vectors(int(vector.shape[0]))
+    except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+        import logging
+
+        # The write that follows reports the embedder's failure; it is not said twice.
+        logging.getLogger("mnemex").debug("duplicate check without vectors: %s", exc)
+        return None, None
+
+
+def remember(
+    connection: Connect,
+    transaction: Connect,
+    lexicon: Lexicon,
+    settings: Settings,
+    row: tuple[Any, ...],
+    vector: np.ndarray | None = None,
+    index: VectorIndex | None = None,
+) -> tuple[Match | None, int]:
+    """Store a row of :func:`mnemex.rows.prepare` unless it repeats a memory of its namespace.
+
+    Returns the memory it was merged into, or ``None`` and the new row's seq.
+    The lookup runs before the write lock is taken, against a snapshot; under
+    the lock only the rows written since are compared.
+    """
+    text = row[3]
+    indexed = (text if row[12] is None else row[12], row[4] if row[13] is None else row[13])
+    new = NewMemory(row[1], text, row[10], indexed)
+    with connection() as conn, read_transaction(conn):
+        found = lookup(
+            conn,
+            lexicon,
+            new,
+            text_threshold=settings.dedup_text,
+            budget=settings.lexical_budget,
+            vector=vector,
+            index=index,
+            cosine_threshold=settings.dedup_cosine,
+        )
+    with transaction() as conn:
+        match, seen = found.match, found.seen
+        if match is not None and not still_there(conn, match, new.namespace):
+            match, seen = None, 0  # forgotten or moved since: compare with every row
+        if match is None:
+            match = recheck(conn, lexicon, new, seen, text_threshold=settings.dedup_text)
+        if match is None:
+            cursor = conn.execute(
+                f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})", row
+            )
+            assert cursor.lastrowid is not None
+            return None, cursor.lastrowid
+        merge(
+            conn,
+            match,
+            content=text,
+            tags=json.loads(row[4]),
+            confidence=row[6],
+            pinned=bool(row[7]),
+            created_at=row[8],
+            source=row[5],
+            duplicate_id=None,
+            max_bytes=settings.max_content_bytes,
+        )
+    return match, 0
+
+
+def dedup(
+    connection: Connect,
+    transaction: Connect,
+    after_write: Callable[[], None],
+    lexicon: Lexicon,
+    settings: Settings,
+    namespace: str,
+    index: VectorIndex | None,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> DedupReport:
+    """Merge each memory of the namespace that repeats an older one into it, one
+    transaction each (``after_write`` follows every merge); see :meth:`mnemex.Store.dedup`."""
+    moved_to = f"{namespace}/duplicates"
+    with connection() as conn:
+        rows = conn.execute(
+            "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
+            "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
+            (namespace,),
+        ).fetchall()
+    pairs: list[DuplicatePair] = []
+    for count, row in enumerate(rows, start=1):
+        if progress is not None and count % 100 == 0:
+            progress(100)
+        with transaction() as conn:
+            pair = _older_copy(conn, lexicon, settings, namespace, row, index)
+            if pair is not None and not dry_run:
+                _fold(conn, pair, row, moved_to, settings.max_content_bytes)
+        if pair is not None:
+            pairs.append(DuplicatePair(pair.id, row[1], pair.similarity, pair.by))
+            if not dry_run:
+                after_write()
+    if progress is not None and len(rows) % 100:
+        progress(len(rows) % 100)
+    return DedupReport(namespace, len(rows), tuple(pairs), dry_run, moved_to)
+
+
+def _older_copy(
+    conn: sqlite3.Connection,
+    lexicon: Lexicon,
+    settings: Settings,
+    namespace: str,
+    row: tuple[Any, ...],
+    index: VectorIndex | None,
+) -> Match | None:
+    """The older memory that row ``(seq, id, content, content_hash)`` repeats, if it is
+    still in the namespace and repeats one."""
+    seq, _, content, digest = row
+    if not conn.execute(
+        "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?", (seq, namespace)
+    ).fetchone():
+        return None
+    return find(
+        conn,
+        lexicon,
+        seq=seq,
+        content=content,
+        content_hash=digest,
+        namespace=namespace,
+        text_threshold=settings.dedup_text,
+        budget=settings.lexical_budget,
+        vector=None if index is None else index.vectors_of([seq]).get(seq),
+        index=index,
+        cosine_threshold=settings.dedup_cosine,
+        older_only=True,
+    )
+
+
+def _fold(
+    conn: sqlite3.Connection, keep: Match, row: tuple[Any, ...], moved_to: str, max_bytes: int
+) -> None:
+    """Merge row ``(seq, id, content, content_hash)`` into ``keep`` and move it, unchanged,
+    to the namespace ``moved_to``."""
+    seq, ident, content, _ = row
+    tags, confidence, pinned, created, source = conn.execute(
+        "SELECT tags, confidence, pinned, created_at, source FROM memories WHERE seq = ?",
+        (seq,),
+    ).fetchone()
+    merge(
+        conn,
+        keep,
+        content=content,
+        tags=json.loads(tags),
+        confidence=confidence,
+        pinned=bool(pinned),
+        created_at=created,
+        source=source,
+        duplicate_id=ident,
+        max_bytes=max_bytes,
+    )
+    conn.execute(
+        "UPDATE memories SET namespace = ?, "
+        "metadata = json_set(metadata, '$.duplicate_of', ?) WHERE seq = ?",
+        (moved_to, keep.id, seq),
+    )
+    # the vector index keys rows by namespace: have it re-read this one
+    conn.execute("INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, ?)", (seq,))

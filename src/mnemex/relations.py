@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -41,7 +41,9 @@ from mnemex.index.query import (
 )
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import ForgetResult, Relation
-from mnemex.storage.connect import read_transaction, write_transaction
+from mnemex.storage import IN_CHUNK, marks
+from mnemex.storage.connect import Connect, read_transaction, write_transaction
+from mnemex.storage.sql import delete_ids
 from mnemex.text import (
     batched,
     clean_confidence,
@@ -61,7 +63,6 @@ from mnemex.text import (
 MAX_ENTITY_CHARS: Final = 256
 MAX_PREDICATE_CHARS: Final = 64
 POOL_FACTOR: Final = 4  # rows ranked by SQL per wanted result, before exact scoring
-_CHUNK: Final = 500  # values per IN (...) list
 
 _COLUMNS: Final = (
     "id, namespace, subject, predicate, object, confidence, source_memory, created_at, updated_at"
@@ -248,17 +249,8 @@ def forget_relations(
     wanted = list(dict.fromkeys(clean_id(i) for i in listed(ids, "ids")))
     if not wanted:
         raise InvalidInput("no relation ids given")
-    gone: set[str] = set()
     with write_transaction(conn):
-        for chunk in batched(wanted, _CHUNK):
-            gone.update(
-                r[0]
-                for r in conn.execute(
-                    f"DELETE FROM relations WHERE namespace = ? AND id IN "
-                    f"({','.join('?' * len(chunk))}) RETURNING id",
-                    [ns, *chunk],
-                ).fetchall()
-            )
+        gone = delete_ids(conn, "relations", ns, wanted)
     return ForgetResult(
         forgotten=tuple(i for i in wanted if i in gone),
         missing=tuple(i for i in wanted if i not in gone),
@@ -289,6 +281,19 @@ def page(
         [after, *params, limit],
     ).fetchall()
     return [(int(r[0]), _relation(r[1:])) for r in rows]
+
+
+def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
+    """Every relation of the namespace (``None``: of all), oldest first, a page of 1,000
+    per block of ``connection``."""
+    last = 0
+    while True:
+        with connection() as conn:
+            rows = page(conn, namespace, last, 1000)
+        if not rows:
+            return
+        yield from (relation for _, relation in rows)
+        last = rows[-1][0]
 
 
 def neighbors(
@@ -360,11 +365,10 @@ def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
     """Relations containing each term: from the index's vocabulary, phrases by a count query."""
     found: dict[str, int] = {}
     words = sorted({t.key for t in terms if not t.phrase})
-    for chunk in batched(words, _CHUNK):
+    for chunk in batched(words, IN_CHUNK):
         found.update(
             conn.execute(
-                f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN "
-                f"({','.join('?' * len(chunk))})",
+                f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN ({marks(len(chunk))})",
                 chunk,
             ).fetchall()
         )
@@ -386,12 +390,11 @@ def _ranked(
         return []
     scores = dict(best)
     rows: dict[int, Sequence[Any]] = {}
-    for chunk in batched([seq for seq, _ in best], _CHUNK):
+    for chunk in batched([seq for seq, _ in best], IN_CHUNK):
         rows.update(
             (r[0], r[1:])
             for r in conn.execute(
-                f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN "
-                f"({','.join('?' * len(chunk))})",
+                f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})",
                 chunk,
             )
         )

@@ -23,8 +23,11 @@ if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
     from mnemex.index.vectors import VectorIndex
 
+from mnemex import dedup as dups
 from mnemex import embed as embedders
+from mnemex import memories
 from mnemex import relations as relations_db
+from mnemex import timeline as timelines
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
@@ -43,14 +46,13 @@ from mnemex.errors import (
     InvalidInput,
     MissingExtra,
     MnemexError,
-    UnknownMemory,
 )
 from mnemex.index.fts import Filters, Lexicon
+from mnemex.memories import UNSET
 from mnemex.models import (
     Added,
     Appended,
     DedupReport,
-    DuplicatePair,
     ForgetResult,
     GetResult,
     Memory,
@@ -63,36 +65,23 @@ from mnemex.models import (
     TimelineEntry,
     WorkspaceStatus,
 )
+from mnemex.rows import ROW_COLUMNS, check_items, prepare, prepare_chunks
 from mnemex.search.rank import Ranking
 from mnemex.storage import (
     connect,
     migrate,
-    read_meta,
     read_transaction,
-    schema_version,
     translate_errors,
     write_transaction,
 )
 from mnemex.text import (
-    batched,
-    clean_confidence,
-    clean_content,
-    clean_id,
     clean_label,
-    clean_metadata,
-    clean_name,
     clean_namespace,
     clean_query,
     clean_tags,
-    content_hash,
-    format_time,
     listed,
-    new_id,
     parse_stored_time,
     parse_time,
-    segment,
-    summarize,
-    tags_columns,
     utcnow,
 )
 
@@ -117,28 +106,6 @@ def logger() -> logging.Logger:
 NamespaceArg = str | _AllNamespaces | None
 Conflict = Literal["error", "skip"]
 
-_FIELDS = (
-    "id, namespace, kind, content, tags, source, confidence, pinned, "
-    "created_at, updated_at, content_hash, metadata"
-)
-_ROW_COLUMNS = _FIELDS + ", fts_content, fts_tags"
-_INPUT_KEYS = frozenset(
-    {
-        "id",
-        "content",
-        "kind",
-        "tags",
-        "source",
-        "confidence",
-        "pinned",
-        "created_at",
-        "updated_at",
-        "metadata",
-        "namespace",
-        "content_hash",
-    }
-)
-_UNSET: Final = object()
 _CHUNK = 500  # ids per IN (...) query
 RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
@@ -199,7 +166,7 @@ class Store:
                 # store still counts on it.
                 self._lexicon = Lexicon(self._conn)
                 self._conn.execute(
-                    f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({_ROW_COLUMNS})"
+                    f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({ROW_COLUMNS})"
                 )
         except BaseException:
             self._conn.close()
@@ -607,8 +574,6 @@ class Store:
         ``id`` is always inserted. Bulk writes (:meth:`add_many`, imports)
         never deduplicate; run :meth:`dedup` after them.
         """
-        from mnemex import dedup as dups
-
         item: dict[str, Any] = {
             "content": content,
             "kind": kind,
@@ -626,53 +591,21 @@ class Store:
         ns = self.resolve_namespace(namespace)
         assert ns is not None
         row = self.prepare_row(item, ns, utcnow(), False)
-        text = row[3]
-        vector, index = self._dedup_vector(text, row[10]) if embed else (None, None)
-        settings = self.settings
-        indexed = (text if row[12] is None else row[12], row[4] if row[13] is None else row[13])
-        new = dups.NewMemory(ns, text, row[10], indexed)
-        seq = 0
-        # The lookup runs before the write lock is taken, against a snapshot;
-        # under the lock only the rows written since are compared.
-        with self.connection() as conn, read_transaction(conn):
-            found = dups.lookup(
-                conn,
-                self._lexicon,
-                new,
-                text_threshold=settings.dedup_text,
-                budget=settings.lexical_budget,
-                vector=vector,
-                index=index,
-                cosine_threshold=settings.dedup_cosine,
+        vector, index = (
+            dups.new_vector(
+                self.embedder,
+                row[3],
+                row[10],
+                connection=self.connection,
+                check_dimension=self._check_dimension,
+                vectors=self._vectors,
             )
-        with self.transaction() as conn:
-            match = found.match
-            seen = found.seen
-            if match is not None and not dups.still_there(conn, match, ns):
-                match, seen = None, 0  # forgotten or moved since: compare with every row
-            if match is None:
-                match = dups.recheck(
-                    conn, self._lexicon, new, seen, text_threshold=settings.dedup_text
-                )
-            if match is not None:
-                dups.merge(
-                    conn,
-                    match,
-                    content=text,
-                    tags=json.loads(row[4]),
-                    confidence=row[6],
-                    pinned=bool(row[7]),
-                    created_at=row[8],
-                    source=row[5],
-                    duplicate_id=None,
-                    max_bytes=settings.max_content_bytes,
-                )
-            else:
-                cursor = conn.execute(
-                    f"INSERT INTO memories ({_ROW_COLUMNS}) VALUES ({','.join('?' * 14)})", row
-                )
-                assert cursor.lastrowid is not None
-                seq = cursor.lastrowid
+            if embed
+            else (None, None)
+        )
+        match, seq = dups.remember(
+            self.connection, self.transaction, self._lexicon, self.settings, row, vector, index
+        )
         self.after_write()
         if match is not None:
             logger().info(
@@ -680,38 +613,8 @@ class Store:
             )
             return Added(match.id, True, match.similarity, match.by)
         if embed:
-            self.embed_new([seq], primed=None if vector is None else {text: vector})
+            self.embed_new([seq], primed=None if vector is None else {row[3]: vector})
         return Added(row[0])
-
-    def _dedup_vector(self, text: str, digest: str) -> tuple[Any, VectorIndex | None]:
-        """The new text's vector and the index to compare it with (``None`` without vectors).
-
-        A text already embedded (in any namespace) is not embedded again.
-        """
-        embedder = self.embedder
-        if embedder is None:
-            return None, None
-        import numpy as np
-
-        from mnemex.embed import embed_checked
-
-        try:
-            with self.connection() as conn:
-                self._check_dimension(embedder)
-                known = conn.execute(
-                    "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
-                    "AND dim = ? LIMIT 1",
-                    (embedder.model_id, digest, embedder.dim),
-                ).fetchone()
-            if known is not None and len(known[0]) == 4 * embedder.dim:
-                vector = np.frombuffer(known[0], dtype=np.float32)
-            else:
-                vector = embed_checked(embedder, [text])[0]
-            return vector, self._vectors(int(vector.shape[0]))
-        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
-            # The write that follows reports the embedder's failure; it is not said twice.
-            logger().debug("duplicate check without vectors: %s", exc)
-            return None, None
 
     def add_many(
         self,
@@ -738,34 +641,13 @@ class Store:
         """
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        now = utcnow()
-        now_text = format_time(now)
-        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
-            raise InvalidInput(
-                f"items must be a list of memories (text or mappings), got {type(items).__name__}; "
-                "store one memory with add()"
-            )
-        items = items if isinstance(items, Sequence) else list(items)
-
-        def prepared() -> Iterator[list[tuple[Any, ...]]]:
-            chunk: list[tuple[Any, ...]] = []
-            for index, item in enumerate(items):
-                try:
-                    chunk.append(self.prepare_row(item, ns, now, keep_namespaces, now_text))
-                except InvalidInput as exc:
-                    if len(items) > 1:
-                        exc.args = (f"item {index}: {exc}",)
-                    raise
-                if len(chunk) >= WRITE_CHUNK:
-                    yield chunk
-                    chunk = []
-            if chunk:
-                yield chunk
-
+        items = check_items(items)
         if not items:
             return []
+        max_bytes = self.settings.max_content_bytes
         with self.connection():
-            _, ids, seqs = self._write(prepared(), on_conflict)
+            chunks = prepare_chunks(items, ns, keep_namespaces, max_bytes, WRITE_CHUNK)
+            _, ids, seqs = self._write(chunks, on_conflict)
         self.after_write()
         if embed:
             self.embed_new(seqs)
@@ -779,68 +661,9 @@ class Store:
         keep_namespaces: bool,
         now_text: str | None = None,
     ) -> tuple[Any, ...]:
-        """Validate one item into a row of ``_ROW_COLUMNS``."""
-        if isinstance(item, str):
-            item = {"content": item}
-        elif not isinstance(item, Mapping):
-            raise InvalidInput(f"a memory must be text or a mapping, got {type(item).__name__}")
-        if not _INPUT_KEYS.issuperset(item):
-            unknown = set(item) - _INPUT_KEYS
-            raise InvalidInput(
-                f"unknown field(s) {', '.join(sorted(unknown))}; known: "
-                f"{', '.join(sorted(_INPUT_KEYS - {'content_hash'}))}"
-            )
-        if "content" not in item:
-            raise InvalidInput("a memory needs a 'content' field")
-        get = item.get
-        content = clean_content(item["content"], self.settings.max_content_bytes)
-        kind = get("kind")
-        kind = DEFAULT_KIND if kind is None else clean_label(kind, "kind", 40)
-        tags_json, fts_tags = tags_columns(clean_tags(get("tags")))
-        source = get("source")
-        if source is not None:
-            source = _clean_source(source)
-        confidence = get("confidence")
-        confidence = DEFAULT_CONFIDENCE if confidence is None else clean_confidence(confidence)
-        pinned = get("pinned") or False
-        if not isinstance(pinned, bool | int):
-            raise InvalidInput(f"pinned must be true or false, got {pinned!r}")
-        created = get("created_at")
-        updated = get("updated_at")
-        now_text = now_text or format_time(now)
-        if created is None:
-            created_text = now_text
-        else:
-            created_text = format_time(parse_time(created, what="created_at"))
-        if updated is not None:
-            updated_text = format_time(parse_time(updated, what="updated_at"))
-        else:
-            updated_text = created_text if created is not None else now_text
-        metadata = get("metadata")
-        metadata = (
-            "{}" if metadata is None else clean_metadata(metadata, self.settings.max_content_bytes)
-        )
-        ident = get("id")
-        ident = new_id() if ident is None else clean_id(ident)
-        row_ns = ns
-        if keep_namespaces and get("namespace") is not None:
-            row_ns = clean_namespace(item["namespace"])
-        return (
-            ident,
-            row_ns,
-            kind,
-            content,
-            tags_json,
-            source,
-            confidence,
-            int(bool(pinned)),
-            created_text,
-            updated_text,
-            content_hash(content),
-            metadata,
-            segment(content),
-            fts_tags,
-        )
+        """Validate one item into a row of :data:`mnemex.rows.ROW_COLUMNS`."""
+        max_bytes = self.settings.max_content_bytes
+        return prepare(item, ns, now, keep_namespaces, max_bytes, now_text)
 
     def insert_prepared(
         self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict
@@ -943,7 +766,7 @@ class Store:
         conn = self.conn
         conn.execute("DELETE FROM temp.mnemex_staging")
         conn.executemany(
-            f"INSERT INTO temp.mnemex_staging ({_ROW_COLUMNS}) VALUES ({','.join('?' * 14)})",
+            f"INSERT INTO temp.mnemex_staging ({ROW_COLUMNS}) VALUES ({','.join('?' * 14)})",
             rows,
         )
         if on_conflict == "error":
@@ -957,12 +780,12 @@ class Store:
                     "leave id out to get a new one, or skip existing ids"
                 )
             sql = (
-                f"INSERT INTO memories ({_ROW_COLUMNS}) "
-                f"SELECT {_ROW_COLUMNS} FROM temp.mnemex_staging ORDER BY rowid"
+                f"INSERT INTO memories ({ROW_COLUMNS}) "
+                f"SELECT {ROW_COLUMNS} FROM temp.mnemex_staging ORDER BY rowid"
             )
         else:
-            sql = f"""INSERT INTO memories ({_ROW_COLUMNS})
-                SELECT {_ROW_COLUMNS} FROM temp.mnemex_staging AS s
+            sql = f"""INSERT INTO memories ({ROW_COLUMNS})
+                SELECT {ROW_COLUMNS} FROM temp.mnemex_staging AS s
                 WHERE s.rowid IN (SELECT min(rowid) FROM temp.mnemex_staging GROUP BY id)
                   AND NOT EXISTS (SELECT 1 FROM memories AS m WHERE m.id = s.id)
                 ORDER BY s.rowid"""
@@ -976,14 +799,14 @@ class Store:
         self,
         id: str,
         *,
-        content: Any = _UNSET,
-        kind: Any = _UNSET,
-        tags: Any = _UNSET,
-        source: Any = _UNSET,
-        confidence: Any = _UNSET,
-        pinned: Any = _UNSET,
-        metadata: Any = _UNSET,
-        created_at: Any = _UNSET,
+        content: Any = UNSET,
+        kind: Any = UNSET,
+        tags: Any = UNSET,
+        source: Any = UNSET,
+        confidence: Any = UNSET,
+        pinned: Any = UNSET,
+        metadata: Any = UNSET,
+        created_at: Any = UNSET,
         namespace: str | None = None,
         embed: bool = True,
     ) -> Memory:
@@ -995,53 +818,23 @@ class Store:
         """
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        ident = clean_id(id)
-        sets: dict[str, Any] = {}
-        if content is not _UNSET:
-            text = clean_content(content, self.settings.max_content_bytes)
-            sets.update(content=text, content_hash=content_hash(text), fts_content=segment(text))
-        if kind is not _UNSET:
-            sets["kind"] = clean_label(kind, "kind", 40)
-        if tags is not _UNSET:
-            tags_json, fts_tags = tags_columns(clean_tags(tags))
-            sets.update(tags=tags_json, fts_tags=fts_tags)
-        if source is not _UNSET:
-            sets["source"] = None if source is None else _clean_source(source)
-        if confidence is not _UNSET:
-            sets["confidence"] = clean_confidence(confidence)
-        if pinned is not _UNSET:
-            sets["pinned"] = int(bool(pinned))
-        if metadata is not _UNSET:
-            sets["metadata"] = clean_metadata(metadata, self.settings.max_content_bytes)
-        if created_at is not _UNSET:
-            sets["created_at"] = format_time(parse_time(created_at, what="created_at"))
-        sets["updated_at"] = format_time(utcnow())
-        assignments = ", ".join(f"{k} = ?" for k in sets)
-        with self.transaction() as conn:
-            if "content" in sets:
-                place = conn.execute(
-                    "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
-                    "JOIN files AS f ON f.id = c.file_id WHERE m.id = ? AND m.namespace = ?",
-                    (ident, ns),
-                ).fetchone()
-                if place:
-                    raise InvalidInput(
-                        f"memory {ident} is a chunk of the workspace file {place[0]}: edit the "
-                        "file (the next sync or search indexes it), not the chunk"
-                    )
-            cursor = conn.execute(
-                f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
-                [*sets.values(), ident, ns],
-            )
-            if cursor.rowcount == 0:
-                raise UnknownMemory([ident], ns)
-            row = conn.execute(
-                f"SELECT {_FIELDS}, seq FROM memories WHERE id = ?", (ident,)
-            ).fetchone()
+        given = {
+            "content": content,
+            "kind": kind,
+            "tags": tags,
+            "source": source,
+            "confidence": confidence,
+            "pinned": pinned,
+            "metadata": metadata,
+            "created_at": created_at,
+        }
+        memory, seq = memories.update(
+            self.transaction, ns, id, given, self.settings.max_content_bytes
+        )
         self.after_write()
-        if "content" in sets and embed:
-            self.embed_new([row[-1]])
-        return _memory(row)
+        if seq is not None and embed:
+            self.embed_new([seq])
+        return memory
 
     def dedup(
         self,
@@ -1059,12 +852,8 @@ class Store:
         ``dry_run`` only the pairs are reported. ``progress`` is called with
         the number of memories checked since the last call.
         """
-        from mnemex import dedup as dups
-
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        moved_to = f"{ns}/duplicates"
-        settings = self.settings
         index = None
         embedder = self.embedder
         if embedder is not None:
@@ -1074,94 +863,25 @@ class Store:
                 index = self._vectors(embedder.dim)
             except IndexMismatch as exc:
                 logger().warning("dedup without vectors: %s", exc)
-        with self.connection() as conn:
-            rows = conn.execute(
-                "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
-                "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
-                (ns,),
-            ).fetchall()
-        pairs: list[DuplicatePair] = []
-        for count, (seq, ident, content, digest) in enumerate(rows, start=1):
-            if progress is not None and count % 100 == 0:
-                progress(100)
-            with self.transaction() as conn:
-                if not conn.execute(
-                    "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?", (seq, ns)
-                ).fetchone():
-                    continue
-                vector = None if index is None else index.vectors_of([seq]).get(seq)
-                match = dups.find(
-                    conn,
-                    self._lexicon,
-                    seq=seq,
-                    content=content,
-                    content_hash=digest,
-                    namespace=ns,
-                    text_threshold=settings.dedup_text,
-                    budget=settings.lexical_budget,
-                    vector=vector,
-                    index=index,
-                    cosine_threshold=settings.dedup_cosine,
-                    older_only=True,
-                )
-                if match is None:
-                    continue
-                pairs.append(DuplicatePair(match.id, ident, match.similarity, match.by))
-                if dry_run:
-                    continue
-                tags, confidence, pinned, created, source = conn.execute(
-                    "SELECT tags, confidence, pinned, created_at, source FROM memories "
-                    "WHERE seq = ?",
-                    (seq,),
-                ).fetchone()
-                dups.merge(
-                    conn,
-                    match,
-                    content=content,
-                    tags=json.loads(tags),
-                    confidence=confidence,
-                    pinned=bool(pinned),
-                    created_at=created,
-                    source=source,
-                    duplicate_id=ident,
-                    max_bytes=settings.max_content_bytes,
-                )
-                conn.execute(
-                    "UPDATE memories SET namespace = ?, "
-                    "metadata = json_set(metadata, '$.duplicate_of', ?) WHERE seq = ?",
-                    (moved_to, match.id, seq),
-                )
-                # the vector index keys rows by namespace: have it re-read this one
-                conn.execute(
-                    "INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, ?)",
-                    (seq,),
-                )
-            self.after_write()
-        if progress is not None and len(rows) % 100:
-            progress(len(rows) % 100)
-        return DedupReport(ns, len(rows), tuple(pairs), dry_run, moved_to)
+        return dups.dedup(
+            self.connection,
+            self.transaction,
+            self.after_write,
+            self._lexicon,
+            self.settings,
+            ns,
+            index,
+            dry_run=dry_run,
+            progress=progress,
+        )
 
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        wanted = _id_list(ids)
-        gone: set[str] = set()
-        with self.transaction() as conn:
-            for chunk in batched(wanted, _CHUNK):
-                gone.update(
-                    r[0]
-                    for r in conn.execute(
-                        f"DELETE FROM memories WHERE namespace = ? AND id IN "
-                        f"({','.join('?' * len(chunk))}) RETURNING id",
-                        [ns, *chunk],
-                    ).fetchall()
-                )
+        result = memories.forget(self.transaction, ns, ids)
         self.after_write()
-        return ForgetResult(
-            forgotten=tuple(i for i in wanted if i in gone),
-            missing=tuple(i for i in wanted if i not in gone),
-        )
+        return result
 
     # -- relations -------------------------------------------------------------
 
@@ -1185,9 +905,9 @@ class Store:
         """
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        with self.connection():
+        with self.connection() as conn:
             return relations_db.relate(
-                self.conn, ns, subject, predicate, object, confidence, source_memory
+                conn, ns, subject, predicate, object, confidence, source_memory
             )
 
     def neighbors(
@@ -1196,8 +916,8 @@ class Store:
         """Relations with ``entity`` (a whole name, any case) as subject or object,
         most confident first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection():
-            return relations_db.neighbors(self.conn, entity, ns, limit)
+        with self.connection() as conn:
+            return relations_db.neighbors(conn, entity, ns, limit)
 
     def forget_relations(
         self, ids: Iterable[str] | str, *, namespace: str | None = None
@@ -1205,44 +925,19 @@ class Store:
         """Delete relations by id; ids not in the namespace are reported in ``missing``."""
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        with self.connection():
-            return relations_db.forget_relations(self.conn, ids, ns)
+        with self.connection() as conn:
+            return relations_db.forget_relations(conn, ids, ns)
 
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        last = 0
-        while True:
-            with self.connection():
-                rows = relations_db.page(self.conn, ns, last, 1000)
-            if not rows:
-                return
-            yield from (relation for _, relation in rows)
-            last = rows[-1][0]
+        yield from relations_db.iterate(self.connection, ns)
 
     # -- reads -----------------------------------------------------------------
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
-        from mnemex.search.pipeline import locations
-
-        ns = self.resolve_namespace(namespace)
-        wanted = _id_list(ids)
-        found: dict[str, Memory] = {}
-        with self._lock, self._errors(), read_transaction(self.conn) as conn:
-            for chunk in batched(wanted, _CHUNK):
-                rows = conn.execute(
-                    f"SELECT {_FIELDS}, seq FROM memories WHERE namespace = ? AND id IN "
-                    f"({','.join('?' * len(chunk))})",
-                    [ns, *chunk],
-                ).fetchall()
-                places = locations(conn, [row[-1] for row in rows])
-                for row in rows:
-                    found[row[0]] = dataclasses.replace(_memory(row), location=places.get(row[-1]))
-        return GetResult(
-            memories=tuple(found[i] for i in wanted if i in found),
-            missing=tuple(i for i in wanted if i not in found),
-        )
+        return memories.get(self.connection, self.resolve_namespace(namespace), ids)
 
     def timeline(
         self,
@@ -1269,63 +964,15 @@ class Store:
         start = None if start is None else parse_time(start, what="start")
         end = None if end is None else parse_time(end, what="end")
         filters = self._filters(namespace, kinds, tags, start, end)
-        where, params = filters.sql()
-        order = "ASC" if oldest_first else "DESC"
-        columns = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namespace"
-        if around is None:
-            limit = _check_limit(limit)
-            with self.connection():
-                rows = self.conn.execute(
-                    f"""SELECT {columns} FROM memories AS m WHERE 1{where}
-                        ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
-                    [*params, limit],
-                ).fetchall()
-        else:
-            anchor_id = clean_id(around)
-            for name, value in (("before", before), ("after", after)):
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, int)
-                    or not 0 <= value <= MAX_SEARCH_LIMIT
-                ):
-                    raise InvalidInput(
-                        f"{name} must be an integer between 0 and {MAX_SEARCH_LIMIT}, got {value!r}"
-                    )
-            in_ns, ns_params = Filters(filters.namespace).sql()
-            with self._lock, self._errors(), read_transaction(self.conn) as conn:
-                anchor = conn.execute(
-                    f"SELECT m.seq, {columns} FROM memories AS m WHERE m.id = ?{in_ns}",
-                    [anchor_id, *ns_params],
-                ).fetchone()
-                if anchor is None:
-                    raise UnknownMemory([anchor_id], filters.namespace or "*")
-                seq, created = anchor[0], anchor[2]
-                older = conn.execute(
-                    f"""SELECT {columns} FROM memories AS m
-                        WHERE m.created_at <= ? AND (m.created_at < ? OR m.seq < ?){where}
-                        ORDER BY m.created_at DESC, m.seq DESC LIMIT ?""",
-                    [created, created, seq, *params, before],
-                ).fetchall()
-                newer = conn.execute(
-                    f"""SELECT {columns} FROM memories AS m
-                        WHERE m.created_at >= ? AND (m.created_at > ? OR m.seq > ?){where}
-                        ORDER BY m.created_at ASC, m.seq ASC LIMIT ?""",
-                    [created, created, seq, *params, after],
-                ).fetchall()
-            rows = [*reversed(older), anchor[1:], *newer]
-            if not oldest_first:
-                rows.reverse()
-        return [
-            TimelineEntry(
-                id=r[0],
-                created_at=parse_stored_time(r[1]),
-                kind=r[2],
-                tags=tuple(json.loads(r[3])),
-                summary=summarize(r[4]),
-                namespace=r[5],
-            )
-            for r in rows
-        ]
+        return timelines.timeline(
+            self.connection,
+            filters,
+            limit=_check_limit(limit) if around is None else limit,
+            oldest_first=oldest_first,
+            around=around,
+            before=before,
+            after=after,
+        )
 
     def search(
         self,
@@ -1567,93 +1214,20 @@ class Store:
         describe the whole file.
         """
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self._lock, self._errors(), read_transaction(self.conn) as conn:
-            per_ns = dict(
-                conn.execute(
-                    "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
-                ).fetchall()
-            )
-            where, params = Filters(ns).sql()
-            kinds = dict(
-                conn.execute(
-                    f"SELECT kind, count(*) FROM memories AS m WHERE 1{where} "
-                    "GROUP BY kind ORDER BY count(*) DESC, kind",
-                    params,
-                ).fetchall()
-            )
-            oldest, newest = conn.execute(
-                f"SELECT min(created_at), max(created_at) FROM memories AS m WHERE 1{where}",
-                params,
-            ).fetchone()
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-            meta = read_meta(conn)
-            version = schema_version(conn)
-            scoped = (
-                "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
-            )
-            models = dict(
-                conn.execute(
-                    f"SELECT e.model, count(*) FROM embeddings AS e{scoped} GROUP BY e.model",
-                    [] if ns is None else [ns],
-                ).fetchall()
-            )
-            relation_count = relations_db.count_relations(conn, ns)
-            embedder = self.embedder
-            model = embedder.model_id if embedder is not None else None
-            vector_count = models.pop(model, 0) if model else 0
-        wal = self.path.with_name(self.path.name + "-wal")
-        count = sum(per_ns.values()) if ns is None else per_ns.get(ns, 0)
-        return Stats(
-            path=str(self.path),
-            namespace="*" if ns is None else ns,
-            memories=count,
-            total_memories=sum(per_ns.values()),
-            namespaces=per_ns,
-            kinds=kinds,
-            oldest=parse_stored_time(oldest) if oldest else None,
-            newest=parse_stored_time(newest) if newest else None,
-            size_bytes=pages * page_size + (wal.stat().st_size if wal.exists() else 0),
-            schema_version=version,
-            tokenizer=meta.get("tokenizer", ""),
-            embedder=model,
-            vectors=vector_count,
-            pending_vectors=count - vector_count if model else 0,
-            other_models=models,
-            relations=relation_count,
-        )
+        with self.connection() as conn, read_transaction(conn):
+            return memories.stats(conn, ns, self.embedder, self.path)
 
     def iter_memories(
         self, *, namespace: NamespaceArg = None, batch: int = 1000
     ) -> Iterator[Memory]:
         """Every memory of the namespace (or all), oldest first, read in batches."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
-            raise InvalidInput(f"batch must be an integer between 1 and 100000, got {batch!r}")
-        where, params = Filters(ns).sql()
-        last = 0
-        while True:
-            with self.connection():
-                rows = self.conn.execute(
-                    f"SELECT seq, {_FIELDS} FROM memories AS m WHERE seq > ?{where} "
-                    "ORDER BY seq LIMIT ?",
-                    [last, *params, batch],
-                ).fetchall()
-            if not rows:
-                return
-            for row in rows:
-                yield _memory(row[1:])
-            last = rows[-1][0]
+        yield from memories.iterate(self.connection, ns, batch)
 
     def count(self, *, namespace: NamespaceArg = None) -> int:
         ns = self.resolve_namespace(namespace, allow_all=True)
-        where, params = Filters(ns).sql()
-        with self.connection():
-            return int(
-                self.conn.execute(
-                    f"SELECT count(*) FROM memories AS m WHERE 1{where}", params
-                ).fetchone()[0]
-            )
+        with self.connection() as conn:
+            return memories.count(conn, ns)
 
     def check(self) -> dict[str, Any]:
         """Verify the store: SQLite and FTS5 integrity, and that the full-text index
@@ -1974,17 +1548,6 @@ def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) ->
     return patterns
 
 
-def _clean_source(value: object) -> str:
-    return clean_name(value, "source", 1000)
-
-
-def _id_list(ids: Iterable[str] | str) -> list[str]:
-    cleaned = [clean_id(i) for i in listed(ids, "ids")]
-    if not cleaned:
-        raise InvalidInput("no ids given")
-    return list(dict.fromkeys(cleaned))
-
-
 def _token_counter(counter: str | Callable[[str], int]) -> tuple[str, Callable[[str], int]]:
     from mnemex.search.recall import COUNTERS
 
@@ -2079,20 +1642,3 @@ def _check_limit(limit: int) -> int:
             f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
         )
     return limit
-
-
-def _memory(row: Sequence[Any]) -> Memory:
-    return Memory(
-        id=row[0],
-        namespace=row[1],
-        kind=row[2],
-        content=row[3],
-        tags=tuple(json.loads(row[4])),
-        source=row[5],
-        confidence=row[6],
-        pinned=bool(row[7]),
-        created_at=parse_stored_time(row[8]),
-        updated_at=parse_stored_time(row[9]),
-        content_hash=row[10],
-        metadata=json.loads(row[11]),
-    )

@@ -17,11 +17,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mnemex.errors import StoreError, StoreLocked
 
+Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
+"""What opens one block of work on a store's connection (its ``connection`` or ``transaction``)."""
 _LOCKED = ("database is locked", "database is busy", "database table is locked")
 
 

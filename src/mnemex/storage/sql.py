@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
 from typing import Final
 
 IN_CHUNK: Final = 500
@@ -13,3 +15,22 @@ def marks(count: int) -> str:
     if count < 1:
         raise ValueError("an IN list needs at least one value")
     return ",".join("?" * count)
+
+
+def delete_ids(
+    conn: sqlite3.Connection, table: str, namespace: str, ids: Sequence[str]
+) -> set[str]:
+    """Delete the rows of ``table`` with these ids in the namespace, ``IN_CHUNK`` ids a
+    statement, inside the caller's write transaction; returns the ids deleted."""
+    gone: set[str] = set()
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = ids[start : start + IN_CHUNK]
+        gone.update(
+            r[0]
+            for r in conn.execute(
+                f"DELETE FROM {table} WHERE namespace = ? AND id IN ({marks(len(chunk))}) "
+                "RETURNING id",
+                [namespace, *chunk],
+            ).fetchall()
+        )
+    return gone

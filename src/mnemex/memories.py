@@ -1,0 +1,220 @@
+"""Memories by id and by namespace: get, update, forget, count, iterate, and stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from mnemex import relations
+from mnemex.errors import InvalidInput, UnknownMemory
+from mnemex.index.fts import Filters
+from mnemex.models import ForgetResult, GetResult, Memory, Stats
+from mnemex.rows import FIELDS, clean_source, memory
+from mnemex.search.pipeline import locations
+from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
+from mnemex.storage.connect import Connect
+from mnemex.storage.sql import delete_ids
+from mnemex.text import (
+    batched,
+    clean_confidence,
+    clean_content,
+    clean_id,
+    clean_label,
+    clean_metadata,
+    clean_tags,
+    content_hash,
+    format_time,
+    listed,
+    parse_stored_time,
+    parse_time,
+    segment,
+    tags_columns,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from mnemex.embed import Embedder
+
+UNSET: Final = object()
+"""The default of a field :func:`update` leaves as it is."""
+
+
+def id_list(ids: Iterable[str] | str) -> list[str]:
+    """Memory ids, cleaned, each once, in the order given; at least one."""
+    cleaned = [clean_id(i) for i in listed(ids, "ids")]
+    if not cleaned:
+        raise InvalidInput("no ids given")
+    return list(dict.fromkeys(cleaned))
+
+
+def get(connection: Connect, ns: str | None, ids: Iterable[str] | str) -> GetResult:
+    """Full memories for ``ids`` (one ``IN`` query per ``IN_CHUNK`` ids), in the order asked."""
+    wanted = id_list(ids)
+    found: dict[str, Memory] = {}
+    with connection() as conn, read_transaction(conn):
+        for chunk in batched(wanted, IN_CHUNK):
+            rows = conn.execute(
+                f"SELECT {FIELDS}, seq FROM memories WHERE namespace = ? AND id IN "
+                f"({marks(len(chunk))})",
+                [ns, *chunk],
+            ).fetchall()
+            places = locations(conn, [row[-1] for row in rows])
+            for row in rows:
+                found[row[0]] = dataclasses.replace(memory(row), location=places.get(row[-1]))
+    return GetResult(
+        memories=tuple(found[i] for i in wanted if i in found),
+        missing=tuple(i for i in wanted if i not in found),
+    )
+
+
+def forget(transaction: Connect, ns: str, ids: Iterable[str] | str) -> ForgetResult:
+    """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
+    wanted = id_list(ids)
+    with transaction() as conn:
+        gone = delete_ids(conn, "memories", ns, wanted)
+    return ForgetResult(
+        forgotten=tuple(i for i in wanted if i in gone),
+        missing=tuple(i for i in wanted if i not in gone),
+    )
+
+
+def update(
+    transaction: Connect, ns: str, id: str, given: Mapping[str, Any], max_bytes: int
+) -> tuple[Memory, int | None]:
+    """Change the fields of one memory that ``given`` does not leave :data:`UNSET`.
+
+    Returns the memory as stored, and its seq when its content changed (to embed it
+    again). Unknown ids raise; so does new content for a chunk of a workspace file.
+    """
+    ident = clean_id(id)
+    sets = _changes(given, max_bytes)
+    assignments = ", ".join(f"{k} = ?" for k in sets)
+    with transaction() as conn:
+        if "content" in sets:
+            place = conn.execute(
+                "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
+                "JOIN files AS f ON f.id = c.file_id WHERE m.id = ? AND m.namespace = ?",
+                (ident, ns),
+            ).fetchone()
+            if place:
+                raise InvalidInput(
+                    f"memory {ident} is a chunk of the workspace file {place[0]}: edit the "
+                    "file (the next sync or search indexes it), not the chunk"
+                )
+        cursor = conn.execute(
+            f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
+            [*sets.values(), ident, ns],
+        )
+        if cursor.rowcount == 0:
+            raise UnknownMemory([ident], ns)
+        row = conn.execute(f"SELECT {FIELDS}, seq FROM memories WHERE id = ?", (ident,)).fetchone()
+    return memory(row), row[-1] if "content" in sets else None
+
+
+def _changes(given: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """The columns to set for the fields given, validated, and ``updated_at``."""
+    g = {k: v for k, v in given.items() if v is not UNSET}
+    sets: dict[str, Any] = {}
+    if "content" in g:
+        text = clean_content(g["content"], max_bytes)
+        sets.update(content=text, content_hash=content_hash(text), fts_content=segment(text))
+    if "kind" in g:
+        sets["kind"] = clean_label(g["kind"], "kind", 40)
+    if "tags" in g:
+        sets["tags"], sets["fts_tags"] = tags_columns(clean_tags(g["tags"]))
+    if "source" in g:
+        sets["source"] = None if g["source"] is None else clean_source(g["source"])
+    if "confidence" in g:
+        sets["confidence"] = clean_confidence(g["confidence"])
+    if "pinned" in g:
+        sets["pinned"] = int(bool(g["pinned"]))
+    if "metadata" in g:
+        sets["metadata"] = clean_metadata(g["metadata"], max_bytes)
+    if "created_at" in g:
+        sets["created_at"] = format_time(parse_time(g["created_at"], what="created_at"))
+    sets["updated_at"] = format_time(utcnow())
+    return sets
+
+
+def count(conn: sqlite3.Connection, ns: str | None) -> int:
+    """Memories in the namespace (``None``: in every namespace)."""
+    where, params = Filters(ns).sql()
+    return int(
+        conn.execute(f"SELECT count(*) FROM memories AS m WHERE 1{where}", params).fetchone()[0]
+    )
+
+
+def iterate(connection: Connect, ns: str | None, batch: int) -> Iterator[Memory]:
+    """Every memory of the namespace (or all), oldest first, read ``batch`` at a time."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
+        raise InvalidInput(f"batch must be an integer between 1 and 100000, got {batch!r}")
+    where, params = Filters(ns).sql()
+    last = 0
+    while True:
+        with connection() as conn:
+            rows = conn.execute(
+                f"SELECT seq, {FIELDS} FROM memories AS m WHERE seq > ?{where} "
+                "ORDER BY seq LIMIT ?",
+                [last, *params, batch],
+            ).fetchall()
+        if not rows:
+            return
+        for row in rows:
+            yield memory(row[1:])
+        last = rows[-1][0]
+
+
+def stats(conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path) -> Stats:
+    """What the namespace holds (``None``: the whole store), read in the caller's
+    read transaction; see :meth:`mnemex.Store.stats`."""
+    per_ns = dict(
+        conn.execute(
+            "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
+        ).fetchall()
+    )
+    where, params = Filters(ns).sql()
+    kinds = dict(
+        conn.execute(
+            f"SELECT kind, count(*) FROM memories AS m WHERE 1{where} "
+            "GROUP BY kind ORDER BY count(*) DESC, kind",
+            params,
+        ).fetchall()
+    )
+    oldest, newest = conn.execute(
+        f"SELECT min(created_at), max(created_at) FROM memories AS m WHERE 1{where}",
+        params,
+    ).fetchone()
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    scoped = "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
+    models = dict(
+        conn.execute(
+            f"SELECT e.model, count(*) FROM embeddings AS e{scoped} GROUP BY e.model",
+            [] if ns is None else [ns],
+        ).fetchall()
+    )
+    model = embedder.model_id if embedder is not None else None
+    vector_count = models.pop(model, 0) if model else 0
+    wal = path.with_name(path.name + "-wal")
+    total = sum(per_ns.values()) if ns is None else per_ns.get(ns, 0)
+    return Stats(
+        path=str(path),
+        namespace="*" if ns is None else ns,
+        memories=total,
+        total_memories=sum(per_ns.values()),
+        namespaces=per_ns,
+        kinds=kinds,
+        oldest=parse_stored_time(oldest) if oldest else None,
+        newest=parse_stored_time(newest) if newest else None,
+        size_bytes=pages * page_size + (wal.stat().st_size if wal.exists() else 0),
+        schema_version=schema_version(conn),
+        tokenizer=read_meta(conn).get("tokenizer", ""),
+        embedder=model,
+        vectors=vector_count,
+        pending_vectors=total - vector_count if model else 0,
+        other_models=models,
+        relations=relations.count_relations(conn, ns),
+    )
