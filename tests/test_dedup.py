@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
+from mnemex import dedup as dups
 from mnemex.cli import cli
+from mnemex.index.fts import Lexicon
+from mnemex.index.vectors import VectorIndex
+from mnemex.models import DedupReport
+from mnemex.rows import prepare
 from mnemex.store import ALL, Store
+from mnemex.text import content_hash
 
 from .conftest import FakeEmbedder
 
@@ -139,3 +147,71 @@ def test_cli_add_reports_dedup_and_the_dedup_command(tmp_path: Path) -> None:
     assert report["duplicates"] == 1 and report["pairs"][0]["keep"] == first["id"]
     run("dedup")
     assert json.loads(run("stats", "--json"))["memories"] == 1
+
+
+def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
+    lexicon = Lexicon(store.conn)
+    row = prepare(BASE, "default", datetime(2026, 1, 1, tzinfo=UTC), False, 1000)
+    match, seq = dups.remember(store.connection, store.transaction, lexicon, store.settings, row)
+    assert match is None and store.get(row[0]).memories[0].content == BASE
+    again = prepare(BASE, "default", datetime(2026, 2, 1, tzinfo=UTC), False, 1000)
+    lexicon.invalidate()
+    match, seq = dups.remember(store.connection, store.transaction, lexicon, store.settings, again)
+    assert match is not None and (match.id, match.by, seq) == (row[0], "exact", 0)
+    assert store.count() == 1 and store.get(again[0]).missing == (again[0],)
+
+
+def test_the_dedup_pass_notes_each_merge(store: Store) -> None:
+    store.add_many([BASE, "the queue holds 17 jobs", BASE])
+    lexicon = Lexicon(store.conn)
+    writes: list[int] = []
+
+    def run(dry_run: bool) -> DedupReport:
+        return dups.dedup(
+            store.connection,
+            store.transaction,
+            lambda: writes.append(1),
+            lexicon,
+            store.settings,
+            "default",
+            None,
+            dry_run=dry_run,
+        )
+
+    assert len(run(True).pairs) == 1 and writes == []
+    report = run(False)
+    assert (report.checked, len(report.pairs), writes) == (3, 1, [1])
+    assert store.count() == 2 and store.count(namespace="default/duplicates") == 1
+
+
+def test_new_vector_reuses_a_stored_vector(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    vector_store.add("alpha beta gamma", namespace="other")
+    calls = fake_embedder.calls
+
+    def new(text: str) -> tuple[Any, Any]:
+        return dups.new_vector(
+            fake_embedder,
+            text,
+            content_hash(text),
+            connection=vector_store.connection,
+            check_dimension=lambda embedder: None,
+            vectors=lambda dim: VectorIndex(vector_store.conn, fake_embedder.model_id, dim),
+        )
+
+    vector, index = new("alpha beta gamma")
+    assert fake_embedder.calls == calls and index is not None
+    with vector_store.connection() as conn:
+        (stored,) = conn.execute("SELECT vector FROM embeddings").fetchone()
+    assert vector is not None and vector.tobytes() == stored
+    fake_embedder.fail = True
+    assert new("delta") == (None, None)  # the write that follows reports the failure
+    assert dups.new_vector(
+        None,
+        "delta",
+        content_hash("delta"),
+        connection=vector_store.connection,
+        check_dimension=lambda embedder: None,
+        vectors=lambda dim: VectorIndex(vector_store.conn, "x", dim),
+    ) == (None, None)
