@@ -152,11 +152,13 @@ def test_cli_add_reports_dedup_and_the_dedup_command(tmp_path: Path) -> None:
 def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
     lexicon = Lexicon(store.conn)
     row = prepare(BASE, "default", datetime(2026, 1, 1, tzinfo=UTC), False, 1000)
-    match, seq = dups.remember(store.connection, store.transaction, lexicon, store.settings, row)
+    match, seq, _ = dups.remember(store.connection, store.transaction, lexicon, store.settings, row)
     assert match is None and store.get(row[0]).memories[0].content == BASE
     again = prepare(BASE, "default", datetime(2026, 2, 1, tzinfo=UTC), False, 1000)
     lexicon.invalidate()
-    match, seq = dups.remember(store.connection, store.transaction, lexicon, store.settings, again)
+    match, seq, _ = dups.remember(
+        store.connection, store.transaction, lexicon, store.settings, again
+    )
     assert match is not None and (match.id, match.by, seq) == (row[0], "exact", 0)
     assert store.count() == 1 and store.get(again[0]).missing == (again[0],)
 
@@ -174,7 +176,9 @@ def test_the_dedup_pass_notes_each_merge(store: Store) -> None:
             lexicon,
             store.settings,
             "default",
-            None,
+            dups.Vectors(
+                None, lambda embedder: None, lambda dim: VectorIndex(store.conn, "-", dim)
+            ),
             dry_run=dry_run,
         )
 
@@ -189,16 +193,14 @@ def test_new_vector_reuses_a_stored_vector(
 ) -> None:
     vector_store.add("alpha beta gamma", namespace="other")
     calls = fake_embedder.calls
+    vectors = dups.Vectors(
+        fake_embedder,
+        lambda embedder: None,
+        lambda dim: VectorIndex(vector_store.conn, fake_embedder.model_id, dim),
+    )
 
-    def new(text: str) -> tuple[Any, Any]:
-        return dups.new_vector(
-            fake_embedder,
-            text,
-            content_hash(text),
-            connection=vector_store.connection,
-            check_dimension=lambda embedder: None,
-            vectors=lambda dim: VectorIndex(vector_store.conn, fake_embedder.model_id, dim),
-        )
+    def new(text: str, given: dups.Vectors = vectors) -> tuple[Any, Any]:
+        return dups.new_vector(given, vector_store.connection, text, content_hash(text))
 
     vector, index = new("alpha beta gamma")
     assert fake_embedder.calls == calls and index is not None
@@ -207,11 +209,4 @@ def test_new_vector_reuses_a_stored_vector(
     assert vector is not None and vector.tobytes() == stored
     fake_embedder.fail = True
     assert new("delta") == (None, None)  # the write that follows reports the failure
-    assert dups.new_vector(
-        None,
-        "delta",
-        content_hash("delta"),
-        connection=vector_store.connection,
-        check_dimension=lambda embedder: None,
-        vectors=lambda dim: VectorIndex(vector_store.conn, "x", dim),
-    ) == (None, None)
+    assert new("delta", dups.Vectors(None, vectors.check_dimension, vectors.index)) == (None, None)

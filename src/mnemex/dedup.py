@@ -53,6 +53,8 @@ from mnemex.storage.connect import Connect
 from mnemex.text import format_time, tags_columns, utcnow
 
 if TYPE_CHECKING:
+    import logging
+
     import numpy as np
 
     from mnemex.embed import Embedder
@@ -435,19 +437,23 @@ def merge(
 # -- the operations: remember one memory, deduplicate a namespace -------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Vectors:
+    """The store's vectors as the duplicate check reads them."""
+
+    embedder: Embedder | None
+    check_dimension: Callable[[Embedder], None]  # raises IndexMismatch on other dimensions
+    index: Callable[[int], VectorIndex]  # the in-process index of vectors of a dimension
+
+
 def new_vector(
-    embedder: Embedder | None,
-    text: str,
-    digest: str,
-    *,
-    connection: Connect,
-    check_dimension: Callable[[Embedder], None],
-    vectors: Callable[[int], VectorIndex],
+    vectors: Vectors, connection: Connect, text: str, digest: str
 ) -> tuple[np.ndarray | None, VectorIndex | None]:
     """A new text's vector and the index to compare it with (``None`` without vectors).
 
     A text already embedded (in any namespace) is not embedded again.
     """
+    embedder = vectors.embedder
     if embedder is None:
         return None, None
     import numpy as np
@@ -456,7 +462,7 @@ def new_vector(
 
     try:
         with connection() as conn:
-            check_dimension(embedder)
+            vectors.check_dimension(embedder)
             known = conn.execute(
                 "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
                 "AND dim = ? LIMIT 1",
@@ -466,13 +472,17 @@ def new_vector(
             vector = np.frombuffer(known[0], dtype=np.float32)
         else:
             vector = embed_checked(embedder, [text])[0]
-        return vector, vectors(int(vector.shape[0]))
+        return vector, vectors.index(int(vector.shape[0]))
     except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
-        import logging
-
         # The write that follows reports the embedder's failure; it is not said twice.
-        logging.getLogger("mnemex").debug("duplicate check without vectors: %s", exc)
+        _logger().debug("duplicate check without vectors: %s", exc)
         return None, None
+
+
+def _logger() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("mnemex")
 
 
 def remember(
@@ -481,16 +491,19 @@ def remember(
     lexicon: Lexicon,
     settings: Settings,
     row: tuple[Any, ...],
-    vector: np.ndarray | None = None,
-    index: VectorIndex | None = None,
-) -> tuple[Match | None, int]:
+    vectors: Vectors | None = None,
+) -> tuple[Match | None, int, np.ndarray | None]:
     """Store a row of :func:`mnemex.rows.prepare` unless it repeats a memory of its namespace.
 
-    Returns the memory it was merged into, or ``None`` and the new row's seq.
-    The lookup runs before the write lock is taken, against a snapshot; under
-    the lock only the rows written since are compared.
+    Returns the memory it was merged into (or ``None`` and the new row's seq),
+    and the row's vector when ``vectors`` gave one. The lookup runs before the
+    write lock is taken, against a snapshot; under the lock only the rows
+    written since are compared.
     """
     text = row[3]
+    vector, index = (
+        (None, None) if vectors is None else new_vector(vectors, connection, text, row[10])
+    )
     indexed = (text if row[12] is None else row[12], row[4] if row[13] is None else row[13])
     new = NewMemory(row[1], text, row[10], indexed)
     with connection() as conn, read_transaction(conn):
@@ -515,7 +528,7 @@ def remember(
                 f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})", row
             )
             assert cursor.lastrowid is not None
-            return None, cursor.lastrowid
+            return None, cursor.lastrowid, vector
         merge(
             conn,
             match,
@@ -528,7 +541,7 @@ def remember(
             duplicate_id=None,
             max_bytes=settings.max_content_bytes,
         )
-    return match, 0
+    return match, 0, vector
 
 
 def dedup(
@@ -538,7 +551,7 @@ def dedup(
     lexicon: Lexicon,
     settings: Settings,
     namespace: str,
-    index: VectorIndex | None,
+    vectors: Vectors,
     *,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
@@ -546,6 +559,7 @@ def dedup(
     """Merge each memory of the namespace that repeats an older one into it, one
     transaction each (``after_write`` follows every merge); see :meth:`mnemex.Store.dedup`."""
     moved_to = f"{namespace}/duplicates"
+    index = _stored_index(vectors, connection)
     with connection() as conn:
         rows = conn.execute(
             "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
@@ -567,6 +581,21 @@ def dedup(
     if progress is not None and len(rows) % 100:
         progress(len(rows) % 100)
     return DedupReport(namespace, len(rows), tuple(pairs), dry_run, moved_to)
+
+
+def _stored_index(vectors: Vectors, connection: Connect) -> VectorIndex | None:
+    """The index of the stored vectors, or ``None`` without an embedder or when the
+    stored vectors' dimension is not the embedder's (said in a warning)."""
+    embedder = vectors.embedder
+    if embedder is None:
+        return None
+    try:
+        with connection():
+            vectors.check_dimension(embedder)
+        return vectors.index(embedder.dim)
+    except IndexMismatch as exc:
+        _logger().warning("dedup without vectors: %s", exc)
+        return None
 
 
 def _older_copy(

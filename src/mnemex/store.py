@@ -591,20 +591,11 @@ class Store:
         ns = self.resolve_namespace(namespace)
         assert ns is not None
         row = self.prepare_row(item, ns, utcnow(), False)
-        vector, index = (
-            dups.new_vector(
-                self.embedder,
-                row[3],
-                row[10],
-                connection=self.connection,
-                check_dimension=self._check_dimension,
-                vectors=self._vectors,
-            )
-            if embed
-            else (None, None)
+        vectors = (
+            dups.Vectors(self.embedder, self._check_dimension, self._vectors) if embed else None
         )
-        match, seq = dups.remember(
-            self.connection, self.transaction, self._lexicon, self.settings, row, vector, index
+        match, seq, vector = dups.remember(
+            self.connection, self.transaction, self._lexicon, self.settings, row, vectors
         )
         self.after_write()
         if match is not None:
@@ -854,15 +845,6 @@ class Store:
         """
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        index = None
-        embedder = self.embedder
-        if embedder is not None:
-            try:
-                with self.connection():
-                    self._check_dimension(embedder)
-                index = self._vectors(embedder.dim)
-            except IndexMismatch as exc:
-                logger().warning("dedup without vectors: %s", exc)
         return dups.dedup(
             self.connection,
             self.transaction,
@@ -870,7 +852,7 @@ class Store:
             self._lexicon,
             self.settings,
             ns,
-            index,
+            dups.Vectors(self.embedder, self._check_dimension, self._vectors),
             dry_run=dry_run,
             progress=progress,
         )
