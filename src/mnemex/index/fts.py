@@ -49,6 +49,7 @@ from mnemex.index.query import (
     shape,
 )
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
+from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.migrations import TOKENIZER
 from mnemex.text import cjk_pattern, format_time, starts_cjk, unsegment
 
@@ -97,7 +98,7 @@ class Filters:
             parts.append(f"{alias}.namespace = ?")
             params.append(self.namespace)
         if self.kinds:
-            parts.append(f"{alias}.kind IN ({','.join('?' * len(self.kinds))})")
+            parts.append(f"{alias}.kind IN ({marks(len(self.kinds))})")
             params.extend(self.kinds)
         for tag in self.tags:
             parts.append(f"{alias}.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)")
@@ -334,12 +335,11 @@ class Lexicon:
             self._df_basis = n_docs
         cache = self._df
         words = sorted({t.key for t in terms if not t.phrase and not cache.get(t.key)})
-        for start in range(0, len(words), 500):
-            chunk = words[start : start + 500]
+        for start in range(0, len(words), IN_CHUNK):
+            chunk = words[start : start + IN_CHUNK]
             found = dict(
                 self._conn.execute(
-                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN "
-                    f"({','.join('?' * len(chunk))})",
+                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})",
                     chunk,
                 ).fetchall()
             )
@@ -702,7 +702,7 @@ def bm25_of(
     if lexical.raw is not None:
         rows = conn.execute(
             f"SELECT rowid, -{_BM25} FROM memories_fts "
-            f"WHERE memories_fts MATCH ? AND rowid IN ({','.join('?' * len(seqs))})",
+            f"WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})",
             [lexical.match, *seqs],
         ).fetchall()
         return {seq: raw for seq, raw in rows if raw > 0}
@@ -711,7 +711,7 @@ def bm25_of(
     sizes = {
         seq: sum(_varints(size))
         for seq, size in conn.execute(
-            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({','.join('?' * len(seqs))})",
+            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})",
             list(seqs),
         )
     }
@@ -776,7 +776,7 @@ def _load(
         conn.execute(
             "INSERT INTO temp.mnemex_score (rowid, content, tags) "
             f"SELECT seq, content, tags FROM memories_fts_source "
-            f"WHERE seq IN ({','.join('?' * len(seqs))})",
+            f"WHERE seq IN ({marks(len(seqs))})",
             list(seqs),
         )
 
@@ -789,7 +789,7 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
     at: dict[tuple[int, str, int], str] = {}  # (row, column, offset) -> query token
     for term, doc, col, offset in conn.execute(
         "SELECT term, doc, col, offset FROM temp.mnemex_score_v "
-        f"WHERE term IN ({','.join('?' * len(tokens))})",
+        f"WHERE term IN ({marks(len(tokens))})",
         tokens,
     ):
         at[(doc, col, offset)] = term
@@ -886,7 +886,7 @@ def snippets(
     rows = conn.execute(
         f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
             FROM memories_fts WHERE memories_fts MATCH ?
-            AND rowid IN ({",".join("?" * len(seqs))})""",
+            AND rowid IN ({marks(len(seqs))})""",
         [start, end, tokens, match, *seqs],
     ).fetchall()
     return {seq: unsegment(text) for seq, text in rows if text is not None}
