@@ -1,11 +1,9 @@
-"""The search pipeline, top to bottom: :func:`run_search` calls one function per step,
-each taking the values the steps before it returned.
+"""The search pipeline, top to bottom: :func:`run_search` calls a function per step.
 
-1. Plan the arms (:func:`plan_arms`): clean the query text (any string is safe) and
-   decide the mode once (lexical when there is no embedder or nothing to embed); embed
-   the query (vector and hybrid modes) on a worker thread, waiting at most
-   ``query_timeout``, and plan the lexical search meanwhile: FTS5's tokenizer, stop
-   words out, statistics in.
+1. Plan the arms (:func:`plan_arms`): clean the query text (any string is safe), decide
+   the mode once, embed the query (vector and hybrid modes) on a worker thread, waiting
+   at most ``query_timeout``, and plan the lexical search meanwhile: FTS5's tokenizer,
+   stop words out, statistics in.
 2. Retrieve each arm (:func:`retrieve_arms`, I/O) within the filters,
    ``min(200, 4 × limit)`` candidates: BM25 from FTS5, cosine from the vector index.
    If the lexical arm found nothing, stop words were dropped and there is no vector
@@ -40,34 +38,15 @@ from typing import TYPE_CHECKING, Any
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
-from mnemex.index.fts import (
-    Candidate,
-    Filters,
-    LexicalPlan,
-    Lexicon,
-    Retrieval,
-    bm25_of,
-    plan,
-    plan_raw,
-    retrieve,
-    snippets,
-)
+from mnemex.index import fts
+from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
 from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
 from mnemex.search.floor import floor_for, relevant_hit, relevant_query
-from mnemex.search.rank import (
-    Ranking,
-    age_days,
-    apply_confidence,
-    apply_decay,
-    decay_factor,
-    evergreen_source,
-    jaccard,
-    passes,
-    word_set,
-)
+from mnemex.search.fusion import Fused
+from mnemex.search.rank import Ranking
 from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
 
@@ -80,8 +59,11 @@ if TYPE_CHECKING:
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
-FALLBACK_SNIPPET_CHARS = 240
-PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side  # a hit the lexical arm did not find shows the start of its text
+FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
+PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side
+NOTHING_RELEVANT = (
+    "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
+)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -248,17 +230,11 @@ def plan_arms(engine: Engine, request: Request) -> Plan:
     pending = None
     if request.mode in ("vector", "hybrid"):
         pending = _embed_query(engine, text, notes)
-    lexical = (
-        plan_raw(engine.lexicon, text)
-        if request.raw
-        else plan(
-            engine.lexicon,
-            text,
-            STOPWORDS if request.expand else None,
-            expand=request.expand,
-            namespace=request.filters.namespace,
-        )
-    )
+    if request.raw:
+        lexical = fts.plan_raw(engine.lexicon, text)
+    else:
+        stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
+        lexical = fts.plan(engine.lexicon, text, stopwords, expand=request.expand, namespace=ns)
     mode = request.mode if pending is not None else "lexical"
     return Plan(text, mode, lexical, pending, candidate_pool(request.limit), tuple(notes))
 
@@ -312,21 +288,21 @@ def complete_scores(engine: Engine, request: Request, arms: Arms) -> Scores:
     if arms.mode == "hybrid" and fusion.FORMULAS[request.fusion].complete:
         assert arms.query_vector is not None
         missing = [s for s in cosine if s not in text]
-        extra = bm25_of(engine.conn, engine.lexicon, arms.lexical, missing)
+        extra = fts.bm25_of(engine.conn, engine.lexicon, arms.lexical, missing)
         text.update({s: normalized_score(r, norm) for s, r in extra.items()})
         index = engine.vectors(int(arms.query_vector.shape[0]))
         cosine.update(index.cosines_of([s for s in text if s not in cosine], arms.query_vector))
     return Scores(text, cosine)
 
 
-def fuse(request: Request, arms: Arms, scores: Scores) -> fusion.Fused:
+def fuse(request: Request, arms: Arms, scores: Scores) -> Fused:
     """4. One ranking: the request's fusion of both arms, or the one arm's own scores."""
     lexical_order = [c.seq for c in arms.lexical_hits]
     vector_order = [h.seq for h in arms.vector_hits]
     if arms.mode == "vector":
-        return fusion.Fused({s: max(0.0, c) for s, c in scores.cosine.items()}, vector_order)
+        return Fused({s: max(0.0, c) for s, c in scores.cosine.items()}, vector_order)
     if arms.mode != "hybrid":
-        return fusion.Fused(scores.text, lexical_order)
+        return Fused(scores.text, lexical_order)
     both = fusion.Arms(
         scores.text,
         scores.cosine,
@@ -340,7 +316,7 @@ def fuse(request: Request, arms: Arms, scores: Scores) -> fusion.Fused:
 
 
 def rank_candidates(
-    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: fusion.Fused
+    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused
 ) -> Ranked:
     """5. The fused order less what the relevance floor and the thresholds drop, then
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
@@ -360,12 +336,7 @@ def rank_candidates(
 
 
 def build_hits(
-    engine: Engine,
-    request: Request,
-    arms: Arms,
-    scores: Scores,
-    fused: fusion.Fused,
-    ranked: Ranked,
+    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
 ) -> tuple[Hit, ...]:
     """6. The top ``limit`` candidates as hits (I/O: their rows, snippets and places, one
     query each), with the explain trace when asked."""
@@ -374,7 +345,7 @@ def build_hits(
     places = locations(engine.conn, top)
     cut = {}
     if request.snippets and not arms.lexical.empty:
-        cut = snippets(
+        cut = fts.snippets(
             engine.conn,
             arms.lexical.match,
             top if arms.mode == "vector" else [s for s in top if s in scores.text],
@@ -423,8 +394,8 @@ def _embed_query(engine: Engine, text: str, notes: list[str]) -> Future[np.ndarr
     return pending
 
 
-def _lexical(engine: Engine, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
-    return retrieve(engine.conn, lexical, request.filters, pool, engine.settings.lexical_budget)
+def _lexical(engine: Engine, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval:
+    return fts.retrieve(engine.conn, lexical, request.filters, pool, engine.settings.lexical_budget)
 
 
 @dataclass
@@ -483,33 +454,21 @@ def _relevant(
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
         order = [seq for seq in order if seq in text_scores]
-    floor = (
-        floor_for(engine.embedder.model_id)
-        if ranking.floor and arms.query_vector is not None and engine.embedder is not None
-        else None
-    )
+    floor = None
+    if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
+        floor = floor_for(engine.embedder.model_id)
     if floor is not None and arms.mode != "lexical":
         if not relevant_query(floor, order, text_scores, cosines):
             order = []
-            notes.append(
-                "nothing stored is relevant to the query (no memory reaches the "
-                "relevance floor): no hits"
-            )
+            notes.append(NOTHING_RELEVANT)
         else:
             order = [
                 seq for seq in order if relevant_hit(floor, text_scores.get(seq), cosines.get(seq))
             ]
-    order = [
-        seq
-        for seq in order
-        if passes(
-            text_scores.get(seq),
-            cosines.get(seq),
-            ranking.min_text_score,
-            ranking.min_vector_score,
-        )
+    low_text, low_vector = ranking.min_text_score, ranking.min_vector_score
+    return [
+        s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
-    return order
 
 
 def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
@@ -569,7 +528,7 @@ def _coverage_notes(engine: Engine, index: VectorIndex) -> list[str]:
 
 
 def _explainer(
-    request: Request, arms: Arms, scores: Scores, fused: fusion.Fused, ranked: Ranked
+    request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
 ) -> Callable[[int], dict[str, Any]]:
     """A hit's explain trace, assembled from what the stages returned: each arm's rank and
     score, the fusion, every ranking stage."""
@@ -616,24 +575,13 @@ def _rerank(
     scores = {seq: scores[seq] for seq in order}
     trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
     if ranking.decay:
-        now = request.now or utcnow()
-        ages: dict[int, float | None] = {}
+        made = {s: (parse_stored_time(meta[s][0]), *meta[s][2:]) for s in order}
+        scores, decayed = rank.decay(scores, made, request.now or utcnow(), ranking.half_life_days)
         for seq in order:
-            created, _, pinned, source = meta[seq]
-            if pinned or evergreen_source(source):
-                ages[seq] = None
-                trace[seq].append({"stage": "decay", "exempt": "pinned" if pinned else "evergreen"})
-            else:
-                age = age_days(parse_stored_time(created), now)
-                ages[seq] = age
-                factor = decay_factor(age, ranking.half_life_days)
-                trace[seq].append(
-                    {"stage": "decay", "age_days": round(age, 2), "factor": round(factor, 6)}
-                )
-        scores = apply_decay(scores, ages, ranking.half_life_days)
+            trace[seq].append(decayed[seq])
     if ranking.confidence:
         confidences = {seq: float(meta[seq][1]) for seq in order}
-        scores = apply_confidence(scores, confidences)
+        scores = rank.apply_confidence(scores, confidences)
         for seq in order:
             trace[seq].append({"stage": "confidence", "factor": confidences[seq]})
     order = rank.ranked(scores, order)
@@ -667,20 +615,20 @@ def _similarity(
 
             return cosine, "cosine"
     words = {
-        seq: word_set(content)
+        seq: rank.word_set(content)
         for seq, content in engine.conn.execute(
             f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(order))})",
             order,
         )
     }
-    return (lambda a, b: jaccard(words.get(a, frozenset()), words.get(b, frozenset()))), "jaccard"
+    return (
+        lambda a, b: rank.jaccard(words.get(a, frozenset()), words.get(b, frozenset()))
+    ), "jaccard"
 
 
-def _meta(
-    conn: sqlite3.Connection, seqs: list[int]
-) -> dict[int, tuple[str, float, int, str | None]]:
+def _meta(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
     """created_at, confidence, pinned and source of each memory."""
-    out: dict[int, tuple[str, float, int, str | None]] = {}
+    out: dict[int, tuple[Any, ...]] = {}
     for start in range(0, len(seqs), IN_CHUNK):
         chunk = seqs[start : start + IN_CHUNK]
         for seq, created, confidence, pinned, source in conn.execute(
