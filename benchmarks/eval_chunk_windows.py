@@ -154,7 +154,7 @@ def beir_vector_and_hybrid(
                         spec,
                         show=False,
                     )
-                    run, _, _ = run_queries(
+                    run, *_ = run_queries(
                         store, [(q, t, None) for q, t in data.queries.items()], 100, spec, False
                     )
             scores = per_query(data.qrels, run, ["nDCG@10"])

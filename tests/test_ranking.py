@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mnemex.search.rank import (
     apply_confidence,
     apply_decay,
+    decay,
     decay_factor,
     evergreen_source,
     jaccard,
@@ -284,3 +285,19 @@ def test_boolean_settings_from_the_environment(
     store = make_store()
     assert store.settings.decay is True and store.settings.mmr is False
     assert math.isclose(store.settings.half_life_days, 30.0)
+
+
+def test_the_decay_stage_says_what_it_did_to_each() -> None:
+    now = datetime(2026, 1, 31, tzinfo=UTC)
+    made = {
+        1: (datetime(2026, 1, 1, tzinfo=UTC), False, None),
+        2: (datetime(2025, 1, 1, tzinfo=UTC), True, None),
+        3: (datetime(2025, 1, 1, tzinfo=UTC), False, "notes/MEMORY.md"),
+    }
+    scores, trace = decay({1: 1.0, 2: 1.0, 3: 0.5}, made, now, 30.0)
+    assert scores == {1: 0.5, 2: 1.0, 3: 0.5}
+    assert trace == {
+        1: {"stage": "decay", "age_days": 30.0, "factor": 0.5},
+        2: {"stage": "decay", "exempt": "pinned"},
+        3: {"stage": "decay", "exempt": "evergreen"},
+    }

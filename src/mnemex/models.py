@@ -159,6 +159,7 @@ class SearchResult:
     fusion: str | None = None
     notes: tuple[str, ...] = ()
     stale: bool = False
+    fusion_version: str | None = None  # the fusion formula's version (mnemex.search.fusion)
     relations: tuple[Relation, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

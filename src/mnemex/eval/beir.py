@@ -32,11 +32,11 @@ def run_beir(
             if text
         ]
         ingest_seconds = ingest(store, items, spec, show=progress)
-        run, samples, modes = run_queries(
+        run, samples, modes, fusions = run_queries(
             store, [(q, data.queries[q], None) for q in query_ids], depth, spec, progress
         )
         memories = store.count()
-        described = spec.describe(store)
+        described = spec.describe(store, fusions)
     qrels = {q: data.qrels[q] for q in query_ids}
     scores = per_query(qrels, run, DEFAULT_MEASURES)
     return {

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemex.errors import InvalidInput
-from mnemex.eval.data import load_locomo
+from mnemex.eval.data import LocomoData, load_locomo
 from mnemex.eval.metrics import latency, mean, per_query
 from mnemex.eval.runner import Spec, eval_store, ingest, machine, run_queries
 
@@ -39,52 +39,30 @@ def run_locomo(
         raise InvalidInput("--keep-db keeps one store: it cannot be used with --separate")
     by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for turn in data.turns:
-        by_ns[turn.namespace].append(
-            {
-                "id": turn.id,
-                "content": turn.content,
-                "created_at": turn.created_at,
-                "kind": "dialogue",
-            }
-        )
+        item = {"id": turn.id, "content": turn.content, "created_at": turn.created_at}
+        by_ns[turn.namespace].append({**item, "kind": "dialogue"})
     groups = [[ns] for ns in by_ns] if separate else [list(by_ns)]
     ingest_seconds = 0.0
     run: dict[str, dict[str, float]] = {}
     samples: list[float] = []
     modes: Counter[str] = Counter()
+    fusions: set[str] = set()
     described: dict[str, Any] = {}
     for group in groups:
         with eval_store(db, spec) as store:
             ingest_seconds += sum(
                 ingest(store, by_ns[ns], spec, namespace=ns, show=progress) for ns in group
             )
-            found, times, used = run_queries(
-                store,
-                [(q.id, q.text, q.namespace) for q in data.questions if q.namespace in group],
-                depth,
-                spec,
-                progress,
-            )
+            questions = [
+                (q.id, q.text, q.namespace) for q in data.questions if q.namespace in group
+            ]
+            found, times, used, versions = run_queries(store, questions, depth, spec, progress)
             run.update(found)
             samples.extend(times)
             modes.update(used)
-            described = spec.describe(store)
-    qrels = {q.id: dict.fromkeys(q.evidence, 1) for q in data.questions}
-    scores = per_query(qrels, run, MEASURES)
-
-    def summary(ids: list[str]) -> dict[str, Any]:
-        return {
-            "questions": len(ids),
-            **{k: round(v, 4) for k, v in mean((scores[i] for i in ids), MEASURES).items()},
-        }
-
-    categories = {
-        str(category): summary([q.id for q in data.questions if q.category == category])
-        for category in sorted({q.category for q in data.questions})
-    }
-    conversations = {
-        ns: summary([q.id for q in data.questions if q.namespace == ns]) for ns in by_ns
-    }
+            fusions.update(versions)
+            described = spec.describe(store, fusions)
+    scores = per_query({q.id: dict.fromkeys(q.evidence, 1) for q in data.questions}, run, MEASURES)
     return {
         "dataset": file.stem,
         **described,
@@ -98,8 +76,29 @@ def run_locomo(
         "depth": depth,
         "ingest_seconds": round(ingest_seconds, 3),
         "metrics": {k: round(v, 4) for k, v in mean(scores.values(), MEASURES).items()},
-        "per_category": categories,
-        "per_conversation": conversations,
+        **_breakdown(data, scores),
         "latency_ms": latency(samples),
         "machine": machine(),
+    }
+
+
+def _breakdown(data: LocomoData, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The metrics per category and per conversation, each with its number of questions."""
+
+    def summary(ids: list[str]) -> dict[str, Any]:
+        return {
+            "questions": len(ids),
+            **{k: round(v, 4) for k, v in mean((scores[i] for i in ids), MEASURES).items()},
+        }
+
+    questions = data.questions
+    return {
+        "per_category": {
+            str(category): summary([q.id for q in questions if q.category == category])
+            for category in sorted({q.category for q in questions})
+        },
+        "per_conversation": {
+            ns: summary([q.id for q in questions if q.namespace == ns])
+            for ns in dict.fromkeys(t.namespace for t in data.turns)
+        },
     }

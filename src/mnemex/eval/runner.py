@@ -7,7 +7,7 @@ import platform
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,6 @@ from mnemex.embed import resolve as resolve_embedder
 from mnemex.eval.embed_cache import CachedEmbedder
 from mnemex.eval.metrics import ranked_run
 from mnemex.progress import progress_bar
-from mnemex.search import fusion as fusion_formulas
 from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
 
@@ -39,7 +38,8 @@ class Spec:
     def settings(self) -> dict[str, Any]:
         return {"lexical_budget": self.lexical_budget, "embedder": self.embedder}
 
-    def describe(self, store: Store) -> dict[str, Any]:
+    def describe(self, store: Store, fusions: Collection[str] = ()) -> dict[str, Any]:
+        """How the searches ran; ``fusions``: the fusion versions their results report."""
         model = store.embedder.model_id if store.embedder is not None else None
         mode = self.mode or store.settings.search_mode
         if mode == "auto":
@@ -55,13 +55,10 @@ class Spec:
             floor = floor_for(model) if store.settings.relevance_floor else None
             out["relevance_floor"] = f"{FLOOR_VERSION} {floor}" if floor is not None else "off"
         if mode == "hybrid":
-            out["fusion"] = (
-                f"rrf(k={store.settings.rrf_k}) {fusion_formulas.RRF_VERSION}"
-                if fusion == "rrf"
-                else f"adaptive({weights[0]:g}, {weights[1]:g}) {fusion_formulas.ADAPTIVE_VERSION}"
-                if fusion == "adaptive"
-                else f"weighted({weights[0]:g}, {weights[1]:g}) {fusion_formulas.WEIGHTED_VERSION}"
+            params = (
+                f"k={store.settings.rrf_k}" if fusion == "rrf" else "{:g}, {:g}".format(*weights)
             )
+            out["fusion"] = f"{fusion}({params}) {' '.join(sorted(fusions)) or 'unused'}"
         return out
 
 
@@ -127,11 +124,13 @@ def run_queries(
     depth: int,
     spec: Spec,
     show: bool = True,
-) -> tuple[dict[str, dict[str, float]], list[float], Counter[str]]:
-    """Search each (query id, text, namespace); returns the run, latencies (ms), modes used."""
+) -> tuple[dict[str, dict[str, float]], list[float], Counter[str], set[str]]:
+    """Search each (query id, text, namespace); returns the run, latencies (ms), the modes
+    and the fusion versions used."""
     run: dict[str, dict[str, float]] = {}
     samples: list[float] = []
     modes: Counter[str] = Counter()
+    fusions: set[str] = set()
     with progress_bar(len(queries), "searching", show) as advance:
         for qid, text, namespace in queries:
             started = time.perf_counter()
@@ -147,8 +146,10 @@ def run_queries(
             samples.append((time.perf_counter() - started) * 1000)
             run[qid] = ranked_run([h.id for h in result.hits])
             modes[result.mode_used] += 1
+            if result.fusion_version:
+                fusions.add(result.fusion_version)
             advance(1)
-    return run, samples, modes
+    return run, samples, modes, fusions
 
 
 def machine() -> dict[str, str]:

@@ -108,12 +108,15 @@ def cut_block(lines: Sequence[str], budget: int) -> str:
     return render(lines)[: 4 * budget]
 
 
-def _answer(store: Store, q: Question, ws: Written, spec: Spec) -> tuple[dict[str, bool], float]:
-    """Found at each cutoff, within recall and within the plain cut block; search ms."""
+def _answer(
+    store: Store, q: Question, ws: Written, spec: Spec
+) -> tuple[dict[str, bool], float, str | None]:
+    """Found at each cutoff, within recall and within the plain cut block; search ms; the
+    fusion version used."""
     evidence_lines = [ws.lines[e] for e in q.evidence if e in ws.lines]
     evidence_text = [ws.text[e] for e in q.evidence if e in ws.text]
     started = time.perf_counter()
-    hits = store.search(
+    result = store.search(
         q.text,
         max(*CUTOFFS, TOPK_CUT_HITS),
         mode=spec.mode,
@@ -121,7 +124,8 @@ def _answer(store: Store, q: Question, ws: Written, spec: Spec) -> tuple[dict[st
         weights=spec.weights,
         namespace=q.namespace,
         snippets=False,
-    ).hits
+    )
+    hits = result.hits
     elapsed = (time.perf_counter() - started) * 1000
     places = [
         (h.location.path, h.location.start_line, h.location.end_line) if h.location else None
@@ -141,7 +145,7 @@ def _answer(store: Store, q: Question, ws: Written, spec: Spec) -> tuple[dict[st
     out["top-k cut"] = found_in_text(cut_block(lines, RECALL_BUDGET), evidence_text)
     recalled = store.recall(q.text, RECALL_BUDGET, mode=spec.mode, namespace=q.namespace)
     out["recall"] = found_in_text(recalled.markdown.removeprefix(HEADER), evidence_text)
-    return out, elapsed
+    return out, elapsed, result.fusion_version
 
 
 MEASURES = (*(f"found@{k}" for k in CUTOFFS), "top-k cut", "recall")
@@ -199,12 +203,14 @@ def evaluate(
     """The report of ``data``'s questions on a store holding its synced workspaces."""
     rows: dict[str, dict[str, bool]] = {}
     samples: list[float] = []
+    fusions: set[str] = set()
     with progress_bar(len(data.questions), "searching", progress) as advance:
         for q in data.questions:
-            rows[q.id], ms = _answer(store, q, written[q.namespace], spec)
+            rows[q.id], ms, version = _answer(store, q, written[q.namespace], spec)
             samples.append(ms)
+            fusions.update([version] if version else [])
             advance(1)
-    described = spec.describe(store)
+    described = spec.describe(store, fusions)
     chunking = f"{store.settings.chunk_tokens} tokens, overlap {store.settings.chunk_overlap}"
     categories: dict[str, Any] = {}
     for category in sorted({q.category for q in data.questions}):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mnemex.embed import Embedder, embed_checked
-from mnemex.storage import write_transaction
+from mnemex.storage import IN_CHUNK, marks, write_transaction
 
 if TYPE_CHECKING:
     pass
@@ -83,13 +83,13 @@ def count_pending(conn: sqlite3.Connection, model: str) -> int:
 def rows_for(conn: sqlite3.Connection, seqs: Sequence[int], model: str) -> list[Pending]:
     """These memories, when they have no vector for ``model``."""
     out: list[Pending] = []
-    for start in range(0, len(seqs), 500):
-        chunk = list(seqs[start : start + 500])
+    for start in range(0, len(seqs), IN_CHUNK):
+        chunk = list(seqs[start : start + IN_CHUNK])
         out.extend(
             Pending(*r)
             for r in conn.execute(
                 f"""SELECT m.seq, m.content, m.content_hash FROM memories AS m
-                    WHERE m.seq IN ({",".join("?" * len(chunk))}) AND NOT EXISTS (
+                    WHERE m.seq IN ({marks(len(chunk))}) AND NOT EXISTS (
                         SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = m.seq)
                     ORDER BY m.seq""",
                 [*chunk, model],
@@ -162,11 +162,11 @@ def _known_vectors(
         return {}
     found: dict[str, bytes] = {}
     ordered = sorted(hashes)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start : start + 500]
+    for start in range(0, len(ordered), IN_CHUNK):
+        chunk = ordered[start : start + IN_CHUNK]
         for content_hash, vector in conn.execute(
             f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND dim = ? "
-            f"AND length(vector) = ? AND content_hash IN ({','.join('?' * len(chunk))})",
+            f"AND length(vector) = ? AND content_hash IN ({marks(len(chunk))})",
             [model, dim, dim * 4, *chunk],
         ):
             found.setdefault(content_hash, vector)

@@ -49,6 +49,7 @@ from mnemex.index.query import (
     shape,
 )
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
+from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.migrations import TOKENIZER
 from mnemex.text import cjk_pattern, format_time, starts_cjk, unsegment
 
@@ -97,7 +98,7 @@ class Filters:
             parts.append(f"{alias}.namespace = ?")
             params.append(self.namespace)
         if self.kinds:
-            parts.append(f"{alias}.kind IN ({','.join('?' * len(self.kinds))})")
+            parts.append(f"{alias}.kind IN ({marks(len(self.kinds))})")
             params.extend(self.kinds)
         for tag in self.tags:
             parts.append(f"{alias}.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)")
@@ -334,12 +335,11 @@ class Lexicon:
             self._df_basis = n_docs
         cache = self._df
         words = sorted({t.key for t in terms if not t.phrase and not cache.get(t.key)})
-        for start in range(0, len(words), 500):
-            chunk = words[start : start + 500]
+        for start in range(0, len(words), IN_CHUNK):
+            chunk = words[start : start + IN_CHUNK]
             found = dict(
                 self._conn.execute(
-                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN "
-                    f"({','.join('?' * len(chunk))})",
+                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})",
                     chunk,
                 ).fetchall()
             )
@@ -494,24 +494,23 @@ def plan_raw(lexicon: Lexicon, expression: str) -> LexicalPlan:
     )
 
 
-def _exact(conn: sqlite3.Connection, match: str, filters: Filters, limit: int) -> list[Candidate]:
+def exact_sql(match: str, filters: Filters, limit: int) -> tuple[str, list[object]]:
+    """The SQL, and its parameters, of the best ``limit`` rows that match ``match`` within
+    the filters, by BM25 (positive, higher is better)."""
     where, params = filters.sql()
-    rows = conn.execute(
-        f"""SELECT memories_fts.rowid, -{_BM25} AS s
+    sql = f"""SELECT memories_fts.rowid, -{_BM25} AS s
             FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid
             WHERE memories_fts MATCH ?{where}
-            ORDER BY s DESC, memories_fts.rowid LIMIT ?""",
-        [match, *params, limit],
-    ).fetchall()
-    return [Candidate(seq, raw) for seq, raw in rows]
+            ORDER BY s DESC, memories_fts.rowid LIMIT ?"""
+    return sql, [match, *params, limit]
 
 
-def _shaped(
-    conn: sqlite3.Connection, essential: str, rest: str, filters: Filters, limit: int
-) -> list[Candidate]:
+def shaped_sql(essential: str, rest: str, filters: Filters, limit: int) -> tuple[str, list[object]]:
+    """:func:`exact_sql` over the rows that match an ``essential`` term only: the BM25 of
+    ``essential AND (essential OR rest)`` less that of ``essential``, which is the BM25 of
+    ``essential OR rest`` (each essential phrase counts twice, then once less)."""
     where, params = filters.sql()
-    rows = conn.execute(
-        f"""WITH e (seq, b) AS MATERIALIZED (
+    sql = f"""WITH e (seq, b) AS MATERIALIZED (
                 SELECT rowid, {_BM25} FROM memories_fts WHERE memories_fts MATCH ?
             )
             SELECT x.seq, e.b - x.b AS s FROM (
@@ -519,10 +518,36 @@ def _shaped(
                 FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid
                 WHERE memories_fts MATCH ?{where}
             ) AS x JOIN e ON e.seq = x.seq
-            ORDER BY s DESC, x.seq LIMIT ?""",
-        [essential, f"({essential}) AND ({essential} OR {rest})", *params, limit],
-    ).fetchall()
-    return [Candidate(seq, raw) for seq, raw in rows]
+            ORDER BY s DESC, x.seq LIMIT ?"""
+    return sql, [essential, f"({essential}) AND ({essential} OR {rest})", *params, limit]
+
+
+def lexical_sql(
+    lexical: LexicalPlan, filters: Filters, pool: int, budget: int
+) -> tuple[str, list[object]]:
+    """The SQL :func:`retrieve` runs first for a plan without a namespace's statistics:
+    shaped when the budget calls for it (:func:`mnemex.index.query.shape`), else exact."""
+    if lexical.raw is not None:
+        return exact_sql(lexical.raw, filters, pool)
+    essential, rest = _split(lexical, pool, budget)
+    if rest:
+        return shaped_sql(_or(essential), _or(rest), filters, pool)
+    return exact_sql(lexical.match, filters, pool)
+
+
+def _or(terms: Sequence[Term]) -> str:
+    return or_join(t.expression for t in terms)
+
+
+def _split(lexical: LexicalPlan, pool: int, budget: int) -> tuple[list[Term], list[Term]]:
+    """The plan's terms that occur, as essential and rest (see :func:`shape`)."""
+    live = [i for i, df in enumerate(lexical.doc_freqs) if df]
+    essential, rest = shape([lexical.doc_freqs[i] for i in live], budget, pool)
+    return [lexical.terms[live[i]] for i in essential], [lexical.terms[live[i]] for i in rest]
+
+
+def _candidates(conn: sqlite3.Connection, query: tuple[str, list[object]]) -> list[Candidate]:
+    return [Candidate(seq, raw) for seq, raw in conn.execute(*query).fetchall()]
 
 
 def retrieve(
@@ -535,32 +560,23 @@ def retrieve(
         return _retrieve_scoped(conn, lexical, filters, pool, budget)
     if lexical.raw is not None:
         try:
-            return Retrieval(_exact(conn, lexical.raw, filters, pool))
+            return Retrieval(_candidates(conn, exact_sql(lexical.raw, filters, pool)))
         except sqlite3.OperationalError as exc:
             raise InvalidQuery(
                 f"invalid FTS5 query {lexical.raw!r}: {exc}; "
                 "search without the raw FTS5 option to use plain text"
             ) from None
-    live = [i for i, df in enumerate(lexical.doc_freqs) if df]
-    freqs = [lexical.doc_freqs[i] for i in live]
-    essential_idx, rest_idx = shape(freqs, budget, pool)
-    if rest_idx:
-        essential = [lexical.terms[live[i]] for i in essential_idx]
-        rest = [lexical.terms[live[i]] for i in rest_idx]
-        found = _shaped(
-            conn,
-            or_join(t.expression for t in essential),
-            or_join(t.expression for t in rest),
-            filters,
-            pool,
-        )
+    essential, rest = _split(lexical, pool, budget)
+    if rest:
+        found = _candidates(conn, shaped_sql(_or(essential), _or(rest), filters, pool))
         if len(found) >= pool:
             return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
         # Fewer candidates than wanted: rows with only common terms may still qualify.
-        result = Retrieval(_exact(conn, lexical.match, filters, pool), fallback=True)
+        exact = _candidates(conn, exact_sql(lexical.match, filters, pool))
+        result = Retrieval(exact, fallback=True)
         result.notes.append("shaped candidates < pool; scored every matching row")
         return result
-    return Retrieval(_exact(conn, lexical.match, filters, pool))
+    return Retrieval(_candidates(conn, exact_sql(lexical.match, filters, pool)))
 
 
 def _retrieve_scoped(
@@ -702,7 +718,7 @@ def bm25_of(
     if lexical.raw is not None:
         rows = conn.execute(
             f"SELECT rowid, -{_BM25} FROM memories_fts "
-            f"WHERE memories_fts MATCH ? AND rowid IN ({','.join('?' * len(seqs))})",
+            f"WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})",
             [lexical.match, *seqs],
         ).fetchall()
         return {seq: raw for seq, raw in rows if raw > 0}
@@ -711,7 +727,7 @@ def bm25_of(
     sizes = {
         seq: sum(_varints(size))
         for seq, size in conn.execute(
-            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({','.join('?' * len(seqs))})",
+            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})",
             list(seqs),
         )
     }
@@ -776,7 +792,7 @@ def _load(
         conn.execute(
             "INSERT INTO temp.mnemex_score (rowid, content, tags) "
             f"SELECT seq, content, tags FROM memories_fts_source "
-            f"WHERE seq IN ({','.join('?' * len(seqs))})",
+            f"WHERE seq IN ({marks(len(seqs))})",
             list(seqs),
         )
 
@@ -789,7 +805,7 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
     at: dict[tuple[int, str, int], str] = {}  # (row, column, offset) -> query token
     for term, doc, col, offset in conn.execute(
         "SELECT term, doc, col, offset FROM temp.mnemex_score_v "
-        f"WHERE term IN ({','.join('?' * len(tokens))})",
+        f"WHERE term IN ({marks(len(tokens))})",
         tokens,
     ):
         at[(doc, col, offset)] = term
@@ -886,7 +902,7 @@ def snippets(
     rows = conn.execute(
         f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
             FROM memories_fts WHERE memories_fts MATCH ?
-            AND rowid IN ({",".join("?" * len(seqs))})""",
+            AND rowid IN ({marks(len(seqs))})""",
         [start, end, tokens, match, *seqs],
     ).fetchall()
     return {seq: unsegment(text) for seq, text in rows if text is not None}

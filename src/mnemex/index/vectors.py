@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.errors import IndexMismatch
+from mnemex.storage import IN_CHUNK, marks
 
 if TYPE_CHECKING:
     import numpy as np
@@ -356,12 +357,12 @@ class VectorIndex:
             ]
         else:
             rows = []
-            for start in range(0, len(seqs), 500):
-                chunk = seqs[start : start + 500]
+            for start in range(0, len(seqs), IN_CHUNK):
+                chunk = seqs[start : start + IN_CHUNK]
                 rows.extend(
                     self.conn.execute(
                         f"SELECT seq, namespace, kind, created_at FROM memories "
-                        f"WHERE seq IN ({','.join('?' * len(chunk))})",
+                        f"WHERE seq IN ({marks(len(chunk))})",
                         chunk,
                     )
                 )

@@ -18,12 +18,16 @@
   weight; one whose top is flat, less. Measured against ``weighted`` 0.5/0.5
   (benchmarks/RESULTS.md, "Adaptive fusion and the relevance floor").
 
-Each formula has a version string that evaluation reports record.
+:data:`FORMULAS` names each formula with its version string; a fused ranking
+(:class:`Fused`) carries the version it was made with, which search results and
+evaluation reports record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
 RRF_VERSION = "rrf-v1"
 WEIGHTED_VERSION = "weighted-tanh-bm25-cosine-v1"
@@ -92,3 +96,75 @@ def adaptive_weight(
 def ranked(scores: Mapping[int, float]) -> list[int]:
     """Keys by score, best first; ties broken by key so the order is stable."""
     return sorted(scores, key=lambda key: (-scores[key], key))
+
+
+@dataclass(frozen=True, slots=True)
+class Arms:
+    """What a fusion reads: each candidate's score in each arm (normalized BM25, cosine),
+    each arm's own order (best first) and the configured parameters."""
+
+    text: Mapping[int, float]
+    vector: Mapping[int, float]
+    text_order: Sequence[int]
+    vector_order: Sequence[int]
+    vector_weight: float = 0.5
+    text_weight: float = 0.5
+    rrf_k: int = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """Fused scores, their order, the formula with this query's parameters and its version
+    (both ``None`` when a single arm answered)."""
+
+    scores: dict[int, float]
+    order: list[int]
+    label: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Formula:
+    """A fusion: its version, whether it needs every candidate's score in both arms (the
+    pipeline completes them first), and the function giving the scores and their label."""
+
+    version: str
+    complete: bool
+    fuse: Callable[[Arms], tuple[dict[int, float], str]]
+
+
+def _rrf(arms: Arms) -> tuple[dict[int, float], str]:
+    return rrf([arms.text_order, arms.vector_order], arms.rrf_k), f"rrf(k={arms.rrf_k})"
+
+
+def _weighted(arms: Arms) -> tuple[dict[int, float], str]:
+    wv, wt = arms.vector_weight, arms.text_weight
+    return weighted(arms.text, arms.vector, wv, wt), f"weighted({wv:g} vector, {wt:g} text)"
+
+
+def _adaptive(arms: Arms) -> tuple[dict[int, float], str]:
+    wv = adaptive_weight(
+        [arms.text[key] for key in arms.text_order],
+        [max(0.0, arms.vector[key]) for key in arms.vector_order],
+        arms.vector_weight,
+        arms.text_weight,
+    )
+    scores = weighted(arms.text, arms.vector, wv, 1 - wv)
+    return scores, f"adaptive({wv:.3g} vector, {1 - wv:.3g} text)"
+
+
+FORMULAS: Mapping[str, Formula] = MappingProxyType(
+    {
+        "rrf": Formula(RRF_VERSION, complete=False, fuse=_rrf),
+        "weighted": Formula(WEIGHTED_VERSION, complete=True, fuse=_weighted),
+        "adaptive": Formula(ADAPTIVE_VERSION, complete=True, fuse=_adaptive),
+    }
+)
+"""The fusions by name (``mnemex.config.FUSIONS`` names the same ones)."""
+
+
+def fuse(name: str, arms: Arms) -> Fused:
+    """The arms fused by the formula ``name`` (a key of :data:`FORMULAS`)."""
+    formula = FORMULAS[name]
+    scores, label = formula.fuse(arms)
+    return Fused(scores, ranked(scores), label, formula.version)

@@ -1,23 +1,26 @@
-"""The search pipeline, top to bottom.
+"""The search pipeline, top to bottom: :func:`run_search` calls a function per step.
 
-1. Clean the query text (any string is safe); embed it (vector and hybrid
-   modes) on a worker thread, waiting at most ``query_timeout``. (Planning the
-   lexical arm meanwhile was measured slower on two cores: the model's
-   threads and the planner fight for them.)
-2. Plan the lexical search: FTS5's tokenizer, stop words out, statistics in.
-3. Retrieve each arm's candidates within the filters, ``min(200, 4 × limit)``
-   of them: BM25 from FTS5, cosine from the vector index. If the lexical arm
-   found nothing, stop words were dropped and there is no vector arm, retry
-   with them (a stop-word ranking would only add noise to a fusion).
-4. Fuse: adaptive (default: weighted, the weights moved towards the arm
-   surer of this query's answer), weighted or RRF; a single arm keeps its own normalized
-   score. If the query could not be embedded, answer from the lexical arm and
-   say so in ``mode_used`` and ``notes``.
-5. Rank (:mod:`mnemex.search.rank`): threshold each arm in its own units,
-   then decay, confidence and MMR as configured; keep the top ``limit``.
-6. Fetch those memories, their snippets and, for chunks of workspace files,
-   their place (``path:start-end``), in one query each; attach the
-   explain trace (each arm, the fusion, every stage) when asked.
+1. Plan the arms (:func:`plan_arms`): clean the query text (any string is safe), decide
+   the mode once, embed the query (vector and hybrid modes) on a worker thread, waiting
+   at most ``query_timeout``, and plan the lexical search meanwhile: FTS5's tokenizer,
+   stop words out, statistics in.
+2. Retrieve each arm (:func:`retrieve_arms`, I/O) within the filters,
+   ``min(200, 4 × limit)`` candidates: BM25 from FTS5, cosine from the vector index.
+   If the lexical arm found nothing, stop words were dropped and there is no vector
+   arm, retry with them (a stop-word ranking would only add noise to a fusion). If the
+   query could not be embedded, answer from the lexical arm and say so in
+   ``mode_used`` and ``notes``.
+3. Complete the scores (:func:`complete_scores`, I/O): for a fusion that adds the
+   arms' scores, fetch each candidate's score in the arm that did not return it.
+4. Fuse (:func:`fuse`, formulas in :data:`mnemex.search.fusion.FORMULAS`): adaptive
+   (default: weighted, the weights moved towards the arm surer of this query's
+   answer), weighted or RRF; a single arm keeps its own normalized score.
+5. Rank (:func:`rank_candidates`, stages in :mod:`mnemex.search.rank`): the relevance
+   floor, each arm's threshold in its own units, then decay, confidence and MMR as
+   configured.
+6. Build the hits (:func:`build_hits`, I/O): the top ``limit`` memories, their
+   snippets and, for chunks of workspace files, their place (``path:start-end``), in
+   one query each; the explain trace, when asked, from what the stages returned.
 """
 
 from __future__ import annotations
@@ -35,35 +38,16 @@ from typing import TYPE_CHECKING, Any
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
-from mnemex.index.fts import (
-    Candidate,
-    Filters,
-    LexicalPlan,
-    Lexicon,
-    Retrieval,
-    bm25_of,
-    plan,
-    plan_raw,
-    retrieve,
-    snippets,
-)
+from mnemex.index import fts
+from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
 from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
 from mnemex.search.floor import floor_for, relevant_hit, relevant_query
-from mnemex.search.rank import (
-    Ranking,
-    age_days,
-    apply_confidence,
-    apply_decay,
-    decay_factor,
-    evergreen_source,
-    jaccard,
-    passes,
-    word_set,
-)
-from mnemex.storage import read_transaction
+from mnemex.search.fusion import Fused
+from mnemex.search.rank import Ranking
+from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
 
 if TYPE_CHECKING:
@@ -75,8 +59,11 @@ if TYPE_CHECKING:
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
-FALLBACK_SNIPPET_CHARS = 240
-PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side  # a hit the lexical arm did not find shows the start of its text
+FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
+PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side
+NOTHING_RELEVANT = (
+    "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
+)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -159,7 +146,6 @@ class Engine:
     settings: Settings
     embedder: Embedder | None
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
-    notes: list[str] = field(default_factory=list)
 
 
 def resolve_mode(mode: str | None, settings: Settings, has_embedder: bool) -> str:
@@ -169,177 +155,225 @@ def resolve_mode(mode: str | None, settings: Settings, has_embedder: bool) -> st
     return chosen
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a search runs, decided once: the query text, the mode, the lexical plan, the
+    query's vector on its way (``None``: lexical only) and why the mode changed."""
+
+    text: str
+    mode: str
+    lexical: LexicalPlan
+    pending: Future[np.ndarray] | None
+    pool: int  # candidates each arm fetches
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Arms:
+    """Each arm's candidates, best first, and the mode that answered."""
+
+    mode: str
+    lexical: LexicalPlan  # the plan the lexical arm ran (stop words back after a retry)
+    lexical_hits: list[Candidate]
+    vector_hits: list[VectorHit]
+    query_vector: np.ndarray | None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """Each candidate's score in each arm: normalized BM25 and cosine."""
+
+    text: dict[int, float]
+    cosine: dict[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """The candidates the ranking kept, best first, their scores and their trace."""
+
+    order: list[int]
+    scores: dict[int, float]
+    candidates: int  # how many the fusion returned
+    stages: dict[int, list[dict[str, Any]]]  # each candidate's ranking stages, for explain
+    notes: tuple[str, ...] = ()
+
+
 def run_search(engine: Engine, request: Request) -> SearchResult:
     started = time.perf_counter()
-    settings = engine.settings
-    notes: list[str] = []
-    text = clean_query(request.query)
-    mode = request.mode
-    pool = candidate_pool(request.limit)
-
-    # 1. embed the query
-    pending = None
-    if mode in ("vector", "hybrid"):
-        pending = _embed_query(engine, text, notes)
-        if pending is None:
-            mode = "lexical"
-
-    # 2. plan the lexical arm
-    lexical: LexicalPlan = (
-        plan_raw(engine.lexicon, text)
-        if request.raw
-        else plan(
-            engine.lexicon,
-            text,
-            STOPWORDS if request.expand else None,
-            expand=request.expand,
-            namespace=request.filters.namespace,
-        )
+    planned = plan_arms(engine, request)
+    with read_transaction(engine.conn):
+        arms = retrieve_arms(engine, request, planned)
+        scores = complete_scores(engine, request, arms)
+        fused = fuse(request, arms, scores)
+        ranked = rank_candidates(engine, request, arms, scores, fused)
+        hits = build_hits(engine, request, arms, scores, fused, ranked)
+    notes = [*planned.notes, *arms.notes, *ranked.notes]
+    if not hits and not ranked.notes:
+        notes.append("no memory matches the query: no hits")
+    return SearchResult(
+        query=request.query if isinstance(request.query, str) else planned.text,
+        hits=hits,
+        mode_used=arms.mode,
+        namespace="*" if request.filters.namespace is None else request.filters.namespace,
+        took_ms=(time.perf_counter() - started) * 1000,
+        fusion=fused.label,
+        fusion_version=fused.version,
+        notes=tuple(notes),
     )
 
-    with read_transaction(engine.conn):
-        # 3. retrieve. While the query is still being embedded on a worker, the lexical
-        # arm (SQLite) runs here, then the vector arm. With the query's vector already
-        # there, when the vector arm's matrix product is small enough to take about as
-        # long as the lexical arm, it runs on a worker with one BLAS thread while the
-        # lexical arm runs here: measured faster on two cores than one after the other.
-        # A large product keeps all BLAS threads and runs first.
-        found: Retrieval | None = None
-        if pending is not None and mode == "hybrid" and not pending.done():
-            found = retrieve(engine.conn, lexical, request.filters, pool, settings.lexical_budget)
-        query_vector = None
-        if pending is not None:
-            query_vector = _wait_for_query(pending, settings.query_timeout, notes)
-            if query_vector is None:
-                mode = "lexical"
-        vector_hits: list[VectorHit] = []
-        vector_job: Future[list[VectorHit]] | None = None
-        limiter: Any = None
-        if query_vector is not None:
-            try:
-                index = engine.vectors(int(query_vector.shape[0]))
-                mask = index.mask_for(request.filters)
-                side_by_side = found is None and mode == "hybrid"
-                if side_by_side and index.work(mask) <= PARALLEL_MAX_ROWS:
-                    limiter = _one_blas_thread()  # in force until the vector arm is done
-                    vector_job = _query_pool().submit(index.top, query_vector, mask, pool)
-                else:
-                    vector_hits = index.top(query_vector, mask, pool)
-                notes.extend(_coverage_notes(engine, index))
-            except IndexMismatch as exc:
-                notes.append(f"{exc}; answered from the lexical arm")
-                mode = "lexical"
-        lexical_hits: list[Candidate] = []
-        try:
-            if mode in ("lexical", "hybrid"):
-                if found is None:
-                    found = retrieve(
-                        engine.conn, lexical, request.filters, pool, settings.lexical_budget
-                    )
-                if not found.candidates and lexical.dropped and query_vector is None:
-                    lexical = lexical.with_dropped(engine.lexicon)
-                    found = retrieve(
-                        engine.conn, lexical, request.filters, pool, settings.lexical_budget
-                    )
-                lexical_hits = found.candidates
-            if vector_job is not None:
-                vector_hits = vector_job.result()
-        finally:
-            if vector_job is not None and not vector_job.cancel():
-                wait_quietly(vector_job)
-            if limiter is not None:
-                limiter.restore_original_limits()
 
-        # 4. fuse
-        text_scores, cosines, scores, order, fusion_name = _fuse(
-            engine, request, mode, lexical, lexical_hits, vector_hits, query_vector
+def plan_arms(engine: Engine, request: Request) -> Plan:
+    """1. The mode, the lexical plan, and the query being embedded on a worker."""
+    notes: list[str] = []
+    text = clean_query(request.query)
+    pending = None
+    if request.mode in ("vector", "hybrid"):
+        pending = _embed_query(engine, text, notes)
+    if request.raw:
+        lexical = fts.plan_raw(engine.lexicon, text)
+    else:
+        stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
+        lexical = fts.plan(engine.lexicon, text, stopwords, expand=request.expand, namespace=ns)
+    mode = request.mode if pending is not None else "lexical"
+    return Plan(text, mode, lexical, pending, candidate_pool(request.limit), tuple(notes))
+
+
+def retrieve_arms(engine: Engine, request: Request, planned: Plan) -> Arms:
+    """2. Each arm's candidates (I/O).
+
+    While the query is still being embedded on a worker, the lexical arm (SQLite) runs
+    here first, then the vector arm. With the query's vector already there, when the
+    vector arm's matrix product is small enough to take about as long as the lexical
+    arm, it runs on a worker with one BLAS thread while the lexical arm runs here:
+    measured faster on two cores than one after the other. A large product keeps all
+    BLAS threads and runs first.
+    """
+    notes: list[str] = []
+    pending = planned.pending
+    found = None
+    if pending is not None and planned.mode == "hybrid" and not pending.done():
+        found = _lexical(engine, request, planned.lexical, planned.pool)
+    query_vector = None
+    if pending is not None:
+        query_vector = _wait_for_query(pending, engine.settings.query_timeout, notes)
+    vector = None
+    if query_vector is not None:
+        side_by_side = found is None and planned.mode == "hybrid"
+        vector = _start_vector_arm(engine, request, planned, query_vector, side_by_side, notes)
+    mode = planned.mode if vector is not None else "lexical"
+    lexical, lexical_hits = planned.lexical, []
+    try:
+        if mode != "vector":
+            if found is None:
+                found = _lexical(engine, request, lexical, planned.pool)
+            if not found.candidates and lexical.dropped and query_vector is None:
+                lexical = lexical.with_dropped(engine.lexicon)
+                found = _lexical(engine, request, lexical, planned.pool)
+            lexical_hits = found.candidates
+        vector_hits = [] if vector is None else vector.result()
+    finally:
+        if vector is not None:
+            vector.close()
+    return Arms(mode, lexical, lexical_hits, vector_hits, query_vector, tuple(notes))
+
+
+def complete_scores(engine: Engine, request: Request, arms: Arms) -> Scores:
+    """3. Each candidate's score in each arm (I/O). For a fusion that adds the arms' scores,
+    a candidate one arm did not return still has a score in that arm: fetch it, so the
+    fusion does not depend on how deep each arm looked."""
+    norm = arms.lexical.norm
+    text = {c.seq: normalized_score(c.raw, norm) for c in arms.lexical_hits}
+    cosine = {h.seq: h.cosine for h in arms.vector_hits}
+    if arms.mode == "hybrid" and fusion.FORMULAS[request.fusion].complete:
+        assert arms.query_vector is not None
+        missing = [s for s in cosine if s not in text]
+        extra = fts.bm25_of(engine.conn, engine.lexicon, arms.lexical, missing)
+        text.update({s: normalized_score(r, norm) for s, r in extra.items()})
+        index = engine.vectors(int(arms.query_vector.shape[0]))
+        cosine.update(index.cosines_of([s for s in text if s not in cosine], arms.query_vector))
+    return Scores(text, cosine)
+
+
+def fuse(request: Request, arms: Arms, scores: Scores) -> Fused:
+    """4. One ranking: the request's fusion of both arms, or the one arm's own scores."""
+    lexical_order = [c.seq for c in arms.lexical_hits]
+    vector_order = [h.seq for h in arms.vector_hits]
+    if arms.mode == "vector":
+        return Fused({s: max(0.0, c) for s, c in scores.cosine.items()}, vector_order)
+    if arms.mode != "hybrid":
+        return Fused(scores.text, lexical_order)
+    both = fusion.Arms(
+        scores.text,
+        scores.cosine,
+        lexical_order,
+        vector_order,
+        request.vector_weight,
+        request.text_weight,
+        request.rrf_k,
+    )
+    return fusion.fuse(request.fusion, both)
+
+
+def rank_candidates(
+    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused
+) -> Ranked:
+    """5. The fused order less what the relevance floor and the thresholds drop, then
+    decay, confidence and MMR (reading each candidate's age, confidence and source)."""
+    ranking = request.ranking
+    notes: list[str] = []
+    order = _relevant(engine, request, arms, fused.order, scores, notes)
+    threshold = {
+        "stage": "threshold",
+        "min_text_score": ranking.min_text_score,
+        "min_vector_score": ranking.min_vector_score,
+    }
+    ranked, stages = fused.scores, dict[int, list[dict[str, Any]]]()
+    if order and ranking.reorders:
+        ranked, order, stages = _rerank(engine, request, order, fused.scores, arms.query_vector)
+    trace = {seq: [dict(threshold), *stages.get(seq, ())] for seq in order}
+    return Ranked(order, ranked, len(fused.order), trace, tuple(notes))
+
+
+def build_hits(
+    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
+) -> tuple[Hit, ...]:
+    """6. The top ``limit`` candidates as hits (I/O: their rows, snippets and places, one
+    query each), with the explain trace when asked."""
+    top = ranked.order[: request.limit]
+    rows = _rows(engine.conn, top)
+    places = locations(engine.conn, top)
+    cut = {}
+    if request.snippets and not arms.lexical.empty:
+        cut = fts.snippets(
+            engine.conn,
+            arms.lexical.match,
+            top if arms.mode == "vector" else [s for s in top if s in scores.text],
+            start=engine.settings.highlight_start,
+            end=engine.settings.highlight_end,
+            tokens=engine.settings.snippet_tokens,
         )
-
-        # 5. relevance floor, threshold, decay, confidence, MMR, top-K
-        candidates = len(order)
-        ranking = request.ranking
-        order = _relevant(
-            engine, request, mode, order, text_scores, cosines, query_vector is not None, notes
-        )
-        relevance = scores
-        trace: dict[int, list[dict[str, Any]]] = {
-            seq: [
-                {
-                    "stage": "threshold",
-                    "min_text_score": ranking.min_text_score,
-                    "min_vector_score": ranking.min_vector_score,
-                }
-            ]
-            for seq in order
-        }
-        if order and ranking.reorders:
-            scores, order = _rerank(engine, request, order, scores, trace, query_vector)
-        top = order[: request.limit]
-
-        # 6. rows, snippets, where chunks of workspace files live
-        rows = _rows(engine.conn, top)
-        places = locations(engine.conn, top)
-        cut = (
-            snippets(
-                engine.conn,
-                lexical.match,
-                [s for s in top if s in text_scores] if mode != "vector" else top,
-                start=settings.highlight_start,
-                end=settings.highlight_end,
-                tokens=settings.snippet_tokens,
-            )
-            if request.snippets and not lexical.empty
-            else {}
-        )
-
-    lexical_rank = {c.seq: (i, c.raw) for i, c in enumerate(lexical_hits, start=1)}
-    vector_rank = {h.seq: (i, h.cosine) for i, h in enumerate(vector_hits, start=1)}
+    explain = _explainer(request, arms, scores, fused, ranked) if request.explain else None
     hits = []
     for seq in top:
         row = rows.get(seq)
         if row is None:  # deleted by another connection meanwhile
             continue
         snippet = cut.get(seq) or summarize(row[5], FALLBACK_SNIPPET_CHARS)
-        explain = None
-        if request.explain:
-            explain = _explain(
-                seq,
-                lexical.norm,
-                lexical_rank,
-                vector_rank,
-                text_scores,
-                relevance,
-                fusion_name,
-                trace[seq],
-                scores[seq],
-            )
-            explain["stages"].append(
-                {"stage": "top_k", "k": request.limit, "candidates": candidates, "kept": len(order)}
-            )
         hits.append(
             Hit(
                 id=row[1],
-                score=scores[seq],
+                score=ranked.scores[seq],
                 snippet=clip(snippet, SNIPPET_MAX_CHARS),
                 kind=row[2],
                 tags=tuple(json.loads(row[3])),
                 created_at=parse_stored_time(row[4]),
-                explain=explain,
+                explain=None if explain is None else explain(seq),
                 location=places.get(seq),
                 namespace=row[6],
             )
         )
-    if not hits and not any("relevance floor" in note for note in notes):
-        notes.append("no memory matches the query: no hits")
-    return SearchResult(
-        query=request.query if isinstance(request.query, str) else text,
-        hits=tuple(hits),
-        mode_used=mode,
-        namespace="*" if request.filters.namespace is None else request.filters.namespace,
-        took_ms=(time.perf_counter() - started) * 1000,
-        fusion=fusion_name,
-        notes=tuple(notes),
-    )
+    return tuple(hits)
 
 
 def _embed_query(engine: Engine, text: str, notes: list[str]) -> Future[np.ndarray] | None:
@@ -360,107 +394,81 @@ def _embed_query(engine: Engine, text: str, notes: list[str]) -> Future[np.ndarr
     return pending
 
 
-def _fuse(
+def _lexical(engine: Engine, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval:
+    return fts.retrieve(engine.conn, lexical, request.filters, pool, engine.settings.lexical_budget)
+
+
+@dataclass
+class _VectorArm:
+    """The vector arm's hits, or the worker computing them and the BLAS limit in force."""
+
+    hits: list[VectorHit]
+    job: Future[list[VectorHit]] | None = None
+    limiter: Any = None
+
+    def result(self) -> list[VectorHit]:
+        return self.hits if self.job is None else self.job.result()
+
+    def close(self) -> None:
+        if self.job is not None and not self.job.cancel():
+            wait_quietly(self.job)
+        if self.limiter is not None:
+            self.limiter.restore_original_limits()
+
+
+def _start_vector_arm(
     engine: Engine,
     request: Request,
-    mode: str,
-    lexical: LexicalPlan,
-    lexical_hits: list[Candidate],
-    vector_hits: list[VectorHit],
-    query_vector: Any,
-) -> tuple[dict[int, float], dict[int, float], dict[int, float], list[int], str | None]:
-    """Fuse the arms: each arm's scores, the fused scores, their order and the fusion's name."""
-    norm = lexical.norm
-    text_scores = {c.seq: normalized_score(c.raw, norm) for c in lexical_hits}
-    cosines = {h.seq: h.cosine for h in vector_hits}
-    if mode == "hybrid":
-        if request.fusion in ("weighted", "adaptive"):
-            # A candidate one arm did not return still has a score in that arm:
-            # fetch it, so the fusion does not depend on how deep each arm looked.
-            assert query_vector is not None
-            extra_raw = bm25_of(
-                engine.conn,
-                engine.lexicon,
-                lexical,
-                [s for s in cosines if s not in text_scores],
-            )
-            text_scores.update({s: normalized_score(r, norm) for s, r in extra_raw.items()})
-            index = engine.vectors(int(query_vector.shape[0]))
-            cosines.update(
-                index.cosines_of([s for s in text_scores if s not in cosines], query_vector)
-            )
-            if request.fusion == "adaptive":
-                vector_weight = fusion.adaptive_weight(
-                    [text_scores[c.seq] for c in lexical_hits],
-                    [max(0.0, h.cosine) for h in vector_hits],
-                    request.vector_weight,
-                    request.text_weight,
-                )
-                scores = fusion.weighted(text_scores, cosines, vector_weight, 1 - vector_weight)
-                fusion_name = f"adaptive({vector_weight:.3g} vector, {1 - vector_weight:.3g} text)"
-            else:
-                scores = fusion.weighted(
-                    text_scores, cosines, request.vector_weight, request.text_weight
-                )
-                fusion_name = (
-                    f"weighted({request.vector_weight:g} vector, {request.text_weight:g} text)"
-                )
+    planned: Plan,
+    query_vector: np.ndarray,
+    side_by_side: bool,
+    notes: list[str],
+) -> _VectorArm | None:
+    """The vector arm, on a worker when ``side_by_side`` and its product is small, else
+    done here; ``None`` (with a note) when the vector index does not fit the query."""
+    try:
+        index = engine.vectors(int(query_vector.shape[0]))
+        mask = index.mask_for(request.filters)
+        if side_by_side and index.work(mask) <= PARALLEL_MAX_ROWS:
+            limiter = _one_blas_thread()  # in force until the vector arm is done
+            job = _query_pool().submit(index.top, query_vector, mask, planned.pool)
+            arm = _VectorArm([], job, limiter)
         else:
-            scores = fusion.rrf(
-                [[c.seq for c in lexical_hits], [h.seq for h in vector_hits]], request.rrf_k
-            )
-            fusion_name = f"rrf(k={request.rrf_k})"
-        order = fusion.ranked(scores)
-    elif mode == "vector":
-        scores = {seq: max(0.0, cosine) for seq, cosine in cosines.items()}
-        order, fusion_name = [h.seq for h in vector_hits], None
-    else:
-        scores = text_scores
-        order, fusion_name = [c.seq for c in lexical_hits], None
-    return text_scores, cosines, scores, order, fusion_name
+            arm = _VectorArm(index.top(query_vector, mask, planned.pool))
+        notes.extend(_coverage_notes(engine, index))
+    except IndexMismatch as exc:
+        notes.append(f"{exc}; answered from the lexical arm")
+        return None
+    return arm
 
 
 def _relevant(
     engine: Engine,
     request: Request,
-    mode: str,
+    arms: Arms,
     order: list[int],
-    text_scores: dict[int, float],
-    cosines: dict[int, float],
-    has_query_vector: bool,
+    scores: Scores,
     notes: list[str],
 ) -> list[int]:
     """The fused order less what the query type, the relevance floor and the thresholds drop."""
-    ranking = request.ranking
+    ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
         order = [seq for seq in order if seq in text_scores]
-    floor = (
-        floor_for(engine.embedder.model_id)
-        if ranking.floor and has_query_vector and engine.embedder is not None
-        else None
-    )
-    if floor is not None and mode != "lexical":
+    floor = None
+    if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
+        floor = floor_for(engine.embedder.model_id)
+    if floor is not None and arms.mode != "lexical":
         if not relevant_query(floor, order, text_scores, cosines):
             order = []
-            notes.append(
-                "nothing stored is relevant to the query (no memory reaches the "
-                "relevance floor): no hits"
-            )
+            notes.append(NOTHING_RELEVANT)
         else:
             order = [
                 seq for seq in order if relevant_hit(floor, text_scores.get(seq), cosines.get(seq))
             ]
-    order = [
-        seq
-        for seq in order
-        if passes(
-            text_scores.get(seq),
-            cosines.get(seq),
-            ranking.min_text_score,
-            ranking.min_vector_score,
-        )
+    low_text, low_vector = ranking.min_text_score, ranking.min_vector_score
+    return [
+        s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
-    return order
 
 
 def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
@@ -472,7 +480,7 @@ def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
         for seq, root, path, start, end, heading in conn.execute(
             "SELECT c.seq, w.root, f.path, c.start_line, c.end_line, c.heading FROM chunks AS c "
             "JOIN files AS f ON f.id = c.file_id JOIN workspaces AS w ON w.id = f.workspace_id "
-            f"WHERE c.seq IN ({','.join('?' * len(seqs))})",
+            f"WHERE c.seq IN ({marks(len(seqs))})",
             seqs,
         )
     }
@@ -485,7 +493,7 @@ def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...
         r[0]: r
         for r in conn.execute(
             f"SELECT seq, id, kind, tags, created_at, substr(content, 1, {SNIPPET_MAX_CHARS * 2}), "
-            f"namespace FROM memories WHERE seq IN ({','.join('?' * len(seqs))})",
+            f"namespace FROM memories WHERE seq IN ({marks(len(seqs))})",
             seqs,
         )
     }
@@ -519,36 +527,37 @@ def _coverage_notes(engine: Engine, index: VectorIndex) -> list[str]:
     return notes
 
 
-def _explain(
-    seq: int,
-    norm: float,
-    lexical_rank: dict[int, tuple[int, float]],
-    vector_rank: dict[int, tuple[int, float]],
-    text_scores: dict[int, float],
-    relevance: dict[int, float],
-    fusion_name: str | None,
-    stages: list[dict[str, Any]],
-    final: float,
-) -> dict[str, Any]:
-    lex = lexical_rank.get(seq)
-    vec = vector_rank.get(seq)
-    return {
-        "lexical": None
-        if lex is None
-        else {
-            # BM25 scores are tiny in a small store (IDFs clamped near 0): significant
-            # digits, and the norm, so that score = tanh(bm25 / norm) can be checked.
-            "rank": lex[0],
-            "bm25": float(f"{lex[1]:.6g}"),
-            "norm": float(f"{norm:.6g}"),
-            "score": round(text_scores[seq], 6),
-        },
-        "vector": None if vec is None else {"rank": vec[0], "cosine": round(vec[1], 6)},
-        "fusion": fusion_name,
-        "fused": round(relevance[seq], 6),
-        "stages": list(stages),
-        "final": round(final, 6),
-    }
+def _explainer(
+    request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
+) -> Callable[[int], dict[str, Any]]:
+    """A hit's explain trace, assembled from what the stages returned: each arm's rank and
+    score, the fusion, every ranking stage."""
+    lexical_rank = {c.seq: (i, c.raw) for i, c in enumerate(arms.lexical_hits, start=1)}
+    vector_rank = {h.seq: (i, h.cosine) for i, h in enumerate(arms.vector_hits, start=1)}
+    norm = arms.lexical.norm
+    top_k = {"k": request.limit, "candidates": ranked.candidates, "kept": len(ranked.order)}
+
+    def explain(seq: int) -> dict[str, Any]:
+        lex, vec = lexical_rank.get(seq), vector_rank.get(seq)
+        return {
+            "lexical": None
+            if lex is None
+            else {
+                # BM25 scores are tiny in a small store (IDFs clamped near 0): significant
+                # digits, and the norm, so that score = tanh(bm25 / norm) can be checked.
+                "rank": lex[0],
+                "bm25": float(f"{lex[1]:.6g}"),
+                "norm": float(f"{norm:.6g}"),
+                "score": round(scores.text[seq], 6),
+            },
+            "vector": None if vec is None else {"rank": vec[0], "cosine": round(vec[1], 6)},
+            "fusion": fused.label,
+            "fused": round(fused.scores[seq], 6),
+            "stages": [*ranked.stages[seq], {"stage": "top_k", **top_k}],
+            "final": round(ranked.scores[seq], 6),
+        }
+
+    return explain
 
 
 def _rerank(
@@ -556,33 +565,23 @@ def _rerank(
     request: Request,
     order: list[int],
     scores: dict[int, float],
-    trace: dict[int, list[dict[str, Any]]],
     query_vector: np.ndarray | None,
-) -> tuple[dict[int, float], list[int]]:
-    """Decay, confidence and MMR over the candidates that passed the threshold."""
+) -> tuple[dict[int, float], list[int], dict[int, list[dict[str, Any]]]]:
+    """Decay, confidence and MMR over the candidates that passed the threshold: their
+    scores, their order and what each stage did to each."""
     ranking = request.ranking
     meta = _meta(engine.conn, order)
     order = [seq for seq in order if seq in meta]  # deleted meanwhile
     scores = {seq: scores[seq] for seq in order}
+    trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
     if ranking.decay:
-        now = request.now or utcnow()
-        ages: dict[int, float | None] = {}
+        made = {s: (parse_stored_time(meta[s][0]), *meta[s][2:]) for s in order}
+        scores, decayed = rank.decay(scores, made, request.now or utcnow(), ranking.half_life_days)
         for seq in order:
-            created, _, pinned, source = meta[seq]
-            if pinned or evergreen_source(source):
-                ages[seq] = None
-                trace[seq].append({"stage": "decay", "exempt": "pinned" if pinned else "evergreen"})
-            else:
-                age = age_days(parse_stored_time(created), now)
-                ages[seq] = age
-                factor = decay_factor(age, ranking.half_life_days)
-                trace[seq].append(
-                    {"stage": "decay", "age_days": round(age, 2), "factor": round(factor, 6)}
-                )
-        scores = apply_decay(scores, ages, ranking.half_life_days)
+            trace[seq].append(decayed[seq])
     if ranking.confidence:
         confidences = {seq: float(meta[seq][1]) for seq in order}
-        scores = apply_confidence(scores, confidences)
+        scores = rank.apply_confidence(scores, confidences)
         for seq in order:
             trace[seq].append({"stage": "confidence", "factor": confidences[seq]})
     order = rank.ranked(scores, order)
@@ -595,7 +594,7 @@ def _rerank(
             )
         chosen = set(picked)
         order = picked + [seq for seq in order if seq not in chosen]
-    return scores, order
+    return scores, order, trace
 
 
 def _similarity(
@@ -616,25 +615,25 @@ def _similarity(
 
             return cosine, "cosine"
     words = {
-        seq: word_set(content)
+        seq: rank.word_set(content)
         for seq, content in engine.conn.execute(
-            f"SELECT seq, content FROM memories WHERE seq IN ({','.join('?' * len(order))})",
+            f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(order))})",
             order,
         )
     }
-    return (lambda a, b: jaccard(words.get(a, frozenset()), words.get(b, frozenset()))), "jaccard"
+    return (
+        lambda a, b: rank.jaccard(words.get(a, frozenset()), words.get(b, frozenset()))
+    ), "jaccard"
 
 
-def _meta(
-    conn: sqlite3.Connection, seqs: list[int]
-) -> dict[int, tuple[str, float, int, str | None]]:
+def _meta(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
     """created_at, confidence, pinned and source of each memory."""
-    out: dict[int, tuple[str, float, int, str | None]] = {}
-    for start in range(0, len(seqs), 500):
-        chunk = seqs[start : start + 500]
+    out: dict[int, tuple[Any, ...]] = {}
+    for start in range(0, len(seqs), IN_CHUNK):
+        chunk = seqs[start : start + IN_CHUNK]
         for seq, created, confidence, pinned, source in conn.execute(
             "SELECT seq, created_at, confidence, pinned, source FROM memories "
-            f"WHERE seq IN ({','.join('?' * len(chunk))})",
+            f"WHERE seq IN ({marks(len(chunk))})",
             chunk,
         ):
             out[seq] = (created, confidence, pinned, source)

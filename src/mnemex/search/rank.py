@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mnemex.text import has_cjk
 
@@ -101,6 +101,27 @@ def evergreen_source(source: str | None) -> bool:
         and "memory" in (p.lower() for p in path.parts[:-1])
         and not _DATED_FILE.match(name)
     )
+
+
+def decay(
+    scores: Mapping[K, float],
+    made: Mapping[K, tuple[datetime, bool, str | None]],
+    now: datetime,
+    half_life_days: float,
+) -> tuple[dict[K, float], dict[K, dict[str, Any]]]:
+    """The decay stage: each score decayed by the age of its memory (``made``: created at,
+    pinned, source), and what decay did to each (its age and factor, or why it is exempt)."""
+    ages: dict[K, float | None] = {}
+    trace: dict[K, dict[str, Any]] = {}
+    for key, (created, pinned, source) in made.items():
+        if pinned or evergreen_source(source):
+            ages[key] = None
+            trace[key] = {"stage": "decay", "exempt": "pinned" if pinned else "evergreen"}
+        else:
+            age = ages[key] = age_days(created, now)
+            factor = round(decay_factor(age, half_life_days), 6)
+            trace[key] = {"stage": "decay", "age_days": round(age, 2), "factor": factor}
+    return apply_decay(scores, ages, half_life_days), trace
 
 
 def apply_decay(

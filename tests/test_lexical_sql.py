@@ -1,0 +1,127 @@
+"""The SQL and FTS5 expressions the lexical arm builds, pinned for representative queries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from mnemex.index.fts import Filters, exact_sql, lexical_sql, plan, plan_raw, retrieve, shaped_sql
+from mnemex.store import Store
+
+BM25 = "bm25(memories_fts, 1.0, 1.0)"
+EXACT = (
+    f"SELECT memories_fts.rowid, -{BM25} AS s "
+    "FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid "
+    "WHERE memories_fts MATCH ?{where} "
+    "ORDER BY s DESC, memories_fts.rowid LIMIT ?"
+)
+SHAPED = (
+    "WITH e (seq, b) AS MATERIALIZED ( "
+    f"SELECT rowid, {BM25} FROM memories_fts WHERE memories_fts MATCH ? ) "
+    "SELECT x.seq, e.b - x.b AS s FROM ( "
+    f"SELECT memories_fts.rowid AS seq, {BM25} AS b "
+    "FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid "
+    "WHERE memories_fts MATCH ?{where} "
+    ") AS x JOIN e ON e.seq = x.seq "
+    "ORDER BY s DESC, x.seq LIMIT ?"
+)
+ALL = Filters(None)
+FILLER = [f"common word filler {i}" for i in range(50)]
+
+
+def flat(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+@pytest.fixture
+def filled(store: Store) -> Store:
+    store.add_many(
+        [
+            "Retrieval by title",
+            "Titles of articles",
+            "B. F. Skinner on vitamin A and T cells",
+            "東京タワーの夜景",
+            "the cat sat on the mat with a hat",
+            *FILLER,
+        ]
+    )
+    return store
+
+
+@pytest.mark.parametrize(
+    ("query", "match"),
+    [
+        # A repeated term is searched as often as the query says it.
+        (
+            "retrieval of titles: titles and the title retrieval",
+            '"retrieval" OR "retrieval" OR "titles" OR "titles" OR "titles"',
+        ),
+        # Initials and a capital letter are terms; "say" is in no memory, so not searched.
+        (
+            "What did B. F. Skinner say about vitamin A?",
+            '"b" OR "f" OR "skinner" OR "vitamin" OR "a"',
+        ),
+        # CJK: adjacent pairs, each a phrase.
+        ("東京タワー", '"東 京" OR "京 タ" OR "タ ワ" OR "ワ ー"'),
+        # FTS5 syntax is text: no operator, column filter, prefix or NEAR survives.
+        ('foo AND "bar" OR (baz*) NEAR/2 -x: title^', '"2" OR "title"'),
+        ('"unbalanced quote', '""'),
+    ],
+)
+def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str) -> None:
+    lexical = plan(filled._lexicon, query)
+    if match == '""':  # nothing stored matches: no SQL runs at all
+        assert lexical.empty
+        assert retrieve(filled.conn, lexical, ALL, 10, 100).candidates == []
+        return
+    assert lexical.match == match
+    sql, params = lexical_sql(lexical, ALL, 10, 100)
+    assert flat(sql) == EXACT.format(where="")
+    assert params == [match, 10]
+
+
+def test_a_long_query_is_shaped_on_its_rare_terms(filled: Store) -> None:
+    query = "common filler word title articles retrieval cat mat hat skinner vitamin cells"
+    lexical = plan(filled._lexicon, query)
+    rare = (
+        '"articles" OR "retrieval" OR "cat" OR "mat" OR "hat" OR "skinner" OR "vitamin" '
+        'OR "cells" OR "title"'
+    )
+    sql, params = lexical_sql(lexical, ALL, pool=10, budget=3)
+    assert flat(sql) == SHAPED.format(where="")
+    assert params == [rare, f'({rare}) AND ({rare} OR "common" OR "filler" OR "word")', 10]
+    # Within the budget (or with budget 0, exact), the same plan is one OR of every term.
+    for budget in (0, 10_000):
+        sql, params = lexical_sql(lexical, ALL, pool=10, budget=budget)
+        assert flat(sql) == EXACT.format(where="") and params == [lexical.match, 10]
+    # The SQL built is the SQL run: a shaped search scores as the exact one does.
+    shaped = retrieve(filled.conn, lexical, ALL, 3, 3)
+    exact = {c.seq: c.raw for c in retrieve(filled.conn, lexical, ALL, 100, 0).candidates}
+    assert shaped.shaped and len(shaped.candidates) == 3
+    assert [c.raw for c in shaped.candidates] == pytest.approx(sorted(exact.values())[::-1][:3])
+    assert all(c.raw == pytest.approx(exact[c.seq]) for c in shaped.candidates)
+
+
+def test_filters_become_conditions_on_the_memories(filled: Store) -> None:
+    since = datetime(2026, 1, 2, tzinfo=UTC)
+    filters = Filters("work", kinds=("note", "fact"), tags=("a", "b"), since=since)
+    sql, params = exact_sql('"title"', filters, 5)
+    where = (
+        " AND m.namespace = ? AND m.kind IN (?,?)"
+        " AND m.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)"
+        " AND m.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)"
+        " AND m.created_at >= ?"
+    )
+    assert flat(sql) == flat(EXACT.format(where=where))
+    assert params[:6] == ['"title"', "work", "note", "fact", "a", "b"]
+    assert params[6].startswith("2026-01-02") and params[7] == 5
+    sql, params = shaped_sql('"a"', '"b"', Filters("work"), 7)
+    assert flat(sql) == SHAPED.format(where=" AND m.namespace = ?")
+    assert params == ['"a"', '("a") AND ("a" OR "b")', "work", 7]
+
+
+def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
+    lexical = plan_raw(filled._lexicon, "titl* NOT articles")
+    sql, params = lexical_sql(lexical, ALL, 10, 3)
+    assert flat(sql) == EXACT.format(where="") and params == ["titl* NOT articles", 10]
