@@ -251,8 +251,8 @@ def _cached(
     """The files rows as last read, unless the store changed since (``PRAGMA data_version``
     for other connections, the store's write count for this one); and, when no file needs
     a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
-    version = (conn.execute("PRAGMA data_version").fetchone()[0], store.generation)
-    cached = store.files_cache.get(ws.id)
+    version = (conn.execute("PRAGMA data_version").fetchone()[0], store.session.generation)
+    cached = store.session.files_cache.get(ws.id)
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
     known = _known(conn, ws.id, count=False)
@@ -261,7 +261,7 @@ def _cached(
     }
     if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
         settled = None
-    store.files_cache[ws.id] = (version, known, settled)
+    store.session.files_cache[ws.id] = (version, known, settled)
     return known, settled
 
 
@@ -309,7 +309,7 @@ def _plan(
         found = files.Scan()
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
             known = _known(conn, ws.id, count=True)  # find the files that lost chunks
         else:
@@ -445,7 +445,7 @@ class _Writer:
 
     def __init__(self, store: Store, ws: Workspace, tally: _Tally) -> None:
         self.store = store
-        self.conn = store.conn
+        self.conn = store.session.conn
         self.ws = ws
         self.tally = tally
         self.now = format_time(utcnow())
@@ -637,7 +637,7 @@ class _Writer:
             )
             for ident, c in zip(ids, fresh, strict=True)
         ]
-        seqs = store.insert_rows(rows)
+        seqs = store.session.insert_rows(rows)
         self.conn.executemany(
             "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -766,7 +766,7 @@ def sync(
     report = _report(store, ws, plan, tally, started, embedding, remaining)
     if record or report.touched or tally.failed:
         done = report.complete and not tally.failed  # every file is cut as ws.chunking says
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             conn.execute(
                 "UPDATE workspaces SET synced_at = ?, last_sync = ?, "
                 "chunking = CASE WHEN ? THEN ? ELSE chunking END WHERE id = ?",
@@ -808,7 +808,7 @@ def _write_batch(
     if not batch and not gone:
         return
     try:
-        with store.transaction():
+        with store.session.transaction():
             writer = _Writer(store, ws, _Tally())
             for item in batch:
                 writer.file(item, renames.get(item.text.path))
@@ -827,7 +827,7 @@ def _write_batch(
             tally.failed.append(FileProblem(paths[0], f"could not be stored: {exc}"))
         return
     finally:
-        store.after_write()
+        store.session.after_write()
     for name in ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added",
                  "chunks_removed", "reused"):  # fmt: skip
         setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
@@ -837,7 +837,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
     """Embed the workspace's chunks that have no vector for the configured model."""
     embedder = store.embedder
     assert embedder is not None
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         seqs = _pending(conn, ws.id, embedder.model_id)
     if not seqs:
         return None
@@ -850,7 +850,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
             done[0] += count
             progress("embedding", done[0], len(seqs))
 
-    return store.embed_new(seqs, deadline=deadline, progress=advance)
+    return store.session.embedding.embed_new(seqs, deadline=deadline, progress=advance)
 
 
 def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
@@ -893,7 +893,7 @@ def _report(
     remaining: int,
 ) -> SyncReport:
     embedder = store.embedder
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         counts = _counts(conn, ws.id)
         problems = _problems(conn, ws)
         pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else 0
@@ -918,7 +918,7 @@ def _report(
         complete=remaining == 0,
         remaining=remaining,
         took_ms=(time.perf_counter() - started) * 1000,
-        embedding_error=store.last_embedding_error if embedding is not None else None,
+        embedding_error=store.session.embedding.last_error if embedding is not None else None,
     )
 
 
@@ -933,7 +933,7 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
         found = files.scan(ws.folder, ws.globs, ws.ignore)
     except FileNotFoundError:
         return f"the workspace folder {ws.root} is missing: its chunks may be stale"
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         settled = _cached(store, conn, ws)[1]
     if settled is not None and not found.unlisted and found.files == settled:
         return None  # the common case: one comparison of two dicts
@@ -955,13 +955,30 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
     return None
 
 
+def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
+    """Before a search: :func:`refresh` each workspace of the namespace (or all) within
+    ``sync_timeout``. Returns notes and whether the results may be stale."""
+    with store.session.connection() as conn:
+        found = listed(conn, namespace)
+    deadline = time.monotonic() + store.settings.sync_timeout
+    notes: list[str] = []
+    for ws in found:
+        try:
+            note = refresh(store, ws, deadline, store.settings.sync_on_search)
+        except (MnemexError, OSError) as exc:
+            note = f"the workspace {ws.root} could not be synced ({exc}): results may be stale"
+        if note:
+            notes.append(note)
+    return notes, bool(notes)
+
+
 # -- status -----------------------------------------------------------------------------
 
 
 def status(store: Store, ws: Workspace) -> WorkspaceStatus:
     """What the index holds for ``ws`` and how many files differ on disk now."""
     embedder = store.embedder
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         files_count, chunks = _counts(conn, ws.id)
         problems = _problems(conn, ws)
         pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else None
@@ -1079,7 +1096,7 @@ def append(
     start = existing.count(b"\n") + prefix.count("\n") + 1
     end = start + entry.count("\n") - 1
     report = sync(store, ws, only=[relative], retry=True, record=False)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         ids = tuple(
             r[0]
             for r in conn.execute(
