@@ -147,9 +147,13 @@ def kept(terms: list[Term]) -> list[str]:
 
 def test_every_stop_word_is_in_the_tokenizers_form(store: Store) -> None:
     for word in ENGLISH | SPANISH | PORTUGUESE | ARABIC:
-        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [(word, False)]
+        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [
+            (word, False)
+        ]
     for word in CHINESE | JAPANESE | KOREAN | set(KOREAN_PARTICLES):
-        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [(word, True)]
+        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [
+            (word, True)
+        ]
     assert max(len(w) for w in CHINESE | JAPANESE) <= MAX_CJK_STOPWORD
 
 
@@ -317,7 +321,9 @@ def test_without_expansion_terms_are_as_before(store: Store) -> None:
         "2023",
     ]
     assert [t.key for t in off.dropped] == ["a"]
-    assert {*off.terms, *off.dropped} == set(build_terms(store.session.lexicon.tokenize(text), ENGLISH))
+    assert {*off.terms, *off.dropped} == set(
+        build_terms(store.session.lexicon.tokenize(text), ENGLISH)
+    )
     on = plan(store.session.lexicon, text)
     assert [t.key for t in on.terms] == ["数 据", "据 库", "사 과", "2023"]
     assert [t.key for t in on.dropped] == ["que", "es", "el", "a", "x"]
