@@ -1283,29 +1283,15 @@ class Store:
         ns = self.resolve_namespace(namespace)
         assert ns is not None
         root = spaces.resolve_root(directory)
-        settings = self.settings
-        chunking = spaces.chunking_key(settings.chunk_tokens, settings.chunk_overlap)
-        with self.transaction() as conn:
-            old = spaces.find(conn, root, ns)
-            ws = spaces.register(
-                conn,
-                root,
-                ns,
-                _patterns(globs, "globs") if globs is not None
-                else old.globs if old else settings.workspace_globs,
-                _patterns(ignore, "ignore", empty=True) if ignore is not None
-                else old.ignore if old else settings.workspace_ignore,
-                old.chunking if old else chunking,  # a new chunking once every file has it
-            )  # fmt: skip
-        rechunk = ws.chunking != chunking
-        with self.session.errors():
-            return spaces.sync(
-                self,
-                dataclasses.replace(ws, chunking=chunking),
-                embed=embed,
-                progress=progress,
-                rechunk=rechunk,
-            )
+        return spaces.sync_folder(
+            self,
+            root,
+            ns,
+            None if globs is None else _patterns(globs, "globs"),
+            None if ignore is None else _patterns(ignore, "ignore", empty=True),
+            embed=embed,
+            progress=progress,
+        )
 
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
@@ -1319,14 +1305,7 @@ class Store:
 
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        root = spaces.resolve_root(directory, must_exist=False)
-        with self.transaction() as conn:
-            ws = spaces.find(conn, root, ns)
-            if ws is None:
-                raise InvalidInput(f"{root} is not a workspace of namespace {ns!r}")
-            removed = spaces.remove(conn, ws)
-        self.after_write()
-        return removed
+        return spaces.remove(self, spaces.resolve_root(directory, must_exist=False), ns)
 
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
@@ -1336,18 +1315,7 @@ class Store:
         disk now (a scan of sizes and mtimes)."""
         from mnemex.ingest import workspace as spaces
 
-        ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection() as conn:
-            found = spaces.listed(conn, ns)
-        if directory is not None:
-            root = spaces.resolve_root(directory, must_exist=False)
-            found = [ws for ws in found if ws.root == root]
-            if not found:
-                raise InvalidInput(
-                    f"{root} is not a workspace of namespace {ns or '*'!r}: "
-                    f"run `mnemex sync {directory}` first"
-                )
-        return tuple(spaces.status(self, ws) for ws in found)
+        return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
     def add_to_workspace(
         self,
@@ -1378,15 +1346,9 @@ class Store:
                 f"created_at {created_at!r} has no local date: times must fall in the years "
                 "1 to 9999 in local time too"
             ) from None
-        with self.connection() as conn:
-            ws = spaces.find(conn, root, ns)
-        if ws is None:
-            self.sync(root, namespace=ns)
-            with self.connection() as conn:
-                ws = spaces.find(conn, root, ns)
-            assert ws is not None
-        with self.session.errors():
-            return spaces.append(self, ws, content, kind=label, tags=clean_tags(tags), when=when)
+        return spaces.write_through(
+            self, root, ns, content, kind=label, tags=clean_tags(tags), when=when
+        )
 
     def watch(
         self,

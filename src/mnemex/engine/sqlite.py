@@ -1,21 +1,9 @@
-"""The SQLite session: one connection to one store file and what lives beside it.
+"""The SQLite session: one connection to one store file and what lives beside it
+(locks, transactions, the lexicon, the vector index, bulk insert).
 
-A session is what the operations (search, dedup, ingest, transfer, the embedding
-lifecycle) use to reach storage; none of them touches its private members. Its
-surface, which a second engine implements too (see ``DESIGN.md``):
-
-- ``settings``, ``path``, ``namespace``; :meth:`resolve_namespace`.
-- :attr:`conn`; :meth:`connection` (the lock held, errors translated),
-  :meth:`transaction` (the same inside one write transaction), :meth:`read`
-  (the same inside one read snapshot), :meth:`errors` (translation alone),
-  ``lock`` (the re-entrant lock of the connection).
-- :attr:`generation` and :meth:`after_write`: this process's writes, for caches.
-- ``lexicon``, :meth:`vectors`, :meth:`update_ann`, :meth:`drop_ann`: the
-  full-text statistics and the vector index of the store's embedder.
-- :meth:`insert_chunks`, :meth:`insert_prepared`, :meth:`insert_rows`: bulk insert
-  of rows prepared by :meth:`mnemex.store.Store.prepare_row`.
-- ``embedding`` (:class:`~mnemex.engine.embedding.Embedding`), :attr:`embedder`,
-  ``files_cache`` (owned by :mod:`mnemex.ingest.workspace`), :meth:`close`.
+The operations (search, dedup, ingest, transfer, the embedding lifecycle) reach
+storage through its public members only; a second engine implements the same
+surface (``DESIGN.md``, "The storage session").
 """
 
 from __future__ import annotations

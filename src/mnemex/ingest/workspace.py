@@ -42,7 +42,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -190,11 +190,50 @@ def register(
     return found
 
 
-def remove(conn: sqlite3.Connection, ws: Workspace) -> int:
-    """Delete a workspace, its files and their chunks (in a write transaction)."""
-    chunks = _count_chunks(conn, ws.id)
-    conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
-    conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+def sync_folder(
+    store: Store,
+    root: str,
+    namespace: str,
+    globs: Sequence[str] | None,
+    ignore: Sequence[str] | None,
+    *,
+    embed: bool = True,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Register ``root`` as a workspace of ``namespace`` (patterns ``None``: those it has,
+    or the settings' for a new one), then :func:`sync` it."""
+    settings = store.settings
+    chunking = chunking_key(settings.chunk_tokens, settings.chunk_overlap)
+    with store.session.transaction() as conn:
+        old = find(conn, root, namespace)
+        ws = register(
+            conn,
+            root,
+            namespace,
+            globs if globs is not None else old.globs if old else settings.workspace_globs,
+            ignore if ignore is not None else old.ignore if old else settings.workspace_ignore,
+            old.chunking if old else chunking,  # a new chunking once every file has it
+        )
+    with store.session.errors():
+        return sync(
+            store,
+            replace(ws, chunking=chunking),
+            embed=embed,
+            progress=progress,
+            rechunk=ws.chunking != chunking,
+        )
+
+
+def remove(store: Store, root: str, namespace: str) -> int:
+    """Delete a workspace, its files and their chunks (never the files); how many chunks."""
+    with store.session.transaction() as conn:
+        ws = find(conn, root, namespace)
+        if ws is None:
+            raise InvalidInput(f"{root} is not a workspace of namespace {namespace!r}")
+        chunks = _count_chunks(conn, ws.id)
+        conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
+        conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+    store.session.after_write()
     return chunks
 
 
@@ -975,6 +1014,24 @@ def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
 # -- status -----------------------------------------------------------------------------
 
 
+def statuses(
+    store: Store, namespace: str | None, directory: str | os.PathLike[str] | None
+) -> tuple[WorkspaceStatus, ...]:
+    """The :func:`status` of each workspace of the namespace (all when ``None``), or of
+    the one at ``directory``."""
+    with store.session.connection() as conn:
+        found = listed(conn, namespace)
+    if directory is not None:
+        root = resolve_root(directory, must_exist=False)
+        found = [ws for ws in found if ws.root == root]
+        if not found:
+            raise InvalidInput(
+                f"{root} is not a workspace of namespace {namespace or '*'!r}: "
+                f"run `mnemex sync {directory}` first"
+            )
+    return tuple(status(store, ws) for ws in found)
+
+
 def status(store: Store, ws: Workspace) -> WorkspaceStatus:
     """What the index holds for ``ws`` and how many files differ on disk now."""
     embedder = store.embedder
@@ -1047,6 +1104,28 @@ def entry_labels(title: str) -> tuple[str, tuple[str, ...]]:
         except InvalidInput:
             continue
     return kind, tags
+
+
+def write_through(
+    store: Store,
+    root: str,
+    namespace: str,
+    content: str,
+    *,
+    kind: str | None,
+    tags: Sequence[str],
+    when: datetime,
+) -> Appended:
+    """:func:`append` to the workspace at ``root``, synced first when it is new."""
+    with store.session.connection() as conn:
+        ws = find(conn, root, namespace)
+    if ws is None:
+        sync_folder(store, root, namespace, None, None)
+        with store.session.connection() as conn:
+            ws = find(conn, root, namespace)
+        assert ws is not None
+    with store.session.errors():
+        return append(store, ws, content, kind=kind, tags=tags, when=when)
 
 
 def append(
