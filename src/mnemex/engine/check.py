@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
 
 from mnemex.engine import logger
-from mnemex.storage import read_transaction
+from mnemex.storage import TOKENIZER, read_transaction
 
 _CHECK_TABLES = ("mnemex_index_v", "mnemex_check_v", "mnemex_check")
 _TAG_DRIFT = """SELECT
@@ -77,8 +77,6 @@ def _index_drift(conn: sqlite3.Connection) -> tuple[int, int, int]:
     Reads every row (a fresh tokenization into a temp table) inside the
     caller's read transaction; the temp tables stay until :func:`_drop_check_tables`.
     """
-    from mnemex.storage.migrations import TOKENIZER
-
     _drop_check_tables(conn)
     conn.execute(
         f"CREATE VIRTUAL TABLE temp.mnemex_check USING fts5(content, tags, tokenize='{TOKENIZER}')"

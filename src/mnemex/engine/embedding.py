@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
 from mnemex.engine import logger
+from mnemex.engine.check import index_differs
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.storage import write_transaction
 
@@ -152,8 +153,6 @@ class Embedding:
         prune: bool = False,
     ) -> EmbedReport | None:
         """See :meth:`mnemex.store.Store.reindex`."""
-        from mnemex.engine.check import index_differs
-
         target = self._target()  # before anything is deleted
         session = self.session
         if index_differs(session):

@@ -52,6 +52,7 @@ from mnemex.errors import InvalidInput, MnemexError, StoreLocked
 from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
 from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
+from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import (
     batched,
     clean_content,
@@ -71,7 +72,6 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 BATCH_FILES = 500  # files per write transaction
 BATCH_CHUNKS = 5_000  # chunks per write transaction (a transaction may exceed it by one file)
 _DATED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
-_IN = 500  # ids per IN (...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,11 +650,11 @@ class _Writer:
         store, ws = self.store, self.ws
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
         taken: set[str] = set()
-        for chunk in batched(ids, _IN):
+        for chunk in batched(ids, IN_CHUNK):
             taken.update(
                 r[0]
                 for r in self.conn.execute(
-                    f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                    f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})", chunk
                 )
             )
         now = utcnow()
@@ -701,10 +701,8 @@ class _Writer:
     def finish(self) -> None:
         """Give new chunks the vectors of identical text, then delete the chunks that went."""
         self.tally.reused += _copy_vectors(self.conn, self.new_seqs)
-        for chunk in batched(self.doomed, _IN):
-            self.conn.execute(
-                f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(chunk))})", chunk
-            )
+        for chunk in batched(self.doomed, IN_CHUNK):
+            self.conn.execute(f"DELETE FROM memories WHERE seq IN ({marks(len(chunk))})", chunk)
 
 
 def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
@@ -732,14 +730,14 @@ def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
         return 0
     copied = 0
     for model in _models(conn):
-        for chunk in batched(seqs, _IN):
+        for chunk in batched(seqs, IN_CHUNK):
             copied += conn.execute(
                 f"""INSERT OR IGNORE INTO embeddings (seq, model, dim, content_hash, vector)
                     SELECT m.seq, e.model, e.dim, e.content_hash, e.vector
                     FROM memories AS m JOIN embeddings AS e ON e.id = (
                         SELECT id FROM embeddings WHERE model = ? AND content_hash = m.content_hash
                         ORDER BY id LIMIT 1)
-                    WHERE m.seq IN ({",".join("?" * len(chunk))})""",
+                    WHERE m.seq IN ({marks(len(chunk))})""",
                 [model, *chunk],
             ).rowcount
     return copied
