@@ -122,7 +122,7 @@ def run_size(size: int, texts, vectors, qs, qvecs, model_id, tmp: Path, use_ann:
     row: dict[str, object] = {"size": size, "build_s": build_s}
     with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
         started = time.perf_counter()
-        index = store._vectors(384)
+        index = store.session.vectors(384)
         index.refresh()
         row["load_s"] = time.perf_counter() - started
         row["matrix_mb"] = index.memory_bytes() / 1e6
@@ -138,7 +138,7 @@ def run_size(size: int, texts, vectors, qs, qvecs, model_id, tmp: Path, use_ann:
     if use_ann:
         with mnemex.open(path, embedder=Precomputed(model_id, table), ann="on") as store:
             started = time.perf_counter()
-            store._update_ann(store.embedder)  # type: ignore[arg-type]
+            store.session.update_ann(store.embedder)  # type: ignore[arg-type]
             row["ann_build_s"] = time.perf_counter() - started
             sidecar = ann.sidecar(path, model_id)
             row["ann_file_mb"] = sidecar.stat().st_size / 1e6
@@ -168,7 +168,7 @@ import json, sys, mnemex
 store = mnemex.open(sys.argv[1])
 result = store.search(sys.argv[2], 10, mode="hybrid")
 assert result.mode_used == "hybrid", result.notes
-index = store._vectors(384)
+index = store.session.vectors(384)
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 print(json.dumps({"rss_mb": hwm / 1024,
                   "matrix_mb": index.memory_bytes() / 1e6, "ann": index.ann is not None}))

@@ -76,7 +76,7 @@ def timed(store: mnemex.Store, qs: list[str], mode: str, cold: bool) -> tuple[li
     samples, results = [], []
     for q in qs:
         if cold:
-            store._lexicon.invalidate(counts=True)
+            store.session.lexicon.invalidate(counts=True)
         started = time.perf_counter()
         hits = store.search(q, LIMIT, mode=mode, namespace="ns0").hits
         samples.append((time.perf_counter() - started) * 1000)

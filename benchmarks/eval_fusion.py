@@ -77,12 +77,12 @@ def build(path: Path, groups: dict[str, list[dict[str, Any]]]) -> mnemex.Store:
 
 
 def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[str, Query]:
-    conn, lexicon, emb = store.conn, store._lexicon, embedder()
+    conn, lexicon, emb = store.conn, store.session.lexicon, embedder()
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
     texts = [clean_query(t) for _, t, _ in queries]
     vectors = emb.embed(texts)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index = store._vectors(emb.dim)
+    index = store.session.vectors(emb.dim)
     out = {}
     for (qid, _, ns), text, qv in zip(queries, texts, vectors, strict=True):
         lexical = plan(lexicon, text, STOPWORDS, expand=True)

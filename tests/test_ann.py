@@ -29,7 +29,7 @@ def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[n
         store.embed()
         sidecar = ann.sidecar(path, "fake:bow-64")
         assert sidecar.exists()
-        index = store._vectors(64)
+        index = store.session.vectors(64)
         assert index.ann is not None and index.ann.size == 6000
         # A fresh process view: loads the file, not a rebuild.
     with (
@@ -42,8 +42,8 @@ def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[n
             approx_ids = [h.id for h in store.search(q, 10, mode="vector").hits]
             exact_ids = [h.id for h in exact.search(q, 10, mode="vector").hits]
             overlap.append(len(set(approx_ids) & set(exact_ids)) / 10)
-        assert store._vectors(64).ann is not None
-        assert exact._vectors(64).ann is None
+        assert store.session.vectors(64).ann is not None
+        assert exact.session.vectors(64).ann is None
         assert np.mean(overlap) >= 0.9
         # New vectors after the build are searchable; forgotten ones are not returned.
         new = store.add("omega omega omega brand new memory", embed=True)
@@ -55,8 +55,8 @@ def test_hnsw_index_is_built_saved_and_used(tmp_path) -> None:  # type: ignore[n
         )
         # Half the graph is dead now: the next embed rebuilds it.
         store.embed()
-        assert store._vectors(64).ann is not None
-        assert store._vectors(64).ann.size == 3001
+        assert store.session.vectors(64).ann is not None
+        assert store.session.vectors(64).ann.size == 3001
 
 
 def test_selective_filters_fall_back_to_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -85,7 +85,7 @@ def test_a_namespace_gets_all_k_places_from_the_graph(tmp_path, monkeypatch) -> 
         mine = set(store.add_many(corpus(6000, seed=2), namespace="a", embed=False))
         store.add_many(corpus(6000, seed=3), namespace="b", embed=False)
         store.embed()
-        assert store._vectors(64).ann is not None
+        assert store.session.vectors(64).ann is not None
     with (
         mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store,
         mnemex.open(path, embedder=FakeEmbedder(), ann="off") as exact,

@@ -70,7 +70,7 @@ def filled(store: Store) -> Store:
     ],
 )
 def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str) -> None:
-    lexical = plan(filled._lexicon, query)
+    lexical = plan(filled.session.lexicon, query)
     if match == '""':  # nothing stored matches: no SQL runs at all
         assert lexical.empty
         assert retrieve(filled.conn, lexical, ALL, 10, 100).candidates == []
@@ -83,7 +83,7 @@ def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str)
 
 def test_a_long_query_is_shaped_on_its_rare_terms(filled: Store) -> None:
     query = "common filler word title articles retrieval cat mat hat skinner vitamin cells"
-    lexical = plan(filled._lexicon, query)
+    lexical = plan(filled.session.lexicon, query)
     rare = (
         '"articles" OR "retrieval" OR "cat" OR "mat" OR "hat" OR "skinner" OR "vitamin" '
         'OR "cells" OR "title"'
@@ -122,6 +122,6 @@ def test_filters_become_conditions_on_the_memories(filled: Store) -> None:
 
 
 def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
-    lexical = plan_raw(filled._lexicon, "titl* NOT articles")
+    lexical = plan_raw(filled.session.lexicon, "titl* NOT articles")
     sql, params = lexical_sql(lexical, ALL, 10, 3)
     assert flat(sql) == EXACT.format(where="") and params == ["titl* NOT articles", 10]

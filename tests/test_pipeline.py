@@ -38,7 +38,9 @@ DEPLOYS = [
 
 def engine_of(store: Store) -> Engine:
     """The pipeline's view of a store (as ``Store.search`` builds it)."""
-    return Engine(store.conn, store._lexicon, store.settings, store.embedder, store._vectors)
+    return Engine(
+        store.conn, store.session.lexicon, store.settings, store.embedder, store.session.vectors
+    )
 
 
 def request(

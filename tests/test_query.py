@@ -83,7 +83,7 @@ def test_cjk_runs_split_on_gaps() -> None:
 
 
 def test_tokenizer_keeps_cjk_runs_apart(store) -> None:  # type: ignore[no-untyped-def]
-    tokens = store._lexicon.tokenize("〆 々 Running数据库, 会话!")
+    tokens = store.session.lexicon.tokenize("〆 々 Running数据库, 会话!")
     assert [(t.surface, t.stem, t.cjk_run) for t in tokens] == [
         ("〆", "〆", True),
         ("々", "々", True),
@@ -147,9 +147,13 @@ def kept(terms: list[Term]) -> list[str]:
 
 def test_every_stop_word_is_in_the_tokenizers_form(store: Store) -> None:
     for word in ENGLISH | SPANISH | PORTUGUESE | ARABIC:
-        assert [(t.surface, t.cjk_run) for t in store._lexicon.tokenize(word)] == [(word, False)]
+        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [
+            (word, False)
+        ]
     for word in CHINESE | JAPANESE | KOREAN | set(KOREAN_PARTICLES):
-        assert [(t.surface, t.cjk_run) for t in store._lexicon.tokenize(word)] == [(word, True)]
+        assert [(t.surface, t.cjk_run) for t in store.session.lexicon.tokenize(word)] == [
+            (word, True)
+        ]
     assert max(len(w) for w in CHINESE | JAPANESE) <= MAX_CJK_STOPWORD
 
 
@@ -194,7 +198,7 @@ def test_capital_letters_that_name_something(text: str, letters: set[str]) -> No
 
 
 def test_initials_and_capital_letters_are_searched(store: Store) -> None:
-    lexical = plan(store._lexicon, "What did B. F. Skinner say about vitamin A and T cells?")
+    lexical = plan(store.session.lexicon, "What did B. F. Skinner say about vitamin A and T cells?")
     assert [t.key for t in lexical.terms] == [
         "b",
         "f",
@@ -209,10 +213,10 @@ def test_initials_and_capital_letters_are_searched(store: Store) -> None:
 
 def test_a_repeated_term_counts_each_time(store: Store) -> None:
     store.add_many(["Retrieval by title", "Titles of articles"])
-    lexical = plan(store._lexicon, "retrieval of titles: titles and the title retrieval")
+    lexical = plan(store.session.lexicon, "retrieval of titles: titles and the title retrieval")
     assert {t.key: t.count for t in lexical.terms} == {"retriev": 2, "titl": 3}
     assert lexical.match == '"retrieval" OR "retrieval" OR "titles" OR "titles" OR "titles"'
-    lexical = plan(store._lexicon, "retrieval retrieval", expand=False)
+    lexical = plan(store.session.lexicon, "retrieval retrieval", expand=False)
     assert [(t.key, t.count) for t in lexical.terms] == [("retriev", 2)]
 
 
@@ -299,12 +303,12 @@ def test_cjk_questions_keep_their_content_phrases() -> None:
 
 
 def test_punctuation_makes_no_token(store: Store) -> None:
-    assert store._lexicon.tokenize("¿¡?!… -- _ · 、。「」") == []
+    assert store.session.lexicon.tokenize("¿¡?!… -- _ · 、。「」") == []
 
 
 def test_without_expansion_terms_are_as_before(store: Store) -> None:
     text = "¿Qué es el 数据库? 사과를 a x 2023"
-    off = plan(store._lexicon, text, expand=False)
+    off = plan(store.session.lexicon, text, expand=False)
     assert [t.key for t in off.terms] == [
         "que",
         "es",
@@ -317,8 +321,10 @@ def test_without_expansion_terms_are_as_before(store: Store) -> None:
         "2023",
     ]
     assert [t.key for t in off.dropped] == ["a"]
-    assert {*off.terms, *off.dropped} == set(build_terms(store._lexicon.tokenize(text), ENGLISH))
-    on = plan(store._lexicon, text)
+    assert {*off.terms, *off.dropped} == set(
+        build_terms(store.session.lexicon.tokenize(text), ENGLISH)
+    )
+    on = plan(store.session.lexicon, text)
     assert [t.key for t in on.terms] == ["数 据", "据 库", "사 과", "2023"]
     assert [t.key for t in on.dropped] == ["que", "es", "el", "a", "x"]
 
@@ -366,7 +372,7 @@ def test_a_word_in_a_memory_is_always_found(
     word: str, before: str, after: str, data: st.DataObject | None
 ) -> None:
     # Only words FTS5 can index at all (it treats some code points as separators).
-    assume(_STORE._lexicon.tokenize(word))
+    assume(_STORE.session.lexicon.tokenize(word))
     filler = data.draw(st.sampled_from(["notes about", "remember that", "", "x"])) if data else ""
     with tempfile.TemporaryDirectory() as tmp, mnemex.open(Path(tmp) / "w.db") as store:
         store.add_many(["completely unrelated text", "another memory entirely"])

@@ -41,7 +41,7 @@ TEAM = [
 
 
 def search(store: Store, text: str, namespace: str | None = NS, limit: int = 10) -> list[Relation]:
-    return search_relations(store.conn, store._lexicon, text, namespace, limit)
+    return search_relations(store.conn, store.session.lexicon, text, namespace, limit)
 
 
 def triples(found: list[Relation]) -> list[tuple[str, str, str]]:
@@ -200,7 +200,7 @@ def test_nothing_matches_nothing_returned(team: Store) -> None:
     assert search(team, "quantum chromodynamics") == []
     assert search(team, "") == []
     assert search(team, "the of and") == []  # stop words present in no relation
-    assert search_relations(team.conn, team._lexicon, "pizza", "empty-namespace", 5) == []
+    assert search_relations(team.conn, team.session.lexicon, "pizza", "empty-namespace", 5) == []
 
 
 def test_cjk_relations(store: Store) -> None:

@@ -417,8 +417,7 @@ def test_vector_snapshot_is_reused_and_kept_in_step(
     assert snapshot.exists() and snapshot.name == "snap.db.fake_bow-64.vectors"
     with mnemex.open(db, embedder=fake_embedder) as second:
         assert _vector_ids(second, "billing webhooks") == before
-        assert second._vector_index is not None
-        assert second._vector_index.from_snapshot == len(docs) + 1
+        assert second.session.vectors(fake_embedder.dim).from_snapshot == len(docs) + 1
         second.forget(ids[:5])
         second.update(ids[5], kind="decision")
         (new,) = second.add_many(["billing webhooks retried by the new billing queue"])
@@ -432,7 +431,7 @@ def test_vector_snapshot_is_reused_and_kept_in_step(
         assert [h.id for h in third.search("billing", mode="vector", kinds="decision").hits] == [
             ids[5]
         ]
-        assert third._vector_index is not None and third._vector_index.from_snapshot > 0
+        assert third.session.vectors(fake_embedder.dim).from_snapshot > 0
     assert snapshot.stat().st_mtime_ns == stamp  # one vector read since: not written again
     with mnemex.open(db, embedder=fake_embedder, namespace="other") as other:
         assert len(_vector_ids(other, "billing")) == 1
@@ -477,7 +476,7 @@ def test_a_stale_or_broken_vector_snapshot_is_never_used(
         hits = store.search("billing Kafka consumers", mode="vector", limit=20).hits
         got = {h.id for h in hits}
         assert got == {m.id for m in store.iter_memories()}
-        assert store._vector_index is not None and store._vector_index.from_snapshot == 0
+        assert store.session.vectors(fake_embedder.dim).from_snapshot == 0
 
 
 class SlowEmbedder(FakeEmbedder):

@@ -91,7 +91,7 @@ def _holds_nothing(store: Store) -> bool:
     no other connection: leaving WAL mode needs the only one, so a process that opened
     the new store meanwhile keeps it."""
     try:
-        conn = store.conn
+        conn = store.session.conn
         if conn.execute(
             "SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM relations) "
             "OR EXISTS (SELECT 1 FROM workspaces)"
@@ -208,7 +208,7 @@ def _read_text(value: str) -> str:
 def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False) -> None:
     """After a read found nothing: a note naming the namespaces, or the kinds, that exist
     when the namespace or a kind asked for has no memories (a typo, most often)."""
-    conn = store.conn
+    conn = store.session.conn
     per_ns = dict(conn.execute("SELECT namespace, count(*) FROM memories GROUP BY namespace"))
     related = conn.execute("SELECT 1 FROM relations WHERE namespace = ?", [store.namespace])
     if not all_namespaces and store.namespace not in per_ns and related.fetchone() is None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import json
 import math
 import os
 import sqlite3
@@ -13,18 +11,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import logging
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     from mnemex.index.embeddings import EmbedReport
-    from mnemex.index.vectors import VectorIndex
 
 from mnemex import dedup as dups
-from mnemex import embed as embedders
 from mnemex import memories
 from mnemex import relations as relations_db
 from mnemex import timeline as timelines
@@ -39,15 +31,14 @@ from mnemex.config import (
     load_settings,
 )
 from mnemex.embed import Embedder
+from mnemex.engine import ALL as ALL
+from mnemex.engine import NamespaceArg, logger
+from mnemex.engine.embedding import FROM_SETTINGS
+from mnemex.engine.sqlite import WRITE_CHUNK, Conflict, SqliteSession
 from mnemex.errors import (
-    DuplicateId,
-    EmbeddingError,
-    IndexMismatch,
     InvalidInput,
-    MissingExtra,
-    MnemexError,
 )
-from mnemex.index.fts import Filters, Lexicon
+from mnemex.index.fts import Filters
 from mnemex.memories import UNSET
 from mnemex.models import (
     Added,
@@ -65,18 +56,10 @@ from mnemex.models import (
     TimelineEntry,
     WorkspaceStatus,
 )
-from mnemex.rows import ROW_COLUMNS, check_items, prepare, prepare_chunks
+from mnemex.rows import check_items, prepare, prepare_chunks
 from mnemex.search.rank import Ranking
-from mnemex.storage import (
-    connect,
-    migrate,
-    read_transaction,
-    translate_errors,
-    write_transaction,
-)
 from mnemex.text import (
     clean_label,
-    clean_namespace,
     clean_query,
     clean_tags,
     listed,
@@ -85,34 +68,8 @@ from mnemex.text import (
     utcnow,
 )
 
-
-class _AllNamespaces:
-    def __repr__(self) -> str:
-        return "mnemex.ALL"
-
-
-ALL: Final = _AllNamespaces()
-"""Pass as ``namespace=`` to read across every namespace (search, timeline, stats, export)."""
-FROM_SETTINGS: Final = object()  # Store(embedder=...) default: resolve the embedder setting
-
-
-def logger() -> logging.Logger:
-    """The ``mnemex`` logger (logging is imported when something is logged)."""
-    import logging
-
-    return logging.getLogger("mnemex")
-
-
-NamespaceArg = str | _AllNamespaces | None
-Conflict = Literal["error", "skip"]
-
 _CHUNK = 500  # ids per IN (...) query
 RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
-WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
-OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
-OPTIMIZE_MIN_ROWS = 10_000
-OPTIMIZE_MAX_ROWS = 2_000_000
-DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when time is limited
 
 
 def open_store(
@@ -144,47 +101,15 @@ class Store:
     def __init__(
         self, settings: Settings, *, embedder: Embedder | object | None = FROM_SETTINGS
     ) -> None:
+        self.session = SqliteSession(settings, embedder=embedder)
         self.settings = settings
-        self._embedder_arg = embedder
-        self._embedder: Embedder | None = None
-        self._wanted: Embedder | None = None  # what reindex and embed switch the store to
-        self._recorded: dict[str, Any] | None = None
-        self._embedder_ready = False
-        self._vector_index: VectorIndex | None = None
-        self.last_embedding_error: str | None = None
-        self.namespace = clean_namespace(settings.namespace)
-        self.path = Path(settings.db_path)
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = connect(
-            self.path, busy_timeout=settings.busy_timeout
-        )
-        try:
-            with translate_errors(self.path, settings.busy_timeout):
-                migrate(self._conn)
-                # Connection-local state (temp tables) is made here, outside any
-                # transaction: made inside one, a rollback would drop it while the
-                # store still counts on it.
-                self._lexicon = Lexicon(self._conn)
-                self._conn.execute(
-                    f"CREATE TEMP TABLE IF NOT EXISTS mnemex_staging ({ROW_COLUMNS})"
-                )
-        except BaseException:
-            self._conn.close()
-            raise
-        self._executor: ThreadPoolExecutor | None = None
-        self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
-        self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
+        self.namespace = self.session.namespace
+        self.path = self.session.path
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle and the session surface (see mnemex.engine.sqlite) ------------------
 
     def close(self) -> None:
-        with self._lock:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self.session.close()
 
     def __enter__(self) -> Store:
         return self
@@ -197,61 +122,30 @@ class Store:
 
     @property
     def conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise InvalidInput("this store is closed; open it again with mnemex.open()")
-        return self._conn
+        return self.session.conn
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        """SQLite errors translated; on any error, caches that a rollback may have
-        outdated (counts, vectors, workspace files) are dropped."""
-        try:
-            with translate_errors(self.path, self.settings.busy_timeout):
-                yield
-        except BaseException:
-            self.after_write()
-            self._lexicon.invalidate(counts=True)
-            raise
-
-    # -- the session surface that ingest/ and transfer build on ------------------
-
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """The connection, for this thread alone, with errors translated."""
-        with self._lock, self._errors():
-            yield self.conn
+        return self.session.connection()
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """:meth:`connection` inside one write transaction: all or nothing."""
-        with self._lock, self._errors(), write_transaction(self.conn) as conn:
-            yield conn
+        return self.session.transaction()
 
     @property
     def generation(self) -> int:
-        """How many times this process has written (see :meth:`after_write`): caches keyed
-        on it and on ``PRAGMA data_version`` see every write, this process's included."""
-        return self._generation
+        """How many times this process has written: see :attr:`SqliteSession.generation`."""
+        return self.session.generation
 
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
-        if namespace is None:
-            return self.namespace
-        if isinstance(namespace, _AllNamespaces):
-            if not allow_all:
-                raise InvalidInput("this operation works on one namespace; name it")
-            return None
-        return clean_namespace(namespace)
+        return self.session.resolve_namespace(namespace, allow_all=allow_all)
 
     def after_write(self) -> None:
-        """Note a write by this process: lexicon counts and the vector snapshot are dropped,
-        and caches keyed on :attr:`generation` miss."""
-        self._generation += 1
-        self._lexicon.invalidate()
-        if self._vector_index is not None:
-            self._vector_index.mark_dirty()
+        """Note a write by this process: see :meth:`SqliteSession.after_write`."""
+        self.session.after_write()
 
-    # -- embeddings -----------------------------------------------------------------
+    # -- embeddings (see mnemex.engine.embedding) ------------------------------------------
 
     @property
     def embedder(self) -> Embedder | None:
@@ -262,72 +156,12 @@ class Store:
         :class:`~mnemex.embed.Unavailable` that says so); see
         :func:`mnemex.embed.settle`.
         """
-        if not self._embedder_ready:
-            with self._lock:
-                if not self._embedder_ready:
-                    wanted: Any = self._embedder_arg
-                    if wanted is FROM_SETTINGS:
-                        configured = self.settings.embedder != "auto"
-                        wanted = embedders.resolve(self.settings) if configured else embedders.AUTO
-                    with self.connection() as conn:
-                        self._recorded = _recorded_embedder(conn)
-                    self._embedder = embedders.settle(wanted, self._recorded, self.settings)
-                    self._wanted = self._embedder if wanted is embedders.AUTO else wanted
-                    self._embedder_ready = True
-        return self._embedder
+        return self.session.embedding.embedder
 
-    def _record_embedder(self, embedder: Embedder) -> None:
-        """Record ``embedder`` as the one the store is indexed with (after it stored vectors)."""
-        if getattr(embedder, "lazy_dim", False) or isinstance(embedder, embedders.Unavailable):
-            return
-        record = embedders.describe(embedder)
-        if record == self._recorded:
-            return
-        with self.connection() as conn, write_transaction(conn):
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)",
-                (json.dumps(record, sort_keys=True),),
-            )
-        self._recorded = record
-
-    def _vectors(self, dim: int) -> VectorIndex:
-        """The in-process index of the configured model's vectors."""
-        embedder = self.embedder
-        assert embedder is not None
-        index = self._vector_index
-        if index is None or index.model != embedder.model_id or index.dim != dim:
-            from mnemex.index import ann
-            from mnemex.index.vectors import VectorIndex, snapshot_path
-
-            in_memory = str(self.path) == ":memory:"
-            snapshot = None if in_memory else snapshot_path(self.path, embedder.model_id)
-            index = VectorIndex(self.conn, embedder.model_id, dim, snapshot=snapshot)
-            if self.settings.ann != "off" and ann.available():
-                index.ann = ann.HnswIndex.load(ann.sidecar(self.path, embedder.model_id), dim)
-            self._vector_index = index
-        return index
-
-    def _update_ann(self, embedder: Embedder) -> None:
-        """Build or extend the HNSW index once the store is past ``ann_threshold`` vectors."""
-        from mnemex.index import ann
-
-        if self.settings.ann == "off" or not ann.available():
-            return
-        with self.connection():
-            index = self._vectors(embedder.dim)
-            vectors, ids = index.live()
-            graph = index.ann
-        if self.settings.ann == "auto" and len(ids) < self.settings.ann_threshold:
-            return
-        dead = graph.size - len(ids) if graph is not None else 0
-        if graph is None or dead > ann.REBUILD_DEAD_FRACTION * max(graph.size, 1):
-            graph = ann.HnswIndex(ann.sidecar(self.path, embedder.model_id), embedder.dim)
-            graph.build(vectors, ids)  # minutes for millions of vectors: no lock held
-        else:
-            graph.add(vectors, ids)
-        graph.save()
-        with self._lock:
-            index.ann = graph
+    @property
+    def last_embedding_error(self) -> str | None:
+        """Why the last write stored memories without vectors (``None``: it did not)."""
+        return self.session.embedding.last_error
 
     def embed(
         self, *, progress: Callable[[int], None] | None = None, force: bool = False
@@ -341,52 +175,7 @@ class Store:
         other than the store's becomes the store's once all is embedded; a
         provider skipped after a recent failure is tried again at once.
         """
-        from mnemex.index import embeddings as vectors
-
-        self.embedder  # noqa: B018 - resolves the embedder to switch to, too
-        embedder = self._wanted
-        if embedder is None:
-            raise EmbeddingError(
-                "no embedder is configured: install mnemex[embed] for the local model, or set "
-                "embedder (MNEMEX_EMBEDDER) to sentence-transformers or openai"
-            )
-        if isinstance(embedder, embedders.Unavailable):
-            raise EmbeddingError(embedder.reason)
-        breaker = getattr(embedder, "breaker", None)
-        if breaker is not None:
-            breaker.reset()  # asked for now: try the provider even if it failed a moment ago
-        report = vectors.EmbedReport(model=embedder.model_id)
-        # The store's lock is held for each use of the connection, not while the model
-        # runs: other threads keep searching during a long embedding pass.
-        with self.connection() as conn:
-            if force:
-                with write_transaction(conn):
-                    conn.execute("DELETE FROM embeddings WHERE model = ?", (embedder.model_id,))
-                self.after_write()
-            else:
-                self._check_dimension(embedder)
-        last = 0
-        while True:
-            with self.connection() as conn:
-                batch = vectors.pending(conn, embedder.model_id, after=last)
-            if not batch:
-                break
-            last = batch[-1].seq
-            vectors.embed_and_store(
-                self.conn, embedder, batch, report, progress, guard=self.connection
-            )
-            self.after_write()
-        with self.connection() as conn:
-            with write_transaction(conn):
-                conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
-            report.pending = vectors.count_pending(conn, embedder.model_id)
-        self._record_embedder(embedder)
-        if embedder is not self._embedder:
-            with self._lock:
-                self._embedder = embedder  # the store is switched to it
-        self._update_ann(embedder)
-        self.last_embedding_error = None
-        return report
+        return self.session.embedding.embed(progress=progress, force=force)
 
     def reindex(
         self,
@@ -407,51 +196,7 @@ class Store:
         triggers keep it in step, so beside other writers a reindex mostly
         only reads.
         """
-        self.embedder  # noqa: B018 - resolves the embedder to switch to, too
-        target = self._wanted
-        if isinstance(target, embedders.Unavailable):
-            raise EmbeddingError(target.reason)  # before anything is deleted
-        if self._index_differs():
-            with self.transaction() as conn:
-                conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')")
-        if prune and target is not None:
-            with self.transaction() as conn:
-                conn.execute("DELETE FROM embeddings WHERE model != ?", (target.model_id,))
-        if force and target is not None:
-            from mnemex.index import ann
-            from mnemex.index.vectors import snapshot_path
-
-            ann.sidecar(self.path, target.model_id).unlink(missing_ok=True)
-            snapshot_path(self.path, target.model_id).unlink(missing_ok=True)
-            if self._vector_index is not None:
-                self._vector_index.ann = None
-        self.after_write()
-        if target is None:
-            return None
-        return self.embed(progress=progress, force=force)
-
-    def _index_differs(self) -> bool:
-        """Whether the full-text index differs from a rebuild (or cannot be read)."""
-        with self.connection() as conn:
-            try:
-                with read_transaction(conn):
-                    return any(_index_drift(conn))
-            except sqlite3.DatabaseError as exc:
-                logger().warning("full-text index unreadable, rebuilding it: %s", exc)
-                return True
-            finally:
-                _drop_check_tables(conn)
-
-    def _check_dimension(self, embedder: Embedder) -> None:
-        row = self.conn.execute(
-            "SELECT dim FROM embeddings WHERE model = ? AND dim != ? LIMIT 1",
-            (embedder.model_id, embedder.dim),
-        ).fetchone()
-        if row:
-            raise IndexMismatch(
-                f"the store holds {row[0]}-dimensional vectors for {embedder.model_id}, which now "
-                f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
-            )
+        return self.session.embedding.reindex(progress=progress, force=force, prune=prune)
 
     def embed_new(
         self,
@@ -468,51 +213,7 @@ class Store:
         passed; what is left stays pending for the next sync or ``embed``.
         Returns what was done (``None`` without an embedder or memories).
         """
-        embedder = self.embedder
-        if embedder is None or not seqs:
-            return None
-        if primed:
-            embedder = _Primed(embedder, primed)
-        from mnemex.index import embeddings as vectors
-
-        report = vectors.EmbedReport(model=embedder.model_id)
-        try:
-            with self.connection() as conn:
-                self._check_dimension(embedder)
-                rows = vectors.rows_for(conn, seqs, embedder.model_id)
-            step = len(rows) if deadline is None else DEADLINE_SLICE
-            for start in range(0, len(rows), max(step, 1)):
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                vectors.embed_and_store(
-                    self.conn,
-                    embedder,
-                    rows[start : start + step],
-                    report,
-                    progress,
-                    self.connection,
-                )
-            with self.connection() as conn:
-                backlog = conn.execute(
-                    "SELECT value FROM meta WHERE key = 'embed_backlog'"
-                ).fetchone()
-            self.after_write()
-            if rows:
-                self._record_embedder(self.embedder)  # type: ignore[arg-type]
-            if backlog and deadline is None:  # an earlier write could not embed: catch up now
-                self.embed()
-            self.last_embedding_error = None
-        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
-            self.after_write()
-            self.last_embedding_error = str(exc)
-            report.error = str(exc)
-            logger().warning("memories stored without vectors (run `mnemex embed`): %s", exc)
-            with self.transaction() as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embed_backlog', ?)",
-                    (str(exc),),
-                )
-        return report
+        return self.session.embedding.embed_new(seqs, primed, deadline=deadline, progress=progress)
 
     # -- writes ----------------------------------------------------------------
 
@@ -592,10 +293,14 @@ class Store:
         assert ns is not None
         row = self.prepare_row(item, ns, utcnow(), False)
         vectors = (
-            dups.Vectors(self.embedder, self._check_dimension, self._vectors) if embed else None
+            dups.Vectors(
+                self.embedder, self.session.embedding.check_dimension, self.session.vectors
+            )
+            if embed
+            else None
         )
         match, seq, vector = dups.remember(
-            self.connection, self.transaction, self._lexicon, self.settings, row, vectors
+            self.connection, self.transaction, self.session.lexicon, self.settings, row, vectors
         )
         self.after_write()
         if match is not None:
@@ -638,7 +343,7 @@ class Store:
         max_bytes = self.settings.max_content_bytes
         with self.connection():
             chunks = prepare_chunks(items, ns, keep_namespaces, max_bytes, WRITE_CHUNK)
-            _, ids, seqs = self._write(chunks, on_conflict)
+            _, ids, seqs = self.session.insert_chunks(chunks, on_conflict)
         self.after_write()
         if embed:
             self.embed_new(seqs)
@@ -659,132 +364,12 @@ class Store:
     def insert_prepared(
         self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict
     ) -> tuple[int, list[int]]:
-        """Insert prepared rows in one transaction; returns how many were new and their seqs."""
-        chunks = (list(rows[i : i + WRITE_CHUNK]) for i in range(0, len(rows), WRITE_CHUNK))
-        count, _, seqs = self._write(chunks, on_conflict)
-        return count, seqs
-
-    def _write(
-        self, chunks: Iterable[list[tuple[Any, ...]]], on_conflict: Conflict
-    ) -> tuple[int, list[str], list[int]]:
-        """Insert chunks of prepared rows in one transaction: all or nothing.
-
-        Preparing rows is Python work and inserting them is SQLite work that
-        releases the GIL, so while one chunk is inserted by a worker thread the
-        next is prepared by the caller (the ``chunks`` iterator). Returns the
-        number of rows inserted, the ids of all rows in order, and the seqs of
-        the rows inserted (``seq`` only grows, so they are those above the
-        largest before the transaction).
-        """
-        conn = self.conn
-        ids: list[str] = []
-        seen: set[str] = set()
-        inserted = 0
-        pending: Future[int] | None = None
-        # The first chunk (all of a batch of up to WRITE_CHUNK rows) is prepared
-        # before the write lock is taken: other writers wait for the insert only.
-        chunks = iter(chunks)
-        first = next(chunks, None)
-        with write_transaction(conn):
-            before = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
-            try:
-                for rows in itertools.chain([] if first is None else [first], chunks):
-                    for row in rows:
-                        if row[0] in seen and on_conflict == "error":
-                            raise DuplicateId(
-                                f"id {row[0]!r} appears more than once in the batch; "
-                                "ids must be unique"
-                            )
-                        seen.add(row[0])
-                        ids.append(row[0])
-                    if pending is not None:
-                        inserted += pending.result()
-                    pending = self._writer().submit(self._insert_chunk, rows, on_conflict)
-                if pending is not None:
-                    inserted += pending.result()
-                    pending = None
-            finally:
-                if pending is not None:  # an error while preparing: let the insert finish first
-                    pending.exception()  # waits; its error is raised below
-            seqs = [r[0] for r in conn.execute("SELECT seq FROM memories WHERE seq > ?", (before,))]
-            if inserted >= OPTIMIZE_MIN_BATCH:
-                self._maybe_optimize()
-        return inserted, ids, seqs
+        """See :meth:`SqliteSession.insert_prepared`."""
+        return self.session.insert_prepared(rows, on_conflict)
 
     def insert_rows(self, rows: list[tuple[Any, ...]]) -> list[int]:
-        """Insert prepared rows (new ids) inside the caller's write transaction; their seqs."""
-        if not rows:
-            return []
-        before = self.conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
-        for start in range(0, len(rows), WRITE_CHUNK):
-            self._insert_chunk(rows[start : start + WRITE_CHUNK], "error")
-        return [
-            r[0]
-            for r in self.conn.execute(
-                "SELECT seq FROM memories WHERE seq > ? ORDER BY seq", (before,)
-            )
-        ]
-
-    def _maybe_optimize(self) -> None:
-        """Merge the full-text index into one segment each time the store has doubled.
-
-        Bulk writes leave many index segments, and every query and snippet
-        seeks each of them; one ``optimize`` per doubling keeps that in check
-        at an amortized cost of a few microseconds a row. Past
-        ``OPTIMIZE_MAX_ROWS`` the pass would hold the write lock too long,
-        and FTS5's own incremental merging is left to do the work.
-        """
-        conn = self.conn
-        rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
-        row = conn.execute("SELECT value FROM meta WHERE key = 'fts_optimized_rows'").fetchone()
-        last = int(row[0]) if row else 0
-        if rows < OPTIMIZE_MIN_ROWS or rows > OPTIMIZE_MAX_ROWS or rows < 2 * last:
-            return
-        conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
-        conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_optimized_rows', ?)",
-            (str(rows),),
-        )
-
-    def _writer(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemex-write")
-        return self._executor
-
-    def _insert_chunk(self, rows: list[tuple[Any, ...]], on_conflict: Conflict) -> int:
-        conn = self.conn
-        conn.execute("DELETE FROM temp.mnemex_staging")
-        conn.executemany(
-            f"INSERT INTO temp.mnemex_staging ({ROW_COLUMNS}) VALUES ({','.join('?' * 14)})",
-            rows,
-        )
-        if on_conflict == "error":
-            existing = conn.execute(
-                "SELECT s.id FROM temp.mnemex_staging AS s JOIN memories AS m ON m.id = s.id "
-                "LIMIT 1"
-            ).fetchone()
-            if existing:
-                raise DuplicateId(
-                    f"a memory with id {existing[0]!r} already exists; "
-                    "leave id out to get a new one, or skip existing ids"
-                )
-            sql = (
-                f"INSERT INTO memories ({ROW_COLUMNS}) "
-                f"SELECT {ROW_COLUMNS} FROM temp.mnemex_staging ORDER BY rowid"
-            )
-        else:
-            sql = f"""INSERT INTO memories ({ROW_COLUMNS})
-                SELECT {ROW_COLUMNS} FROM temp.mnemex_staging AS s
-                WHERE s.rowid IN (SELECT min(rowid) FROM temp.mnemex_staging GROUP BY id)
-                  AND NOT EXISTS (SELECT 1 FROM memories AS m WHERE m.id = s.id)
-                ORDER BY s.rowid"""
-        # One INSERT ... SELECT per chunk: the FTS5 trigger then buffers the chunk
-        # instead of flushing an index segment per row (a statement per row does).
-        count = conn.execute(sql).rowcount
-        conn.execute("DELETE FROM temp.mnemex_staging")
-        return int(count)
+        """See :meth:`SqliteSession.insert_rows`."""
+        return self.session.insert_rows(rows)
 
     def update(
         self,
@@ -849,10 +434,12 @@ class Store:
             self.connection,
             self.transaction,
             self.after_write,
-            self._lexicon,
+            self.session.lexicon,
             self.settings,
             ns,
-            dups.Vectors(self.embedder, self._check_dimension, self._vectors),
+            dups.Vectors(
+                self.embedder, self.session.embedding.check_dimension, self.session.vectors
+            ),
             dry_run=dry_run,
             progress=progress,
         )
@@ -1037,13 +624,15 @@ class Store:
         took = (time.perf_counter() - started) * 1000
         found: tuple[Any, ...] = ()
         with self.connection():
-            engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
+            engine = Engine(
+                self.conn, self.session.lexicon, settings, embedder, self.session.vectors
+            )
             result = run_search(engine, request)
             if wanted:
                 started = time.perf_counter()
                 found = tuple(
                     relations_db.search_relations(
-                        self.conn, self._lexicon, result.query, filters.namespace, wanted
+                        self.conn, self.session.lexicon, result.query, filters.namespace, wanted
                     )
                 )
                 took += (time.perf_counter() - started) * 1000
@@ -1196,7 +785,7 @@ class Store:
         describe the whole file.
         """
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection() as conn, read_transaction(conn):
+        with self.session.read() as conn:
             return memories.stats(conn, ns, self.embedder, self.path)
 
     def iter_memories(
@@ -1217,58 +806,9 @@ class Store:
 
         Reads every row: meant for ``mnemex check`` and tests, not hot paths.
         """
+        from mnemex.engine.check import check
 
-        problems: list[str] = []
-        with self.connection():
-            conn = self.conn
-            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-            if result != "ok":
-                problems.append(f"sqlite integrity_check: {result}")
-            for table in ("memories_fts", "relations_fts"):
-                try:
-                    conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
-                except sqlite3.DatabaseError as exc:
-                    problems.append(f"fts5 integrity-check of {table}: {exc}")
-            try:
-                with read_transaction(conn):
-                    extra, absent, ghost_docs = _index_drift(conn)
-                    tag_rows = (
-                        conn.execute(
-                            "SELECT count(*) FROM ("
-                            "SELECT tag, seq FROM memory_tags EXCEPT "
-                            "SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j) "
-                        ).fetchone()[0]
-                        + conn.execute(
-                            "SELECT count(*) FROM ("
-                            "SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j EXCEPT "
-                            "SELECT tag, seq FROM memory_tags)"
-                        ).fetchone()[0]
-                    )
-                    rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
-                    orphans, short = conn.execute(
-                        """SELECT
-                            (SELECT count(*) FROM chunks WHERE file_id NOT IN
-                                (SELECT id FROM files)),
-                            (SELECT count(*) FROM files AS f WHERE f.chunks !=
-                                (SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id))"""
-                    ).fetchone()
-            finally:
-                _drop_check_tables(conn)
-        if extra:
-            problems.append(f"full-text index has {extra} postings no memory explains")
-        if absent:
-            problems.append(f"full-text index lacks {absent} postings of stored memories")
-        if ghost_docs:
-            problems.append(f"full-text index has {ghost_docs} ghost rows")
-        if tag_rows:
-            problems.append(f"tag index differs from memories in {tag_rows} rows")
-        if orphans:
-            problems.append(f"{orphans} workspace chunks belong to no file")
-        if short:
-            problems.append(
-                f"{short} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`"
-            )
-        return {"ok": not problems, "memories": rows, "problems": problems}
+        return check(self.session)
 
     # -- markdown workspaces ------------------------------------------------------
 
@@ -1300,29 +840,15 @@ class Store:
         ns = self.resolve_namespace(namespace)
         assert ns is not None
         root = spaces.resolve_root(directory)
-        settings = self.settings
-        chunking = spaces.chunking_key(settings.chunk_tokens, settings.chunk_overlap)
-        with self.transaction() as conn:
-            old = spaces.find(conn, root, ns)
-            ws = spaces.register(
-                conn,
-                root,
-                ns,
-                _patterns(globs, "globs") if globs is not None
-                else old.globs if old else settings.workspace_globs,
-                _patterns(ignore, "ignore", empty=True) if ignore is not None
-                else old.ignore if old else settings.workspace_ignore,
-                old.chunking if old else chunking,  # a new chunking once every file has it
-            )  # fmt: skip
-        rechunk = ws.chunking != chunking
-        with self._errors():
-            return spaces.sync(
-                self,
-                dataclasses.replace(ws, chunking=chunking),
-                embed=embed,
-                progress=progress,
-                rechunk=rechunk,
-            )
+        return spaces.sync_folder(
+            self,
+            root,
+            ns,
+            None if globs is None else _patterns(globs, "globs"),
+            None if ignore is None else _patterns(ignore, "ignore", empty=True),
+            embed=embed,
+            progress=progress,
+        )
 
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
@@ -1336,14 +862,7 @@ class Store:
 
         ns = self.resolve_namespace(namespace)
         assert ns is not None
-        root = spaces.resolve_root(directory, must_exist=False)
-        with self.transaction() as conn:
-            ws = spaces.find(conn, root, ns)
-            if ws is None:
-                raise InvalidInput(f"{root} is not a workspace of namespace {ns!r}")
-            removed = spaces.remove(conn, ws)
-        self.after_write()
-        return removed
+        return spaces.remove(self, spaces.resolve_root(directory, must_exist=False), ns)
 
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
@@ -1353,18 +872,7 @@ class Store:
         disk now (a scan of sizes and mtimes)."""
         from mnemex.ingest import workspace as spaces
 
-        ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection() as conn:
-            found = spaces.listed(conn, ns)
-        if directory is not None:
-            root = spaces.resolve_root(directory, must_exist=False)
-            found = [ws for ws in found if ws.root == root]
-            if not found:
-                raise InvalidInput(
-                    f"{root} is not a workspace of namespace {ns or '*'!r}: "
-                    f"run `mnemex sync {directory}` first"
-                )
-        return tuple(spaces.status(self, ws) for ws in found)
+        return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
     def add_to_workspace(
         self,
@@ -1395,15 +903,9 @@ class Store:
                 f"created_at {created_at!r} has no local date: times must fall in the years "
                 "1 to 9999 in local time too"
             ) from None
-        with self.connection() as conn:
-            ws = spaces.find(conn, root, ns)
-        if ws is None:
-            self.sync(root, namespace=ns)
-            with self.connection() as conn:
-                ws = spaces.find(conn, root, ns)
-            assert ws is not None
-        with self._errors():
-            return spaces.append(self, ws, content, kind=label, tags=clean_tags(tags), when=when)
+        return spaces.write_through(
+            self, root, ns, content, kind=label, tags=clean_tags(tags), when=when
+        )
 
     def watch(
         self,
@@ -1437,21 +939,7 @@ class Store:
                 return [], False
         from mnemex.ingest import workspace as spaces
 
-        with self.connection() as conn:
-            found = spaces.listed(conn, namespace)
-        if not found:
-            return [], False
-        settings = self.settings
-        deadline = time.monotonic() + settings.sync_timeout
-        notes: list[str] = []
-        for ws in found:
-            try:
-                note = spaces.refresh(self, ws, deadline, settings.sync_on_search)
-            except (MnemexError, OSError) as exc:
-                note = f"the workspace {ws.root} could not be synced ({exc}): results may be stale"
-            if note:
-                notes.append(note)
-        return notes, bool(notes)
+        return spaces.freshen(self, namespace)
 
     def _filters(
         self,
@@ -1473,50 +961,6 @@ class Store:
             since=None if since is None else parse_time(since, what="since"),
             until=None if until is None else parse_time(until, what="until"),
         )
-
-
-def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:
-    """The embedder the store records it was indexed with, if any.
-
-    A store written before embedders were recorded is taken to be indexed with
-    the model most of its vectors are from (known by its id and dimension only).
-    """
-    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-    if row is not None:
-        with contextlib.suppress(ValueError, TypeError):
-            record = json.loads(row[0])
-            if isinstance(record, dict) and record.get("model_id"):
-                return record
-    legacy = conn.execute(
-        "SELECT model, count(*) FROM embeddings GROUP BY model ORDER BY count(*) DESC LIMIT 1"
-    ).fetchone()
-    if legacy is None:
-        return None
-    dim = conn.execute("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (legacy[0],))
-    record = {"model_id": legacy[0], "dim": dim.fetchone()[0]}
-    from mnemex.embed.local import LocalEmbedder
-
-    local = LocalEmbedder()
-    if legacy[0] == local.model_id:
-        record.update(local.describe())
-    return record
-
-
-class _Primed:
-    """An embedder that answers texts it was given vectors for without the model."""
-
-    def __init__(self, embedder: Embedder, vectors: dict[str, Any]) -> None:
-        self._embedder = embedder
-        self._vectors = vectors
-        self.model_id = embedder.model_id
-        self.dim = embedder.dim
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
-        if all(t in self._vectors for t in texts):
-            return np.stack([self._vectors[t] for t in texts])
-        return self._embedder.embed(texts)
 
 
 def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) -> tuple[str, ...]:
@@ -1570,52 +1014,6 @@ def _weights(weights: object, settings: Settings) -> tuple[float, float]:
             f"weights must be two numbers >= 0, not both 0 (vector, text), got {weights!r}"
         )
     return float(pair[0]), float(pair[1])
-
-
-_CHECK_TABLES = ("mnemex_index_v", "mnemex_check_v", "mnemex_check")
-
-
-def _index_drift(conn: sqlite3.Connection) -> tuple[int, int, int]:
-    """How the full-text index differs from a rebuild from the memories table:
-    postings no memory explains, postings it lacks, and rows of no memory.
-
-    Reads every row (a fresh tokenization into a temp table) inside the
-    caller's read transaction; the temp tables stay until :func:`_drop_check_tables`.
-    """
-    from mnemex.storage.migrations import TOKENIZER
-
-    _drop_check_tables(conn)
-    conn.execute(
-        f"CREATE VIRTUAL TABLE temp.mnemex_check USING fts5(content, tags, tokenize='{TOKENIZER}')"
-    )
-    conn.execute(
-        "CREATE VIRTUAL TABLE temp.mnemex_check_v USING fts5vocab(temp, mnemex_check, instance)"
-    )
-    conn.execute(
-        "CREATE VIRTUAL TABLE temp.mnemex_index_v USING fts5vocab(main, memories_fts, instance)"
-    )
-    conn.execute(
-        "INSERT INTO temp.mnemex_check (rowid, content, tags) "
-        "SELECT seq, content, tags FROM memories_fts_source"
-    )
-    extra = conn.execute(
-        "SELECT count(*) FROM (SELECT term, doc, col, offset FROM temp.mnemex_index_v "
-        "EXCEPT SELECT term, doc, col, offset FROM temp.mnemex_check_v)"
-    ).fetchone()[0]
-    absent = conn.execute(
-        "SELECT count(*) FROM (SELECT term, doc, col, offset FROM temp.mnemex_check_v "
-        "EXCEPT SELECT term, doc, col, offset FROM temp.mnemex_index_v)"
-    ).fetchone()[0]
-    ghost_docs = conn.execute(
-        "SELECT count(*) FROM (SELECT DISTINCT doc FROM temp.mnemex_index_v) "
-        "WHERE doc NOT IN (SELECT seq FROM memories)"
-    ).fetchone()[0]
-    return int(extra), int(absent), int(ghost_docs)
-
-
-def _drop_check_tables(conn: sqlite3.Connection) -> None:
-    for table in _CHECK_TABLES:
-        conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
 
 def _check_limit(limit: int) -> int:

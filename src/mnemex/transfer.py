@@ -17,9 +17,11 @@ from typing import IO, Any
 
 from mnemex import relations as relations_db
 from mnemex.config import DEFAULT_CONFIDENCE
+from mnemex.engine import NamespaceArg
+from mnemex.engine.sqlite import Conflict
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.models import ImportReport, LineError
-from mnemex.store import Conflict, NamespaceArg, Store
+from mnemex.store import Store
 from mnemex.text import clean_namespace, parse_time, utcnow
 
 Progress = Callable[[int], None]  # called with the number of lines handled since the last call
@@ -75,9 +77,9 @@ def import_jsonl(
     def store_rows() -> None:
         """Insert (and embed) the rows; progress moves as the memories are embedded."""
         nonlocal imported, skipped
-        with store.connection():
-            done, seqs = store.insert_prepared(rows, on_conflict)
-        store.after_write()
+        with store.session.connection():
+            done, seqs = store.session.insert_prepared(rows, on_conflict)
+        store.session.after_write()
         moved = [0]
 
         def step(n: int) -> None:
@@ -86,7 +88,7 @@ def import_jsonl(
                 progress(n)
 
         if embed:
-            store.embed_new(seqs, progress=step)
+            store.session.embedding.embed_new(seqs, progress=step)
         imported += done
         skipped += len(rows) - done
         ids.extend(r[0] for r in rows)
@@ -131,7 +133,7 @@ def import_jsonl(
     flush()  # with strict, everything in one transaction: all or nothing
     related = 0
     if relation_rows:
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
         skipped += len(relation_rows) - related  # ids already taken
         if progress:

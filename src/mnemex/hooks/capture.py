@@ -132,7 +132,7 @@ def _key(agent: str, session_id: str) -> str:
 
 
 def _state(store: Store, agent: str, session_id: str) -> dict[str, Any]:
-    row = store.conn.execute(
+    row = store.session.conn.execute(
         "SELECT value FROM meta WHERE key = ?", (_key(agent, session_id),)
     ).fetchone()
     if row is None:
@@ -147,7 +147,7 @@ def _state(store: Store, agent: str, session_id: str) -> dict[str, Any]:
 def _save_state(store: Store, agent: str, session_id: str, value: dict[str, Any]) -> None:
     from mnemex.storage import write_transaction
 
-    with write_transaction(store.conn) as conn:
+    with write_transaction(store.session.conn) as conn:
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
             (_key(agent, session_id), json.dumps(value, sort_keys=True)),

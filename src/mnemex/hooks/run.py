@@ -343,7 +343,7 @@ def prompt_context(
         ids = [m.id for m in found.memories]
         own = {
             row[0]
-            for row in store.conn.execute(
+            for row in store.session.conn.execute(
                 "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
                 f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({','.join('?' * len(ids))})",
                 [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
@@ -363,7 +363,7 @@ def session_context(store: Store, namespace: str | None = None) -> str:
     from mnemex.search.rank import age_days
     from mnemex.text import parse_stored_time, utcnow
 
-    conn, ns = store.conn, namespace or store.namespace
+    conn, ns = store.session.conn, namespace or store.namespace
     lines: list[str] = []
     last = conn.execute(
         "SELECT source FROM memories WHERE namespace = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
@@ -423,7 +423,8 @@ class _opened:
         if self.given is not None:
             return self.given
         from mnemex.config import load_settings
-        from mnemex.store import FROM_SETTINGS, Store
+        from mnemex.engine.embedding import FROM_SETTINGS
+        from mnemex.store import Store
 
         db, home, ns, embedder = self.args
         settings = load_settings(db, home=home, namespace=ns)

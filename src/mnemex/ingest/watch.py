@@ -107,7 +107,7 @@ def watch(
     _log(first, "initial sync", reported)
     if on_sync is not None:
         on_sync(first)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         ws = spaces.find(conn, first.workspace, first.namespace)
     assert ws is not None
     changes = _Changes(ws.root, ws.globs, ws.ignore)

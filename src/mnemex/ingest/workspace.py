@@ -42,7 +42,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -52,6 +52,7 @@ from mnemex.errors import InvalidInput, MnemexError, StoreLocked
 from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
 from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
+from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import (
     batched,
     clean_content,
@@ -71,7 +72,6 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 BATCH_FILES = 500  # files per write transaction
 BATCH_CHUNKS = 5_000  # chunks per write transaction (a transaction may exceed it by one file)
 _DATED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
-_IN = 500  # ids per IN (...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +190,50 @@ def register(
     return found
 
 
-def remove(conn: sqlite3.Connection, ws: Workspace) -> int:
-    """Delete a workspace, its files and their chunks (in a write transaction)."""
-    chunks = _count_chunks(conn, ws.id)
-    conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
-    conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+def sync_folder(
+    store: Store,
+    root: str,
+    namespace: str,
+    globs: Sequence[str] | None,
+    ignore: Sequence[str] | None,
+    *,
+    embed: bool = True,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Register ``root`` as a workspace of ``namespace`` (patterns ``None``: those it has,
+    or the settings' for a new one), then :func:`sync` it."""
+    settings = store.settings
+    chunking = chunking_key(settings.chunk_tokens, settings.chunk_overlap)
+    with store.session.transaction() as conn:
+        old = find(conn, root, namespace)
+        ws = register(
+            conn,
+            root,
+            namespace,
+            globs if globs is not None else old.globs if old else settings.workspace_globs,
+            ignore if ignore is not None else old.ignore if old else settings.workspace_ignore,
+            old.chunking if old else chunking,  # a new chunking once every file has it
+        )
+    with store.session.errors():
+        return sync(
+            store,
+            replace(ws, chunking=chunking),
+            embed=embed,
+            progress=progress,
+            rechunk=ws.chunking != chunking,
+        )
+
+
+def remove(store: Store, root: str, namespace: str) -> int:
+    """Delete a workspace, its files and their chunks (never the files); how many chunks."""
+    with store.session.transaction() as conn:
+        ws = find(conn, root, namespace)
+        if ws is None:
+            raise InvalidInput(f"{root} is not a workspace of namespace {namespace!r}")
+        chunks = _count_chunks(conn, ws.id)
+        conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
+        conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+    store.session.after_write()
     return chunks
 
 
@@ -251,8 +290,8 @@ def _cached(
     """The files rows as last read, unless the store changed since (``PRAGMA data_version``
     for other connections, the store's write count for this one); and, when no file needs
     a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
-    version = (conn.execute("PRAGMA data_version").fetchone()[0], store.generation)
-    cached = store.files_cache.get(ws.id)
+    version = (conn.execute("PRAGMA data_version").fetchone()[0], store.session.generation)
+    cached = store.session.files_cache.get(ws.id)
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
     known = _known(conn, ws.id, count=False)
@@ -261,7 +300,7 @@ def _cached(
     }
     if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
         settled = None
-    store.files_cache[ws.id] = (version, known, settled)
+    store.session.files_cache[ws.id] = (version, known, settled)
     return known, settled
 
 
@@ -309,7 +348,7 @@ def _plan(
         found = files.Scan()
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
             known = _known(conn, ws.id, count=True)  # find the files that lost chunks
         else:
@@ -445,7 +484,7 @@ class _Writer:
 
     def __init__(self, store: Store, ws: Workspace, tally: _Tally) -> None:
         self.store = store
-        self.conn = store.conn
+        self.conn = store.session.conn
         self.ws = ws
         self.tally = tally
         self.now = format_time(utcnow())
@@ -611,11 +650,11 @@ class _Writer:
         store, ws = self.store, self.ws
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
         taken: set[str] = set()
-        for chunk in batched(ids, _IN):
+        for chunk in batched(ids, IN_CHUNK):
             taken.update(
                 r[0]
                 for r in self.conn.execute(
-                    f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                    f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})", chunk
                 )
             )
         now = utcnow()
@@ -637,7 +676,7 @@ class _Writer:
             )
             for ident, c in zip(ids, fresh, strict=True)
         ]
-        seqs = store.insert_rows(rows)
+        seqs = store.session.insert_rows(rows)
         self.conn.executemany(
             "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -662,10 +701,8 @@ class _Writer:
     def finish(self) -> None:
         """Give new chunks the vectors of identical text, then delete the chunks that went."""
         self.tally.reused += _copy_vectors(self.conn, self.new_seqs)
-        for chunk in batched(self.doomed, _IN):
-            self.conn.execute(
-                f"DELETE FROM memories WHERE seq IN ({','.join('?' * len(chunk))})", chunk
-            )
+        for chunk in batched(self.doomed, IN_CHUNK):
+            self.conn.execute(f"DELETE FROM memories WHERE seq IN ({marks(len(chunk))})", chunk)
 
 
 def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
@@ -693,14 +730,14 @@ def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
         return 0
     copied = 0
     for model in _models(conn):
-        for chunk in batched(seqs, _IN):
+        for chunk in batched(seqs, IN_CHUNK):
             copied += conn.execute(
                 f"""INSERT OR IGNORE INTO embeddings (seq, model, dim, content_hash, vector)
                     SELECT m.seq, e.model, e.dim, e.content_hash, e.vector
                     FROM memories AS m JOIN embeddings AS e ON e.id = (
                         SELECT id FROM embeddings WHERE model = ? AND content_hash = m.content_hash
                         ORDER BY id LIMIT 1)
-                    WHERE m.seq IN ({",".join("?" * len(chunk))})""",
+                    WHERE m.seq IN ({marks(len(chunk))})""",
                 [model, *chunk],
             ).rowcount
     return copied
@@ -766,7 +803,7 @@ def sync(
     report = _report(store, ws, plan, tally, started, embedding, remaining)
     if record or report.touched or tally.failed:
         done = report.complete and not tally.failed  # every file is cut as ws.chunking says
-        with store.transaction() as conn:
+        with store.session.transaction() as conn:
             conn.execute(
                 "UPDATE workspaces SET synced_at = ?, last_sync = ?, "
                 "chunking = CASE WHEN ? THEN ? ELSE chunking END WHERE id = ?",
@@ -808,7 +845,7 @@ def _write_batch(
     if not batch and not gone:
         return
     try:
-        with store.transaction():
+        with store.session.transaction():
             writer = _Writer(store, ws, _Tally())
             for item in batch:
                 writer.file(item, renames.get(item.text.path))
@@ -827,7 +864,7 @@ def _write_batch(
             tally.failed.append(FileProblem(paths[0], f"could not be stored: {exc}"))
         return
     finally:
-        store.after_write()
+        store.session.after_write()
     for name in ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added",
                  "chunks_removed", "reused"):  # fmt: skip
         setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
@@ -837,7 +874,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
     """Embed the workspace's chunks that have no vector for the configured model."""
     embedder = store.embedder
     assert embedder is not None
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         seqs = _pending(conn, ws.id, embedder.model_id)
     if not seqs:
         return None
@@ -850,7 +887,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
             done[0] += count
             progress("embedding", done[0], len(seqs))
 
-    return store.embed_new(seqs, deadline=deadline, progress=advance)
+    return store.session.embedding.embed_new(seqs, deadline=deadline, progress=advance)
 
 
 def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
@@ -893,7 +930,7 @@ def _report(
     remaining: int,
 ) -> SyncReport:
     embedder = store.embedder
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         counts = _counts(conn, ws.id)
         problems = _problems(conn, ws)
         pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else 0
@@ -918,7 +955,7 @@ def _report(
         complete=remaining == 0,
         remaining=remaining,
         took_ms=(time.perf_counter() - started) * 1000,
-        embedding_error=store.last_embedding_error if embedding is not None else None,
+        embedding_error=store.session.embedding.last_error if embedding is not None else None,
     )
 
 
@@ -933,7 +970,7 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
         found = files.scan(ws.folder, ws.globs, ws.ignore)
     except FileNotFoundError:
         return f"the workspace folder {ws.root} is missing: its chunks may be stale"
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         settled = _cached(store, conn, ws)[1]
     if settled is not None and not found.unlisted and found.files == settled:
         return None  # the common case: one comparison of two dicts
@@ -955,13 +992,48 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
     return None
 
 
+def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
+    """Before a search: :func:`refresh` each workspace of the namespace (or all) within
+    ``sync_timeout``. Returns notes and whether the results may be stale."""
+    with store.session.connection() as conn:
+        found = listed(conn, namespace)
+    deadline = time.monotonic() + store.settings.sync_timeout
+    notes: list[str] = []
+    for ws in found:
+        try:
+            note = refresh(store, ws, deadline, store.settings.sync_on_search)
+        except (MnemexError, OSError) as exc:
+            note = f"the workspace {ws.root} could not be synced ({exc}): results may be stale"
+        if note:
+            notes.append(note)
+    return notes, bool(notes)
+
+
 # -- status -----------------------------------------------------------------------------
+
+
+def statuses(
+    store: Store, namespace: str | None, directory: str | os.PathLike[str] | None
+) -> tuple[WorkspaceStatus, ...]:
+    """The :func:`status` of each workspace of the namespace (all when ``None``), or of
+    the one at ``directory``."""
+    with store.session.connection() as conn:
+        found = listed(conn, namespace)
+    if directory is not None:
+        root = resolve_root(directory, must_exist=False)
+        found = [ws for ws in found if ws.root == root]
+        if not found:
+            raise InvalidInput(
+                f"{root} is not a workspace of namespace {namespace or '*'!r}: "
+                f"run `mnemex sync {directory}` first"
+            )
+    return tuple(status(store, ws) for ws in found)
 
 
 def status(store: Store, ws: Workspace) -> WorkspaceStatus:
     """What the index holds for ``ws`` and how many files differ on disk now."""
     embedder = store.embedder
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         files_count, chunks = _counts(conn, ws.id)
         problems = _problems(conn, ws)
         pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else None
@@ -1032,6 +1104,28 @@ def entry_labels(title: str) -> tuple[str, tuple[str, ...]]:
     return kind, tags
 
 
+def write_through(
+    store: Store,
+    root: str,
+    namespace: str,
+    content: str,
+    *,
+    kind: str | None,
+    tags: Sequence[str],
+    when: datetime,
+) -> Appended:
+    """:func:`append` to the workspace at ``root``, synced first when it is new."""
+    with store.session.connection() as conn:
+        ws = find(conn, root, namespace)
+    if ws is None:
+        sync_folder(store, root, namespace, None, None)
+        with store.session.connection() as conn:
+            ws = find(conn, root, namespace)
+        assert ws is not None
+    with store.session.errors():
+        return append(store, ws, content, kind=kind, tags=tags, when=when)
+
+
 def append(
     store: Store,
     ws: Workspace,
@@ -1079,7 +1173,7 @@ def append(
     start = existing.count(b"\n") + prefix.count("\n") + 1
     end = start + entry.count("\n") - 1
     report = sync(store, ws, only=[relative], retry=True, record=False)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         ids = tuple(
             r[0]
             for r in conn.execute(

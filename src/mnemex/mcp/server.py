@@ -29,6 +29,7 @@ from pydantic import Field, ValidationError
 
 from mnemex import __version__
 from mnemex.config import Settings
+from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.errors import MnemexError, UnknownMemory
 from mnemex.mcp import results
 from mnemex.mcp.results import (
@@ -43,7 +44,7 @@ from mnemex.mcp.results import (
     UpdateOutput,
     tool_result,
 )
-from mnemex.store import FROM_SETTINGS, Store
+from mnemex.store import Store
 
 # Bounds on tool input: an agent's mistake (a whole file as a query, thousands of
 # ids) is refused with a clear message instead of being searched or echoed back.

@@ -17,9 +17,10 @@ import socket
 from functools import partial
 
 from mnemex.config import Settings
+from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.errors import InvalidInput
 from mnemex.mcp.server import build_server
-from mnemex.store import FROM_SETTINGS, Store
+from mnemex.store import Store
 
 TOKEN_ENV = "MNEMEX_MCP_TOKEN"
 MIN_TOKEN_CHARS = 16

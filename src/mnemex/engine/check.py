@@ -1,0 +1,110 @@
+"""The integrity check of a SQLite store: SQLite's and FTS5's own checks, and proof that
+the full-text and tag indexes hold exactly what a rebuild from the memories table would."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mnemex.engine.sqlite import SqliteSession
+
+from mnemex.engine import logger
+from mnemex.storage import TOKENIZER, read_transaction
+
+_CHECK_TABLES = ("mnemex_index_v", "mnemex_check_v", "mnemex_check")
+_TAG_DRIFT = """SELECT
+    (SELECT count(*) FROM (SELECT tag, seq FROM memory_tags
+        EXCEPT SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j))
+  + (SELECT count(*) FROM (SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j
+        EXCEPT SELECT tag, seq FROM memory_tags))"""
+_FILE_DRIFT = """SELECT
+    (SELECT count(*) FROM chunks WHERE file_id NOT IN (SELECT id FROM files)),
+    (SELECT count(*) FROM files AS f WHERE f.chunks !=
+        (SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id))"""
+
+
+def check(session: SqliteSession) -> dict[str, Any]:
+    """See :meth:`mnemex.store.Store.check`."""
+    problems: list[str] = []
+    with session.connection() as conn:
+        result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if result != "ok":
+            problems.append(f"sqlite integrity_check: {result}")
+        for table in ("memories_fts", "relations_fts"):
+            try:
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+            except sqlite3.DatabaseError as exc:
+                problems.append(f"fts5 integrity-check of {table}: {exc}")
+        try:
+            with read_transaction(conn):
+                extra, absent, ghost_docs = _index_drift(conn)
+                tag_rows = conn.execute(_TAG_DRIFT).fetchone()[0]
+                rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+                orphans, short = conn.execute(_FILE_DRIFT).fetchone()
+        finally:
+            _drop_check_tables(conn)
+    for count, problem in (
+        (extra, "full-text index has {} postings no memory explains"),
+        (absent, "full-text index lacks {} postings of stored memories"),
+        (ghost_docs, "full-text index has {} ghost rows"),
+        (tag_rows, "tag index differs from memories in {} rows"),
+        (orphans, "{} workspace chunks belong to no file"),
+        (short, "{} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`"),
+    ):
+        if count:
+            problems.append(problem.format(count))
+    return {"ok": not problems, "memories": rows, "problems": problems}
+
+
+def index_differs(session: SqliteSession) -> bool:
+    """Whether the full-text index differs from a rebuild (or cannot be read)."""
+    with session.connection() as conn:
+        try:
+            with read_transaction(conn):
+                return any(_index_drift(conn))
+        except sqlite3.DatabaseError as exc:
+            logger().warning("full-text index unreadable, rebuilding it: %s", exc)
+            return True
+        finally:
+            _drop_check_tables(conn)
+
+
+def _index_drift(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """How the full-text index differs from a rebuild from the memories table:
+    postings no memory explains, postings it lacks, and rows of no memory.
+
+    Reads every row (a fresh tokenization into a temp table) inside the
+    caller's read transaction; the temp tables stay until :func:`_drop_check_tables`.
+    """
+    _drop_check_tables(conn)
+    conn.execute(
+        f"CREATE VIRTUAL TABLE temp.mnemex_check USING fts5(content, tags, tokenize='{TOKENIZER}')"
+    )
+    conn.execute(
+        "CREATE VIRTUAL TABLE temp.mnemex_check_v USING fts5vocab(temp, mnemex_check, instance)"
+    )
+    conn.execute(
+        "CREATE VIRTUAL TABLE temp.mnemex_index_v USING fts5vocab(main, memories_fts, instance)"
+    )
+    conn.execute(
+        "INSERT INTO temp.mnemex_check (rowid, content, tags) "
+        "SELECT seq, content, tags FROM memories_fts_source"
+    )
+    postings = "SELECT term, doc, col, offset FROM temp.mnemex_{}_v"
+    extra, absent = (
+        conn.execute(
+            f"SELECT count(*) FROM ({postings.format(a)} EXCEPT {postings.format(b)})"
+        ).fetchone()[0]
+        for a, b in (("index", "check"), ("check", "index"))
+    )
+    ghost_docs = conn.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT doc FROM temp.mnemex_index_v) "
+        "WHERE doc NOT IN (SELECT seq FROM memories)"
+    ).fetchone()[0]
+    return int(extra), int(absent), int(ghost_docs)
+
+
+def _drop_check_tables(conn: sqlite3.Connection) -> None:
+    for table in _CHECK_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS temp.{table}")

@@ -1,0 +1,266 @@
+"""The embedding lifecycle of a session: which embedder the store uses, giving memories
+vectors (now, or later from the backlog a failed write leaves), and reindex.
+
+Written over the session's public surface; the vector SQL it runs is
+:mod:`mnemex.index.embeddings`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.index.embeddings import EmbedReport
+
+from mnemex import embed as embedders
+from mnemex.embed import Embedder
+from mnemex.engine import logger
+from mnemex.engine.check import index_differs
+from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
+from mnemex.storage import write_transaction
+
+FROM_SETTINGS: Final = object()  # Store(embedder=...) default: resolve the embedder setting
+DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when time is limited
+_BACKLOG = "SELECT value FROM meta WHERE key = 'embed_backlog'"
+
+
+class Embedding:
+    """The embedder of one session and the work of giving its memories vectors."""
+
+    def __init__(self, session: SqliteSession, embedder: Embedder | object | None) -> None:
+        self.session = session
+        self._arg = embedder
+        self._embedder: Embedder | None = None
+        self._wanted: Embedder | None = None  # what reindex and embed switch the store to
+        self._recorded: dict[str, Any] | None = None
+        self._ready = False
+        self.last_error: str | None = None  # why the last write stored memories without vectors
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The store's embedder, resolved on first use: see :attr:`mnemex.store.Store.embedder`."""
+        if not self._ready:
+            session = self.session
+            with session.lock:
+                if not self._ready:
+                    wanted: Any = self._arg
+                    if wanted is FROM_SETTINGS:
+                        configured = session.settings.embedder != "auto"
+                        wanted = (
+                            embedders.resolve(session.settings) if configured else embedders.AUTO
+                        )
+                    with session.connection() as conn:
+                        self._recorded = _recorded_embedder(conn)
+                    self._embedder = embedders.settle(wanted, self._recorded, session.settings)
+                    self._wanted = self._embedder if wanted is embedders.AUTO else wanted
+                    self._ready = True
+        return self._embedder
+
+    def _record(self, embedder: Embedder) -> None:
+        """Record ``embedder`` as the one the store is indexed with (after it stored vectors)."""
+        if getattr(embedder, "lazy_dim", False) or isinstance(embedder, embedders.Unavailable):
+            return
+        record = embedders.describe(embedder)
+        if record == self._recorded:
+            return
+        with self.session.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)",
+                (json.dumps(record, sort_keys=True),),
+            )
+        self._recorded = record
+
+    def check_dimension(self, embedder: Embedder) -> None:
+        """Raise :class:`~mnemex.errors.IndexMismatch` when the store holds vectors of the
+        model with another dimension. Call it inside the session's ``connection()``."""
+        row = self.session.conn.execute(
+            "SELECT dim FROM embeddings WHERE model = ? AND dim != ? LIMIT 1",
+            (embedder.model_id, embedder.dim),
+        ).fetchone()
+        if row:
+            raise IndexMismatch(
+                f"the store holds {row[0]}-dimensional vectors for {embedder.model_id}, which now "
+                f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
+            )
+
+    def _target(self) -> Embedder | None:
+        """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
+        self.embedder  # noqa: B018 - resolves the embedder to switch to, too
+        if isinstance(self._wanted, embedders.Unavailable):
+            raise EmbeddingError(self._wanted.reason)
+        return self._wanted
+
+    def embed(
+        self, *, progress: Callable[[int], None] | None = None, force: bool = False
+    ) -> EmbedReport:
+        """See :meth:`mnemex.store.Store.embed`."""
+        from mnemex.index import embeddings as vectors
+
+        embedder = self._target()
+        if embedder is None:
+            raise EmbeddingError(
+                "no embedder is configured: install mnemex[embed] for the local model, or set "
+                "embedder (MNEMEX_EMBEDDER) to sentence-transformers or openai"
+            )
+        breaker = getattr(embedder, "breaker", None)
+        if breaker is not None:
+            breaker.reset()  # asked for now: try the provider even if it failed a moment ago
+        report = vectors.EmbedReport(model=embedder.model_id)
+        session = self.session
+        # The session's lock is held for each use of the connection, not while the model
+        # runs: other threads keep searching during a long embedding pass.
+        with session.connection() as conn:
+            if force:
+                with write_transaction(conn):
+                    conn.execute("DELETE FROM embeddings WHERE model = ?", (embedder.model_id,))
+                session.after_write()
+            else:
+                self.check_dimension(embedder)
+        last = 0
+        while True:
+            with session.connection() as conn:
+                batch = vectors.pending(conn, embedder.model_id, after=last)
+            if not batch:
+                break
+            last = batch[-1].seq
+            vectors.embed_and_store(
+                session.conn, embedder, batch, report, progress, guard=session.connection
+            )
+            session.after_write()
+        with session.connection() as conn:
+            with write_transaction(conn):
+                conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
+            report.pending = vectors.count_pending(conn, embedder.model_id)
+        self._record(embedder)
+        if embedder is not self._embedder:
+            with session.lock:
+                self._embedder = embedder  # the store is switched to it
+        session.update_ann(embedder)
+        self.last_error = None
+        return report
+
+    def reindex(
+        self,
+        *,
+        progress: Callable[[int], None] | None = None,
+        force: bool = False,
+        prune: bool = False,
+    ) -> EmbedReport | None:
+        """See :meth:`mnemex.store.Store.reindex`."""
+        target = self._target()  # before anything is deleted
+        session = self.session
+        if index_differs(session):
+            with session.transaction() as conn:
+                conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')")
+        if prune and target is not None:
+            with session.transaction() as conn:
+                conn.execute("DELETE FROM embeddings WHERE model != ?", (target.model_id,))
+        if force and target is not None:
+            session.drop_ann(target.model_id)
+        session.after_write()
+        if target is None:
+            return None
+        return self.embed(progress=progress, force=force)
+
+    def embed_new(
+        self,
+        seqs: Sequence[int],
+        primed: dict[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> EmbedReport | None:
+        """See :meth:`mnemex.store.Store.embed_new`."""
+        embedder = self.embedder
+        if embedder is None or not seqs:
+            return None
+        if primed:
+            embedder = _Primed(embedder, primed)
+        from mnemex.index import embeddings as vectors
+
+        report = vectors.EmbedReport(model=embedder.model_id)
+        session = self.session
+        try:
+            with session.connection() as conn:
+                self.check_dimension(embedder)
+                rows = vectors.rows_for(conn, seqs, embedder.model_id)
+            step = len(rows) if deadline is None else DEADLINE_SLICE
+            for start in range(0, len(rows), max(step, 1)):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                vectors.embed_and_store(
+                    session.conn,
+                    embedder,
+                    rows[start : start + step],
+                    report,
+                    progress,
+                    session.connection,
+                )
+            with session.connection() as conn:
+                backlog = conn.execute(_BACKLOG).fetchone()
+            session.after_write()
+            if rows:
+                self._record(self.embedder)  # type: ignore[arg-type]
+            if backlog and deadline is None:  # an earlier write could not embed: catch up now
+                self.embed()
+            self.last_error = None
+        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+            session.after_write()
+            self.last_error = report.error = str(exc)
+            logger().warning("memories stored without vectors (run `mnemex embed`): %s", exc)
+            with session.transaction() as conn:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embed_backlog', ?)",
+                    (str(exc),),
+                )
+        return report
+
+
+def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The embedder the store records it was indexed with, if any.
+
+    A store written before embedders were recorded is taken to be indexed with
+    the model most of its vectors are from (known by its id and dimension only).
+    """
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    if row is not None:
+        with contextlib.suppress(ValueError, TypeError):
+            record = json.loads(row[0])
+            if isinstance(record, dict) and record.get("model_id"):
+                return record
+    legacy = conn.execute(
+        "SELECT model, count(*) FROM embeddings GROUP BY model ORDER BY count(*) DESC LIMIT 1"
+    ).fetchone()
+    if legacy is None:
+        return None
+    dim = conn.execute("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (legacy[0],))
+    record = {"model_id": legacy[0], "dim": dim.fetchone()[0]}
+    from mnemex.embed.local import LocalEmbedder
+
+    local = LocalEmbedder()
+    if legacy[0] == local.model_id:
+        record.update(local.describe())
+    return record
+
+
+class _Primed:
+    """An embedder that answers texts it was given vectors for without the model."""
+
+    def __init__(self, embedder: Embedder, vectors: dict[str, Any]) -> None:
+        self._embedder = embedder
+        self._vectors = vectors
+        self.model_id = embedder.model_id
+        self.dim = embedder.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        if all(t in self._vectors for t in texts):
+            return np.stack([self._vectors[t] for t in texts])
+        return self._embedder.embed(texts)

@@ -1,0 +1,158 @@
+"""The SQLite session (mnemex.engine.sqlite): the storage seam's public surface, on real files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemex.config import load_settings
+from mnemex.engine import ALL
+from mnemex.engine.check import check, index_differs
+from mnemex.engine.sqlite import WRITE_CHUNK, SqliteSession
+from mnemex.errors import DuplicateId, InvalidInput, StoreLocked
+from mnemex.text import content_hash, format_time, segment, tags_columns, utcnow
+
+
+def _session(path: Path, **settings: Any) -> SqliteSession:
+    return SqliteSession(load_settings(path, **settings), embedder=None)
+
+
+def _row(ident: str, content: str, namespace: str = "default") -> tuple[Any, ...]:
+    """A prepared row in ROW_COLUMNS order, built without the store."""
+    now = format_time(utcnow())
+    tags, fts_tags = tags_columns(("session",))
+    return (
+        ident,
+        namespace,
+        "note",
+        content,
+        tags,
+        None,
+        1.0,
+        0,
+        now,
+        now,
+        content_hash(content),
+        "{}",
+        segment(content),
+        fts_tags,
+    )
+
+
+def _ids(session: SqliteSession) -> list[str]:
+    with session.connection() as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY seq")]
+
+
+def test_a_failed_transaction_leaves_the_connection_state_usable(tmp_path: Path) -> None:
+    session = _session(tmp_path / "s.db")
+    with session.connection():
+        session.insert_prepared([_row("a", "billing webhooks retry")], "error")
+    with pytest.raises(DuplicateId), session.connection():
+        session.insert_prepared([_row("b", "kafka lag"), _row("a", "again")], "error")
+    with pytest.raises(RuntimeError), session.transaction():
+        session.insert_rows([_row("c", "rolled back")])
+        raise RuntimeError("boom")
+    assert _ids(session) == ["a"]  # all or nothing, both times
+    # the staging table and the lexicon's temp tables survived the rollbacks
+    with session.transaction():
+        assert len(session.insert_rows([_row("d", "billing invoices")])) == 1
+    session.after_write()
+    assert [t.surface for t in session.lexicon.tokenize("Billing webhooks")] == [
+        "billing",
+        "webhooks",
+    ]
+    assert session.lexicon.n_docs() == 2
+    assert check(session)["ok"] and not index_differs(session)
+    session.close()
+
+
+def test_after_write_makes_caches_miss(tmp_path: Path) -> None:
+    session = _session(tmp_path / "s.db")
+    assert session.lexicon.n_docs() == 0
+    generation = session.generation
+    with session.transaction():
+        session.insert_rows([_row("a", "one"), _row("b", "two")])
+    session.after_write()
+    assert session.generation == generation + 1
+    assert session.lexicon.n_docs() == 2  # this connection's write: PRAGMA data_version misses it
+    session.close()
+
+
+def test_errors_drop_caches_and_translate_a_locked_store(tmp_path: Path) -> None:
+    first = _session(tmp_path / "s.db")
+    second = _session(tmp_path / "s.db", busy_timeout=0.2)
+    generation = second.generation
+    with first.transaction(), pytest.raises(StoreLocked), second.transaction():
+        pass
+    assert second.generation > generation  # what a rollback may have outdated is dropped
+    with second.transaction():
+        second.insert_rows([_row("a", "after the lock")])
+    assert _ids(first) == ["a"]
+    first.close()
+    second.close()
+
+
+def test_close_twice_is_safe_and_a_closed_session_says_so(tmp_path: Path) -> None:
+    session = _session(tmp_path / "s.db")
+    session.close()
+    session.close()
+    with pytest.raises(InvalidInput, match="closed"):
+        _ = session.conn
+    with pytest.raises(InvalidInput, match="closed"), session.connection():
+        pass
+
+
+def test_the_writer_thread_flushes_every_chunk_and_stops_on_close(tmp_path: Path) -> None:
+    session = _session(tmp_path / "s.db")
+    before = set(threading.enumerate())
+    rows = [_row(f"m{i}", f"memory number {i}") for i in range(2 * WRITE_CHUNK + 7)]
+    chunks = [rows[i : i + WRITE_CHUNK] for i in range(0, len(rows), WRITE_CHUNK)]
+    with session.connection():
+        count, ids, seqs = session.insert_chunks(iter(chunks), "error")
+    assert count == len(rows) and ids == [r[0] for r in rows] and len(seqs) == len(rows)
+    writers = [t for t in set(threading.enumerate()) - before if t.name.startswith("mnemex-write")]
+    assert writers
+    with session.connection():
+        again, seqs = session.insert_prepared([rows[0], _row("new", "fresh")], "skip")
+    assert again == 1 and len(seqs) == 1
+    session.close()
+    assert not any(t.is_alive() for t in writers)
+    reopened = _session(tmp_path / "s.db")
+    assert len(_ids(reopened)) == len(rows) + 1
+    reopened.close()
+
+
+def test_namespaces_and_read_snapshots(tmp_path: Path) -> None:
+    session = _session(tmp_path / "s.db", namespace="team")
+    assert session.resolve_namespace(None) == "team"
+    assert session.resolve_namespace("other") == "other"
+    assert session.resolve_namespace(ALL, allow_all=True) is None
+    with pytest.raises(InvalidInput, match="one namespace"):
+        session.resolve_namespace(ALL)
+    with session.read() as conn:
+        assert conn.in_transaction
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+    assert not session.conn.in_transaction
+    session.close()
+
+
+def test_the_vector_index_is_kept_and_sees_writes(tmp_path: Path, fake_embedder: Any) -> None:
+    session = SqliteSession(load_settings(tmp_path / "s.db"), embedder=fake_embedder)
+    assert session.embedder is fake_embedder
+    with session.connection():
+        _, seqs = session.insert_prepared([_row("a", "billing webhooks")], "error")
+    session.after_write()
+    assert session.embedding.embed_new(seqs) is not None and session.embedding.last_error is None
+    with session.connection():
+        index = session.vectors(fake_embedder.dim)
+        assert index is session.vectors(fake_embedder.dim) and index.size == 1
+        session.insert_prepared([_row("b", "kafka consumers")], "error")
+    report = session.embedding.embed()
+    assert report.embedded == 1 and report.pending == 0
+    with session.connection():
+        assert session.vectors(fake_embedder.dim).size == 2
+    session.close()
