@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import math
 import os
 import sqlite3
 import threading
@@ -28,10 +27,11 @@ from mnemex import relations as relations_db
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
-    FUSIONS,
     MAX_SEARCH_LIMIT,
-    MODES,
+    RecallOptions,
+    SearchOptions,
     Settings,
+    check_count,
     check_patterns,
     load_settings,
 )
@@ -54,7 +54,6 @@ from mnemex.models import (
     ForgetResult,
     GetResult,
     Memory,
-    Recalled,
     RecallResult,
     Relation,
     SearchResult,
@@ -140,7 +139,6 @@ _INPUT_KEYS = frozenset(
 )
 _UNSET: Final = object()
 _CHUNK = 500  # ids per IN (...) query
-RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in add_many
 OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
 OPTIMIZE_MIN_ROWS = 10_000
@@ -1373,34 +1371,37 @@ class Store:
         memories, in ``SearchResult.relations``, ranked by BM25 · confidence.
         The memory filters (kinds, tags, dates) do not apply to them.
         """
-        from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
+        from mnemex.search.pipeline import Engine, Request, run_search
 
-        settings = self.settings
         filters = self._filters(namespace, kinds, tags, since, until)
-        limit = _check_limit(settings.search_limit if limit is None else limit)
-        if mode is not None and mode not in MODES:
-            raise InvalidInput(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if fusion is not None and fusion not in FUSIONS:
-            raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
-        vector_weight, text_weight = _weights(weights, settings)
-        wanted = settings.search_relations if relations is None else relations
-        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 0 <= wanted <= 1000:
-            raise InvalidInput(f"relations must be an integer between 0 and 1000, got {wanted!r}")
-        embedder = self.embedder if (mode or settings.search_mode) != "lexical" else None
+        options = SearchOptions.of(
+            self.settings,
+            limit=limit,
+            mode=mode,
+            fusion=fusion,
+            weights=weights,
+            relations=relations,
+            expand=expand,
+            decay=decay,
+            confidence=confidence,
+            mmr=mmr,
+            threshold=threshold,
+        )
+        embedder = self.embedder if options.wants_vectors else None
         request = Request(
             query=query,
-            limit=limit,
+            limit=options.limit,
             filters=filters,
-            mode=resolve_mode(mode, settings, embedder is not None),
-            fusion=fusion or settings.fusion,
-            rrf_k=settings.rrf_k,
-            vector_weight=vector_weight,
-            text_weight=text_weight,
+            mode=options.mode_for(embedder is not None),
+            fusion=options.fusion,
+            rrf_k=options.rrf_k,
+            vector_weight=options.vector_weight,
+            text_weight=options.text_weight,
             raw=raw,
             explain=explain,
             snippets=snippets,
-            ranking=self._ranking(decay, confidence, mmr, threshold),
-            expand=settings.query_expansion if expand is None else bool(expand),
+            ranking=self._ranking(options),
+            expand=options.expand,
             now=None if now is None else parse_time(now, what="now"),
         )
         started = time.perf_counter()
@@ -1408,13 +1409,13 @@ class Store:
         took = (time.perf_counter() - started) * 1000
         found: tuple[Any, ...] = ()
         with self.connection():
-            engine = Engine(self.conn, self._lexicon, settings, embedder, self._vectors)
+            engine = Engine(self.conn, self._lexicon, self.settings, embedder, self._vectors)
             result = run_search(engine, request)
-            if wanted:
+            if options.relations:
                 started = time.perf_counter()
                 found = tuple(
                     relations_db.search_relations(
-                        self.conn, self._lexicon, result.query, filters.namespace, wanted
+                        self.conn, self._lexicon, result.query, filters.namespace, options.relations
                     )
                 )
                 took += (time.perf_counter() - started) * 1000
@@ -1427,25 +1428,18 @@ class Store:
             took_ms=result.took_ms + took,
         )
 
-    def _ranking(
-        self,
-        decay: bool | None,
-        confidence: bool | None,
-        mmr: bool | None,
-        threshold: bool | None,
-    ) -> Ranking:
+    def _ranking(self, options: SearchOptions) -> Ranking:
         s = self.settings
-        use_threshold = True if threshold is None else bool(threshold)
         return Ranking(
-            decay=s.decay if decay is None else bool(decay),
+            decay=options.decay,
             half_life_days=s.half_life_days,
-            confidence=s.confidence_weighting if confidence is None else bool(confidence),
-            mmr=s.mmr if mmr is None else bool(mmr),
+            confidence=options.confidence,
+            mmr=options.mmr,
             mmr_lambda=s.mmr_lambda,
             mmr_similarity=s.mmr_similarity,
-            min_text_score=s.min_text_score if use_threshold else 0.0,
-            min_vector_score=s.min_vector_score if use_threshold else -1.0,
-            floor=s.relevance_floor and use_threshold,
+            min_text_score=s.min_text_score if options.threshold else 0.0,
+            min_vector_score=s.min_vector_score if options.threshold else -1.0,
+            floor=s.relevance_floor and options.threshold,
         )
 
     def recall(
@@ -1476,19 +1470,17 @@ class Store:
         less than ``MIN_EXCERPT_TOKENS`` are left (see :mod:`mnemex.search.recall`).
         """
         from mnemex.search import recall as packing
-        from mnemex.search.rank import age_days
 
-        settings = self.settings
-        budget = settings.recall_budget if budget_tokens is None else budget_tokens
-        most = settings.recall_max if max_memories is None else max_memories
-        for name, value in (("budget_tokens", budget), ("max_memories", most)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
-        counter_name, count = _token_counter(token_counter or settings.token_counter)
+        options = RecallOptions.of(
+            self.settings,
+            budget_tokens=budget_tokens,
+            max_memories=max_memories,
+            token_counter=token_counter,
+        )
         moment = utcnow() if now is None else parse_time(now, what="now")
         found = self.search(
             task,
-            limit=min(MAX_SEARCH_LIMIT, max(RECALL_CANDIDATES, 4 * most)),
+            limit=options.candidates,
             kinds=kinds,
             tags=tags,
             since=since,
@@ -1501,63 +1493,10 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        ids = [hit.id for hit in found.hits]
         with self.connection() as conn:
-            rows = {
-                r[0]: r
-                for start in range(0, len(ids), _CHUNK)
-                for r in conn.execute(
-                    "SELECT id, kind, content, confidence, created_at FROM memories "
-                    f"WHERE id IN ({','.join('?' * len(ids[start : start + _CHUNK]))})",
-                    ids[start : start + _CHUNK],
-                )
-            }
-        hits = [hit for hit in found.hits if hit.id in rows]
-        lines, ages = [], []
-        for hit in hits:
-            _, kind, content, confidence, created = rows[hit.id]
-            ages.append(packing.format_age(age_days(parse_stored_time(created), moment)))
-            lines.append(packing.render_line(kind, content, confidence, ages[-1]))
-
-        def trim(index: int, fits: packing.Fits) -> str | None:
-            _, kind, content, confidence, _ = rows[hits[index].id]
-            age = ages[index]
-            part = packing.excerpt(
-                content, found.query, lambda t: fits(packing.render_line(kind, t, confidence, age))
-            )
-            return None if part is None else packing.render_line(kind, part, confidence, age)
-
-        packed = packing.pack(lines, budget, most, count, trim)
-        chosen = []
-        for position, index in enumerate(packed.chosen):
-            hit, line = hits[index], packed.lines[position]
-            _, kind, content, confidence, _ = rows[hit.id]
-            chosen.append(
-                Recalled(
-                    id=hit.id,
-                    kind=kind,
-                    content=content,
-                    confidence=confidence,
-                    created_at=hit.created_at,
-                    score=hit.score,
-                    line=line,
-                    tokens=count(line),
-                    cut=packed.cut == index or index in packed.excerpts,
-                )
-            )
-        return RecallResult(
-            task=_echo(task if isinstance(task, str) else found.query),
-            markdown=packed.markdown,
-            memories=tuple(chosen),
-            tokens=packed.tokens,
-            budget_tokens=budget,
-            max_memories=most,
-            skipped=packed.considered - len(chosen),
-            mode_used=found.mode_used,
-            token_counter=counter_name,
-            notes=found.notes,
-            stale=found.stale,
-        )
+            bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
+        echoed = _echo(task if isinstance(task, str) else found.query)
+        return packing.recall(echoed, found, bodies, options, moment)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
         """What the namespace holds (or, with :data:`ALL`, the whole store).
@@ -1985,16 +1924,6 @@ def _id_list(ids: Iterable[str] | str) -> list[str]:
     return list(dict.fromkeys(cleaned))
 
 
-def _token_counter(counter: str | Callable[[str], int]) -> tuple[str, Callable[[str], int]]:
-    from mnemex.search.recall import COUNTERS
-
-    if callable(counter):
-        return getattr(counter, "__name__", "custom"), counter
-    if not isinstance(counter, str) or counter not in COUNTERS:
-        raise InvalidInput(f"token_counter must be one of {', '.join(COUNTERS)} or a function")
-    return counter, COUNTERS[counter]
-
-
 def _echo(given: str) -> str:
     """A query or task as given, or as searched when it is not valid Unicode text (a
     lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
@@ -2003,28 +1932,6 @@ def _echo(given: str) -> str:
     except UnicodeEncodeError:
         return clean_query(given)
     return given
-
-
-def _weights(weights: object, settings: Settings) -> tuple[float, float]:
-    """(vector, text) fusion weights: two finite numbers >= 0, not both 0."""
-    if weights is None:
-        return settings.vector_weight, settings.text_weight
-    given = list(weights) if isinstance(weights, list | tuple) else []
-    pair = [
-        float(w) if isinstance(w, float) or (isinstance(w, int) and abs(w) < 2**53) else math.nan
-        for w in given
-        if not isinstance(w, bool)
-    ]
-    if (
-        len(given) != 2
-        or len(pair) != 2
-        or not all(0 <= w < math.inf for w in pair)
-        or not sum(pair)
-    ):
-        raise InvalidInput(
-            f"weights must be two numbers >= 0, not both 0 (vector, text), got {weights!r}"
-        )
-    return float(pair[0]), float(pair[1])
 
 
 _CHECK_TABLES = ("mnemex_index_v", "mnemex_check_v", "mnemex_check")
@@ -2074,11 +1981,7 @@ def _drop_check_tables(conn: sqlite3.Connection) -> None:
 
 
 def _check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
-        raise InvalidInput(
-            f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
-        )
-    return limit
+    return check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
 
 
 def _memory(row: Sequence[Any]) -> Memory:
