@@ -20,6 +20,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from mnemex import __version__
+from mnemex.config import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_FUSION,
+    DEFAULT_KIND,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SEARCH_LIMIT,
+    FUSIONS,
+    HALF_LIFE_DAYS,
+    MAX_RECALL_MEMORIES,
+    MAX_SEARCH_LIMIT,
+    MODES,
+    RECALL_BUDGET_TOKENS,
+    RECALL_MAX_MEMORIES,
+    SEARCH_RELATIONS,
+    TEXT_WEIGHT,
+    TOKEN_COUNTERS,
+    VECTOR_WEIGHT,
+    given_store,
+)
 from mnemex.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -31,8 +50,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Context:
     def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
-        self.db = db
-        self.namespace = namespace
+        self.db, self.namespace = given_store(db, namespace)
         self.home = home
         self._store: Store | None = None
         self._created: list[Path] = []  # the store file and the folders this command made
@@ -244,8 +262,9 @@ def _when(dt: datetime) -> str:
 
 mode_option = click.option(
     "--mode",
-    type=click.Choice(["lexical", "vector", "hybrid"]),
-    help="Search arms to run (default: hybrid with an embedder, else lexical).",
+    type=click.Choice([m for m in MODES if m != "auto"]),
+    help="Search arms to run (default: setting search_mode, auto: hybrid with an embedder, "
+    "else lexical).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
@@ -277,14 +296,12 @@ def _warnings_on_stderr() -> None:
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
-    envvar="MNEMEX_DB",
-    help="Store file (default: memories.db in $MNEMEX_HOME or the user data dir).",
+    help="Store file (default: $MNEMEX_DB, else memories.db in $MNEMEX_HOME or the user data dir).",
 )
 @click.option(
     "-n",
     "--namespace",
-    envvar="MNEMEX_NAMESPACE",
-    help="Namespace to read and write (default: 'default').",
+    help=f"Namespace to read and write (default: setting namespace, {DEFAULT_NAMESPACE!r}).",
 )
 @click.option("--home", type=click.Path(file_okay=False), hidden=True)
 @click.version_option(__version__, prog_name="mnemex")
@@ -306,10 +323,10 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 
 @cli.command()
 @click.argument("content")
-@click.option("--kind", help="Kind of memory (default: observation).")
+@click.option("--kind", help=f"Kind of memory (default: {DEFAULT_KIND}).")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat or comma-separate).")
 @click.option("--source", help="Where the memory came from.")
-@click.option("--confidence", type=float, help="How sure (0-1, default 0.8).")
+@click.option("--confidence", type=float, help=f"How sure (0-1, default {DEFAULT_CONFIDENCE}).")
 @click.option("--pinned", is_flag=True, help="Never decays.")
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
@@ -361,10 +378,10 @@ def add(
         metadata[key] = value
     added = obj.store(create=True).remember(
         _read_text(content),
-        kind=kind or "observation",
+        kind=kind or DEFAULT_KIND,
         tags=_split(tags),
         source=source,
-        confidence=0.8 if confidence is None else confidence,
+        confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
         pinned=pinned,
         created_at=created_at,
         metadata=metadata or None,
@@ -398,7 +415,12 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 
 @cli.command()
 @click.argument("query")
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), help="How many hits (default 6).")
+@click.option(
+    "-l",
+    "--limit",
+    type=click.IntRange(1, MAX_SEARCH_LIMIT),
+    help=f"How many hits (default: setting search_limit, {DEFAULT_SEARCH_LIMIT}).",
+)
 @kind_option
 @tag_option
 @click.option("--since", help="Created at or after (ISO 8601, epoch, or an age like 7d).")
@@ -406,25 +428,30 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @mode_option
 @click.option(
     "--fusion",
-    type=click.Choice(["rrf", "weighted", "adaptive"]),
-    help="How hybrid fuses (default adaptive).",
+    type=click.Choice(FUSIONS),
+    help=f"How hybrid fuses (default: setting fusion, {DEFAULT_FUSION}).",
 )
 @click.option(
     "--weights",
     metavar="VECTOR,TEXT",
-    help="Weights of weighted fusion, the starting point of adaptive (default 0.5,0.5).",
+    help="Weights of weighted fusion, the starting point of adaptive (default: settings "
+    f"vector_weight, text_weight, {VECTOR_WEIGHT:g},{TEXT_WEIGHT:g}).",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
 @click.option(
-    "--decay/--no-decay", default=None, help="Rank older memories lower (half-life 30 days)."
+    "--decay/--no-decay",
+    default=None,
+    help="Rank older memories lower (default: setting decay; half-life: setting half_life_days, "
+    f"{HALF_LIFE_DAYS:g} days).",
 )
 @click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
-    type=click.IntRange(0, 1000),
-    help="Most relations shown beside the memories (default 5; 0 for none).",
+    type=click.IntRange(0, MAX_SEARCH_LIMIT),
+    help="Most relations shown beside the memories (default: setting search_relations, "
+    f"{SEARCH_RELATIONS}; 0 for none).",
 )
 @all_ns_option
 @json_option
@@ -565,11 +592,18 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @cli.command()
 @click.argument("task")
 @click.option(
-    "-b", "--budget", type=click.IntRange(1, None), help="Most tokens in the block (default 500)."
+    "-b",
+    "--budget",
+    type=click.IntRange(1, None),
+    help=f"Most tokens in the block (default: setting recall_budget, {RECALL_BUDGET_TOKENS}).",
 )
 @click.option(
-    "-n", "--max-memories", type=click.IntRange(1, 100), help="Most memories (default 5)."
+    "-m",
+    "--max-memories",
+    type=click.IntRange(1, MAX_RECALL_MEMORIES),
+    help=f"Most memories (default: setting recall_max, {RECALL_MAX_MEMORIES}).",
 )
+@click.option("-n", "max_memories_n", type=click.IntRange(1, MAX_RECALL_MEMORIES), hidden=True)
 @kind_option
 @tag_option
 @mode_option
@@ -578,9 +612,9 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @click.option(
     "--tokens",
     "token_counter",
-    type=click.Choice(["chars", "wordpiece"]),
-    help="How tokens are counted: chars (4 characters a token, 1 a CJK character; default) "
-    "or wordpiece (needs mnemex[embed]).",
+    type=click.Choice(TOKEN_COUNTERS),
+    help="How tokens are counted (default: setting token_counter, chars): chars (4 characters "
+    "a token, 1 a CJK character) or wordpiece (needs mnemex[embed]).",
 )
 @json_option
 @click.pass_obj
@@ -590,6 +624,7 @@ def recall(
     task: str,
     budget: int | None,
     max_memories: int | None,
+    max_memories_n: int | None,
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
     mode: str | None,
@@ -610,7 +645,7 @@ def recall(
     result = store.recall(
         text,
         budget,
-        max_memories,
+        max_memories_n if max_memories is None else max_memories,
         kinds=_split(kinds),
         tags=_split(tags),
         mode=mode,
@@ -668,13 +703,15 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @click.option("--end", help="Up to this time (exclusive).")
 @kind_option
 @tag_option
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option(
+    "-l", "--limit", type=click.IntRange(1, MAX_SEARCH_LIMIT), default=20, show_default=True
+)
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
 @click.option(
     "--around", metavar="ID", help="The memory ID and those created just before and after."
 )
-@click.option("--before", type=click.IntRange(0, 1000), default=5, show_default=True)
-@click.option("--after", type=click.IntRange(0, 1000), default=5, show_default=True)
+@click.option("--before", type=click.IntRange(0, MAX_SEARCH_LIMIT), default=5, show_default=True)
+@click.option("--after", type=click.IntRange(0, MAX_SEARCH_LIMIT), default=5, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -848,7 +885,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
 @click.argument("subject")
 @click.argument("predicate")
 @click.argument("object_", metavar="OBJECT")
-@click.option("--confidence", type=float, default=0.8, show_default=True)
+@click.option("--confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True)
 @click.option("--source-memory", help="Id of the memory this relation was read from.")
 @json_option
 @click.pass_obj
@@ -877,7 +914,9 @@ def relate(
 
 @cli.command()
 @click.argument("entity")
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option(
+    "-l", "--limit", type=click.IntRange(1, MAX_SEARCH_LIMIT), default=50, show_default=True
+)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -1140,7 +1179,7 @@ def mcp_(
 
     The server works on one store and one namespace (--db, --namespace) and
     exposes memory_search, memory_timeline, memory_get, memory_recall,
-    memory_add, memory_forget, memory_relate and memory_status. With --http it
+    memory_add, memory_update, memory_forget, memory_relate and memory_stats. With --http it
     listens on http://HOST:PORT/mcp; when MNEMEX_MCP_TOKEN is set every request
     must carry `Authorization: Bearer <token>`. Needs mnemex[mcp].
     """

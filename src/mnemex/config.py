@@ -53,6 +53,7 @@ DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (see
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
 RECALL_MAX_MEMORIES = 5  # seed 003
+MAX_RECALL_MEMORIES = 100  # the most `mnemex recall --max-memories` takes
 RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 SEARCH_RELATIONS = 5  # relations returned beside the memories of a search (seed 002)
 # Markdown workspaces (mnemex.ingest).
@@ -160,6 +161,15 @@ def default_home() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("mnemex", appauthor=False))
+
+
+def given_store(
+    db: str | None, namespace: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """The store path and namespace a command was given: its own, else ``$MNEMEX_DB`` and
+    ``$MNEMEX_NAMESPACE`` (``None`` where neither says)."""
+    env = os.environ if environ is None else environ
+    return db or env.get("MNEMEX_DB") or None, namespace or env.get("MNEMEX_NAMESPACE") or None
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
