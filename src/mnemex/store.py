@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from mnemex.index.embeddings import EmbedReport
     from mnemex.index.vectors import VectorIndex
+    from mnemex.search.pipeline import Request
 
 from mnemex import embed as embedders
 from mnemex import relations as relations_db
@@ -1351,27 +1352,20 @@ class Store:
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
-        ``query`` is natural-language text; any text is safe. ``mode`` is
-        ``lexical``, ``vector`` or ``hybrid`` (default: hybrid when an
-        embedder is configured, else lexical); ``fusion`` is ``rrf`` or
-        ``weighted`` with ``weights`` = (vector, text). ``explain`` attaches
-        each hit's rank and score in each arm and the fused score. With
-        ``raw`` the query is an FTS5 expression used as is (syntax errors raise
-        :class:`~mnemex.errors.InvalidQuery`). ``snippets=False`` skips the
-        highlighted snippets, which is faster when only ids are needed.
-
-        The ranking stages after fusion (see :mod:`mnemex.search.rank`) follow
-        the settings unless switched here: ``decay`` (by age, measured from
-        ``now``), ``confidence`` weighting, ``mmr`` diversity and the minimum
-        score ``threshold`` of each arm. ``expand`` switches query expansion
-        (see :func:`mnemex.index.query.expand_terms`).
-
-        Up to ``relations`` relations (default ``settings.search_relations``;
-        0 for none) that best match the query come back apart from the
-        memories, in ``SearchResult.relations``, ranked by BM25 · confidence.
-        The memory filters (kinds, tags, dates) do not apply to them.
+        ``query`` is any natural-language text. An argument left ``None`` takes
+        its setting (:class:`~mnemex.config.SearchOptions` checks them all):
+        ``mode`` (``auto``: hybrid with an embedder, else lexical), ``fusion``
+        (``rrf``, ``weighted``, ``adaptive``) with ``weights`` = (vector, text),
+        the ranking stages of :mod:`mnemex.search.rank` (``decay`` by age from
+        ``now``, ``confidence``, ``mmr``, each arm's minimum score
+        ``threshold``), ``expand`` (query expansion) and ``relations``: the
+        most relations, ranked by BM25 · confidence, returned apart in
+        ``SearchResult.relations`` (the memory filters do not apply to them).
+        ``explain`` attaches each hit's rank and score in each arm; with
+        ``raw`` the query is an FTS5 expression (syntax errors raise
+        :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Engine, Request, run_search
+        from mnemex.search.pipeline import Engine, run_search
 
         filters = self._filters(namespace, kinds, tags, since, until)
         options = SearchOptions.of(
@@ -1388,7 +1382,57 @@ class Store:
             threshold=threshold,
         )
         embedder = self.embedder if options.wants_vectors else None
-        request = Request(
+        request = self._request(query, filters, options, embedder, (raw, explain, snippets), now)
+        started = time.perf_counter()
+        notes, stale = self._freshen(filters.namespace)
+        took = (time.perf_counter() - started) * 1000
+        with self.connection():
+            engine = Engine(self.conn, self._lexicon, self.settings, embedder, self._vectors)
+            result = run_search(engine, request)
+            started, wanted = time.perf_counter(), options.relations
+            found = tuple(
+                relations_db.search_relations(
+                    self.conn, self._lexicon, result.query, filters.namespace, wanted
+                )
+                if wanted
+                else ()
+            )
+            took += (time.perf_counter() - started) * 1000
+        return dataclasses.replace(
+            result,
+            query=_echo(result.query),
+            notes=(*notes, *result.notes),
+            stale=stale,
+            relations=found,
+            took_ms=result.took_ms + took,
+        )
+
+    def _request(
+        self,
+        query: str,
+        filters: Filters,
+        options: SearchOptions,
+        embedder: Embedder | None,
+        flags: tuple[bool, bool, bool],
+        now: datetime | str | None,
+    ) -> Request:
+        """What the pipeline runs: the options, with ``auto`` resolved by whether there is
+        an ``embedder``, and the (raw, explain, snippets) ``flags``."""
+        from mnemex.search.pipeline import Request
+
+        s, threshold, (raw, explain, snippets) = self.settings, options.threshold, flags
+        ranking = Ranking(
+            decay=options.decay,
+            half_life_days=s.half_life_days,
+            confidence=options.confidence,
+            mmr=options.mmr,
+            mmr_lambda=s.mmr_lambda,
+            mmr_similarity=s.mmr_similarity,
+            min_text_score=s.min_text_score if threshold else 0.0,
+            min_vector_score=s.min_vector_score if threshold else -1.0,
+            floor=s.relevance_floor and threshold,
+        )
+        return Request(
             query=query,
             limit=options.limit,
             filters=filters,
@@ -1400,46 +1444,9 @@ class Store:
             raw=raw,
             explain=explain,
             snippets=snippets,
-            ranking=self._ranking(options),
+            ranking=ranking,
             expand=options.expand,
             now=None if now is None else parse_time(now, what="now"),
-        )
-        started = time.perf_counter()
-        notes, stale = self._freshen(filters.namespace)
-        took = (time.perf_counter() - started) * 1000
-        found: tuple[Any, ...] = ()
-        with self.connection():
-            engine = Engine(self.conn, self._lexicon, self.settings, embedder, self._vectors)
-            result = run_search(engine, request)
-            if options.relations:
-                started = time.perf_counter()
-                found = tuple(
-                    relations_db.search_relations(
-                        self.conn, self._lexicon, result.query, filters.namespace, options.relations
-                    )
-                )
-                took += (time.perf_counter() - started) * 1000
-        return dataclasses.replace(
-            result,
-            query=_echo(result.query),
-            notes=(*notes, *result.notes),
-            stale=stale,
-            relations=found,
-            took_ms=result.took_ms + took,
-        )
-
-    def _ranking(self, options: SearchOptions) -> Ranking:
-        s = self.settings
-        return Ranking(
-            decay=options.decay,
-            half_life_days=s.half_life_days,
-            confidence=options.confidence,
-            mmr=options.mmr,
-            mmr_lambda=s.mmr_lambda,
-            mmr_similarity=s.mmr_similarity,
-            min_text_score=s.min_text_score if options.threshold else 0.0,
-            min_vector_score=s.min_vector_score if options.threshold else -1.0,
-            floor=s.relevance_floor and options.threshold,
         )
 
     def recall(
