@@ -512,7 +512,12 @@ def search(
         _what_exists(store, _split(kinds), all_namespaces)
     if as_json:
         emit_json(result.to_dict())
-        return
+    else:
+        _print_hits(result, store.settings, all_namespaces)
+
+
+def _print_hits(result: Any, settings: Settings, all_namespaces: bool) -> None:
+    """A search's hits, a header line and a highlighted snippet each, then its relations."""
     from rich.markup import escape
 
     out = console()
@@ -522,7 +527,7 @@ def search(
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
         _print_relations(result.relations, "relations")
         return
-    start, end = store.settings.highlight_start, store.settings.highlight_end
+    start, end = settings.highlight_start, settings.highlight_end
     for rank, hit in enumerate(result.hits, start=1):
         tags_text = escape(f"  [{', '.join(hit.tags)}]") if hit.tags else ""
         place = f"  [green]{escape(hit.location.label)}[/green]" if hit.location else ""
