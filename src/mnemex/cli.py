@@ -19,26 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mnemex import __version__
-from mnemex.config import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_FUSION,
-    DEFAULT_KIND,
-    DEFAULT_NAMESPACE,
-    DEFAULT_SEARCH_LIMIT,
-    FUSIONS,
-    HALF_LIFE_DAYS,
-    MAX_RECALL_MEMORIES,
-    MAX_SEARCH_LIMIT,
-    MODES,
-    RECALL_BUDGET_TOKENS,
-    RECALL_MAX_MEMORIES,
-    SEARCH_RELATIONS,
-    TEXT_WEIGHT,
-    TOKEN_COUNTERS,
-    VECTOR_WEIGHT,
-    given_store,
-)
+from mnemex import __version__, config
 from mnemex.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -50,7 +31,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Context:
     def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
-        self.db, self.namespace = given_store(db, namespace)
+        self.db, self.namespace = config.given_store(db, namespace)
         self.home = home
         self._store: Store | None = None
         self._created: list[Path] = []  # the store file and the folders this command made
@@ -262,7 +243,7 @@ def _when(dt: datetime) -> str:
 
 mode_option = click.option(
     "--mode",
-    type=click.Choice([m for m in MODES if m != "auto"]),
+    type=click.Choice([m for m in config.MODES if m != "auto"]),
     help="Search arms to run (default: setting search_mode, auto: hybrid with an embedder, "
     "else lexical).",
 )
@@ -301,7 +282,7 @@ def _warnings_on_stderr() -> None:
 @click.option(
     "-n",
     "--namespace",
-    help=f"Namespace to read and write (default: setting namespace, {DEFAULT_NAMESPACE!r}).",
+    help=f"Namespace to read and write (default: setting namespace, {config.DEFAULT_NAMESPACE!r}).",
 )
 @click.option("--home", type=click.Path(file_okay=False), hidden=True)
 @click.version_option(__version__, prog_name="mnemex")
@@ -323,10 +304,12 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 
 @cli.command()
 @click.argument("content")
-@click.option("--kind", help=f"Kind of memory (default: {DEFAULT_KIND}).")
+@click.option("--kind", help=f"Kind of memory (default: {config.DEFAULT_KIND}).")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat or comma-separate).")
 @click.option("--source", help="Where the memory came from.")
-@click.option("--confidence", type=float, help=f"How sure (0-1, default {DEFAULT_CONFIDENCE}).")
+@click.option(
+    "--confidence", type=float, help=f"How sure (0-1, default {config.DEFAULT_CONFIDENCE})."
+)
 @click.option("--pinned", is_flag=True, help="Never decays.")
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
@@ -378,10 +361,10 @@ def add(
         metadata[key] = value
     added = obj.store(create=True).remember(
         _read_text(content),
-        kind=kind or DEFAULT_KIND,
+        kind=kind or config.DEFAULT_KIND,
         tags=_split(tags),
         source=source,
-        confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
+        confidence=config.DEFAULT_CONFIDENCE if confidence is None else confidence,
         pinned=pinned,
         created_at=created_at,
         metadata=metadata or None,
@@ -418,8 +401,8 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @click.option(
     "-l",
     "--limit",
-    type=click.IntRange(1, MAX_SEARCH_LIMIT),
-    help=f"How many hits (default: setting search_limit, {DEFAULT_SEARCH_LIMIT}).",
+    type=click.IntRange(1, config.MAX_SEARCH_LIMIT),
+    help=f"How many hits (default: setting search_limit, {config.DEFAULT_SEARCH_LIMIT}).",
 )
 @kind_option
 @tag_option
@@ -428,14 +411,14 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @mode_option
 @click.option(
     "--fusion",
-    type=click.Choice(FUSIONS),
-    help=f"How hybrid fuses (default: setting fusion, {DEFAULT_FUSION}).",
+    type=click.Choice(config.FUSIONS),
+    help=f"How hybrid fuses (default: setting fusion, {config.DEFAULT_FUSION}).",
 )
 @click.option(
     "--weights",
     metavar="VECTOR,TEXT",
     help="Weights of weighted fusion, the starting point of adaptive (default: settings "
-    f"vector_weight, text_weight, {VECTOR_WEIGHT:g},{TEXT_WEIGHT:g}).",
+    f"vector_weight, text_weight, {config.VECTOR_WEIGHT:g},{config.TEXT_WEIGHT:g}).",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
@@ -443,15 +426,15 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     "--decay/--no-decay",
     default=None,
     help="Rank older memories lower (default: setting decay; half-life: setting half_life_days, "
-    f"{HALF_LIFE_DAYS:g} days).",
+    f"{config.HALF_LIFE_DAYS:g} days).",
 )
 @click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
-    type=click.IntRange(0, MAX_SEARCH_LIMIT),
+    type=click.IntRange(0, config.MAX_SEARCH_LIMIT),
     help="Most relations shown beside the memories (default: setting search_relations, "
-    f"{SEARCH_RELATIONS}; 0 for none).",
+    f"{config.SEARCH_RELATIONS}; 0 for none).",
 )
 @all_ns_option
 @json_option
@@ -600,15 +583,17 @@ def _stage_text(stage: dict[str, Any]) -> str:
     "-b",
     "--budget",
     type=click.IntRange(1, None),
-    help=f"Most tokens in the block (default: setting recall_budget, {RECALL_BUDGET_TOKENS}).",
+    help=f"Most tokens in the block (default: setting recall_budget, {config.RECALL_BUDGET_TOKENS}).",
 )
 @click.option(
     "-m",
     "--max-memories",
-    type=click.IntRange(1, MAX_RECALL_MEMORIES),
-    help=f"Most memories (default: setting recall_max, {RECALL_MAX_MEMORIES}).",
+    type=click.IntRange(1, config.MAX_RECALL_MEMORIES),
+    help=f"Most memories (default: setting recall_max, {config.RECALL_MAX_MEMORIES}).",
 )
-@click.option("-n", "max_memories_n", type=click.IntRange(1, MAX_RECALL_MEMORIES), hidden=True)
+@click.option(
+    "-n", "max_memories_n", type=click.IntRange(1, config.MAX_RECALL_MEMORIES), hidden=True
+)
 @kind_option
 @tag_option
 @mode_option
@@ -617,7 +602,7 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @click.option(
     "--tokens",
     "token_counter",
-    type=click.Choice(TOKEN_COUNTERS),
+    type=click.Choice(config.TOKEN_COUNTERS),
     help="How tokens are counted (default: setting token_counter, chars): chars (4 characters "
     "a token, 1 a CJK character) or wordpiece (needs mnemex[embed]).",
 )
@@ -709,14 +694,18 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @kind_option
 @tag_option
 @click.option(
-    "-l", "--limit", type=click.IntRange(1, MAX_SEARCH_LIMIT), default=20, show_default=True
+    "-l", "--limit", type=click.IntRange(1, config.MAX_SEARCH_LIMIT), default=20, show_default=True
 )
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
 @click.option(
     "--around", metavar="ID", help="The memory ID and those created just before and after."
 )
-@click.option("--before", type=click.IntRange(0, MAX_SEARCH_LIMIT), default=5, show_default=True)
-@click.option("--after", type=click.IntRange(0, MAX_SEARCH_LIMIT), default=5, show_default=True)
+@click.option(
+    "--before", type=click.IntRange(0, config.MAX_SEARCH_LIMIT), default=5, show_default=True
+)
+@click.option(
+    "--after", type=click.IntRange(0, config.MAX_SEARCH_LIMIT), default=5, show_default=True
+)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -890,7 +879,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
 @click.argument("subject")
 @click.argument("predicate")
 @click.argument("object_", metavar="OBJECT")
-@click.option("--confidence", type=float, default=DEFAULT_CONFIDENCE, show_default=True)
+@click.option("--confidence", type=float, default=config.DEFAULT_CONFIDENCE, show_default=True)
 @click.option("--source-memory", help="Id of the memory this relation was read from.")
 @json_option
 @click.pass_obj
@@ -920,7 +909,7 @@ def relate(
 @cli.command()
 @click.argument("entity")
 @click.option(
-    "-l", "--limit", type=click.IntRange(1, MAX_SEARCH_LIMIT), default=50, show_default=True
+    "-l", "--limit", type=click.IntRange(1, config.MAX_SEARCH_LIMIT), default=50, show_default=True
 )
 @all_ns_option
 @json_option

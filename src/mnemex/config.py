@@ -394,8 +394,12 @@ def check_weights(weights: object, name: str = "weights") -> tuple[float, float]
     return pair[0], pair[1]
 
 
-def _switch(given: bool | None, setting: bool) -> bool:
-    return setting if given is None else bool(given)
+# Each per-call search option and the setting it defaults to.
+_SEARCH_SETTINGS = {
+    **{"limit": "search_limit", "mode": "search_mode", "fusion": "fusion"},
+    **{"relations": "search_relations", "expand": "query_expansion", "decay": "decay"},
+    **{"confidence": "confidence_weighting", "mmr": "mmr"},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,57 +413,42 @@ class SearchOptions:
     limit: int
     mode: str
     fusion: str
-    rrf_k: int
-    vector_weight: float
-    text_weight: float
     relations: int
     expand: bool
     decay: bool
     confidence: bool
     mmr: bool
     threshold: bool
+    vector_weight: float
+    text_weight: float
+    rrf_k: int
 
     @classmethod
     def of(
-        cls,
-        settings: Settings,
-        *,
-        limit: int | None = None,
-        mode: str | None = None,
-        fusion: str | None = None,
-        weights: object = None,
-        relations: int | None = None,
-        expand: bool | None = None,
-        decay: bool | None = None,
-        confidence: bool | None = None,
-        mmr: bool | None = None,
-        threshold: bool | None = None,
+        cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
     ) -> SearchOptions:
-        vector_weight, text_weight = (
-            (settings.vector_weight, settings.text_weight)
-            if weights is None
-            else check_weights(weights)
-        )
+        """``given``: limit, mode, fusion, relations, expand, decay, confidence, mmr."""
+        if set(given) - set(_SEARCH_SETTINGS):
+            raise TypeError(
+                f"unknown search option(s) {', '.join(set(given) - set(_SEARCH_SETTINGS))}"
+            )
+        v = {
+            key: getattr(settings, name) if given.get(key) is None else given[key]
+            for key, name in _SEARCH_SETTINGS.items()
+        }
+        check_count("limit", v["limit"], 1, MAX_SEARCH_LIMIT)
+        check_choice("mode", v["mode"], MODES)
+        check_choice("fusion", v["fusion"], FUSIONS)
+        pair = (settings.vector_weight, settings.text_weight)
+        vector_weight, text_weight = pair if weights is None else check_weights(weights)
+        check_count("relations", v["relations"], 0, MAX_SEARCH_LIMIT)
+        v.update({key: bool(v[key]) for key in ("expand", "decay", "confidence", "mmr")})
         return cls(
-            limit=check_count(
-                "limit", settings.search_limit if limit is None else limit, 1, MAX_SEARCH_LIMIT
-            ),
-            mode=check_choice("mode", settings.search_mode if mode is None else mode, MODES),
-            fusion=check_choice("fusion", settings.fusion if fusion is None else fusion, FUSIONS),
-            rrf_k=settings.rrf_k,
+            **v,
+            threshold=threshold is None or bool(threshold),
             vector_weight=vector_weight,
             text_weight=text_weight,
-            relations=check_count(
-                "relations",
-                settings.search_relations if relations is None else relations,
-                0,
-                MAX_SEARCH_LIMIT,
-            ),
-            expand=_switch(expand, settings.query_expansion),
-            decay=_switch(decay, settings.decay),
-            confidence=_switch(confidence, settings.confidence_weighting),
-            mmr=_switch(mmr, settings.mmr),
-            threshold=_switch(threshold, True),
+            rrf_k=settings.rrf_k,
         )
 
     @property
@@ -486,7 +475,6 @@ class RecallOptions:
     def of(
         cls,
         settings: Settings,
-        *,
         budget_tokens: int | None = None,
         max_memories: int | None = None,
         token_counter: str | Callable[[str], int] | None = None,
@@ -501,7 +489,7 @@ class RecallOptions:
             raise InvalidInput(
                 f"token_counter must be one of {', '.join(TOKEN_COUNTERS)} or a function"
             )
-        return cls(budget=budget, most=most, token_counter=counter)
+        return cls(budget, most, counter)
 
     @property
     def candidates(self) -> int:

@@ -1370,16 +1370,16 @@ class Store:
         filters = self._filters(namespace, kinds, tags, since, until)
         options = SearchOptions.of(
             self.settings,
+            weights,
+            threshold,
             limit=limit,
             mode=mode,
             fusion=fusion,
-            weights=weights,
             relations=relations,
             expand=expand,
             decay=decay,
             confidence=confidence,
             mmr=mmr,
-            threshold=threshold,
         )
         embedder = self.embedder if options.wants_vectors else None
         request = self._request(query, filters, options, embedder, (raw, explain, snippets), now)
@@ -1478,12 +1478,7 @@ class Store:
         """
         from mnemex.search import recall as packing
 
-        options = RecallOptions.of(
-            self.settings,
-            budget_tokens=budget_tokens,
-            max_memories=max_memories,
-            token_counter=token_counter,
-        )
+        options = RecallOptions.of(self.settings, budget_tokens, max_memories, token_counter)
         moment = utcnow() if now is None else parse_time(now, what="now")
         found = self.search(
             task,

@@ -27,15 +27,8 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from mnemex import __version__
-from mnemex.config import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_KIND,
-    DEFAULT_SEARCH_LIMIT,
-    RECALL_BUDGET_TOKENS,
-    RECALL_MAX_MEMORIES,
-    Settings,
-)
+from mnemex import __version__, config
+from mnemex.config import Settings
 from mnemex.errors import MnemexError, UnknownMemory
 from mnemex.mcp import results
 from mnemex.mcp.results import (
@@ -139,7 +132,7 @@ def memory_search(
         Field(
             ge=1,
             le=MAX_HITS,
-            description=f"Most hits (default: setting search_limit, {DEFAULT_SEARCH_LIMIT}).",
+            description=f"Most hits (default: setting search_limit, {config.DEFAULT_SEARCH_LIMIT}).",
         ),
     ] = None,
     mode: Annotated[
@@ -230,7 +223,7 @@ def memory_recall(
             ge=1,
             le=MAX_RECALL_BUDGET,
             description="Most tokens in the block "
-            f"(default: setting recall_budget, {RECALL_BUDGET_TOKENS}).",
+            f"(default: setting recall_budget, {config.RECALL_BUDGET_TOKENS}).",
         ),
     ] = None,
     max_memories: Annotated[
@@ -238,7 +231,7 @@ def memory_recall(
         Field(
             ge=1,
             le=MAX_HITS,
-            description=f"Most memories (default: setting recall_max, {RECALL_MAX_MEMORIES}).",
+            description=f"Most memories (default: setting recall_max, {config.RECALL_MAX_MEMORIES}).",
         ),
     ] = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
@@ -258,13 +251,13 @@ def memory_add(
     content: Annotated[str, Field(description="The memory: one self-contained statement.")],
     kind: Annotated[
         str, Field(max_length=40, description="observation, decision, fact, gotcha, ...")
-    ] = DEFAULT_KIND,
+    ] = config.DEFAULT_KIND,
     tags: Annotated[
         list[Annotated[str, Field(max_length=100)]] | None,
         Field(max_length=MAX_LABELS, description="Short labels to filter by later."),
     ] = None,
     source: Annotated[str | None, Field(max_length=1000, description="Where it came from.")] = None,
-    confidence: Confidence = DEFAULT_CONFIDENCE,
+    confidence: Confidence = config.DEFAULT_CONFIDENCE,
     pinned: Annotated[bool, Field(description=PINNED)] = False,
     created_at: Annotated[
         str | None, Field(max_length=64, description="When it happened (default: now).")
@@ -355,7 +348,7 @@ def memory_relate(
         str, Field(max_length=64, description="How they relate, e.g. owns, depends_on, works_on.")
     ],
     object: Annotated[str, Field(max_length=256, description="The other entity.")],
-    confidence: Confidence = DEFAULT_CONFIDENCE,
+    confidence: Confidence = config.DEFAULT_CONFIDENCE,
     source_memory: Annotated[
         str | None, Field(max_length=200, description="Id of the memory this was read from.")
     ] = None,
