@@ -42,9 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="*", type=Path, default=[ROOT / "src"])
     parser.add_argument("--max", type=int, default=MAX_LINES, help="most lines a function may have")
     args = parser.parse_args(argv)
-    files = sorted(
-        f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.py"))
-    )
+    files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.py")))
     found = [
         (lines, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}", name)
         for path in files

@@ -17,6 +17,7 @@ from mnemex.config import (
     RecallOptions,
     SearchOptions,
     Settings,
+    default_text,
     load_settings,
 )
 from mnemex.errors import InvalidInput
@@ -179,3 +180,13 @@ def test_options_are_frozen(settings: Settings) -> None:
     options = SearchOptions.of(settings)
     with pytest.raises(AttributeError):
         options.limit = 3  # type: ignore[misc]
+
+
+def test_help_text_names_the_setting_and_its_default() -> None:
+    assert default_text("search_limit") == f"default: setting search_limit, {DEFAULT_SEARCH_LIMIT}"
+    assert default_text("decay", "half_life_days") == (
+        "default: setting decay, off; setting half_life_days, 30"
+    )
+    assert default_text("vector_weight") == "default: setting vector_weight, 0.5"
+    with pytest.raises(KeyError):
+        default_text("no_such_setting")

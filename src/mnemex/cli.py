@@ -241,10 +241,12 @@ def _when(dt: datetime) -> str:
     return f"{dt.year:04d}-{dt:%m-%d %H:%M}"
 
 
+_HITS = click.IntRange(1, config.MAX_SEARCH_LIMIT)
+_HITS_OR_NONE = click.IntRange(0, config.MAX_SEARCH_LIMIT)
 mode_option = click.option(
     "--mode",
     type=click.Choice([m for m in config.MODES if m != "auto"]),
-    help="Search arms to run (default: setting search_mode, auto: hybrid with an embedder, "
+    help=f"Search arms to run ({config.default_text('search_mode')}: hybrid with an embedder, "
     "else lexical).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -282,7 +284,7 @@ def _warnings_on_stderr() -> None:
 @click.option(
     "-n",
     "--namespace",
-    help=f"Namespace to read and write (default: setting namespace, {config.DEFAULT_NAMESPACE!r}).",
+    help=f"Namespace to read and write ({config.default_text('namespace')}).",
 )
 @click.option("--home", type=click.Path(file_okay=False), hidden=True)
 @click.version_option(__version__, prog_name="mnemex")
@@ -401,8 +403,8 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @click.option(
     "-l",
     "--limit",
-    type=click.IntRange(1, config.MAX_SEARCH_LIMIT),
-    help=f"How many hits (default: setting search_limit, {config.DEFAULT_SEARCH_LIMIT}).",
+    type=_HITS,
+    help=f"How many hits ({config.default_text('search_limit')}).",
 )
 @kind_option
 @tag_option
@@ -412,29 +414,31 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @click.option(
     "--fusion",
     type=click.Choice(config.FUSIONS),
-    help=f"How hybrid fuses (default: setting fusion, {config.DEFAULT_FUSION}).",
+    help=f"How hybrid fuses ({config.default_text('fusion')}).",
 )
 @click.option(
     "--weights",
     metavar="VECTOR,TEXT",
-    help="Weights of weighted fusion, the starting point of adaptive (default: settings "
-    f"vector_weight, text_weight, {config.VECTOR_WEIGHT:g},{config.TEXT_WEIGHT:g}).",
+    help="Weights of weighted fusion, the starting point of adaptive "
+    f"({config.default_text('vector_weight', 'text_weight')}).",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
 @click.option(
     "--decay/--no-decay",
     default=None,
-    help="Rank older memories lower (default: setting decay; half-life: setting half_life_days, "
-    f"{config.HALF_LIFE_DAYS:g} days).",
+    help=f"Rank older memories lower ({config.default_text('decay', 'half_life_days')}).",
 )
-@click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
+@click.option(
+    "--mmr/--no-mmr",
+    default=None,
+    help=f"Prefer hits that do not repeat each other ({config.default_text('mmr')}).",
+)
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
-    type=click.IntRange(0, config.MAX_SEARCH_LIMIT),
-    help="Most relations shown beside the memories (default: setting search_relations, "
-    f"{config.SEARCH_RELATIONS}; 0 for none).",
+    type=_HITS_OR_NONE,
+    help=f"Most relations beside the memories; 0: none ({config.default_text('search_relations')}).",
 )
 @all_ns_option
 @json_option
@@ -583,13 +587,13 @@ def _stage_text(stage: dict[str, Any]) -> str:
     "-b",
     "--budget",
     type=click.IntRange(1, None),
-    help=f"Most tokens in the block (default: setting recall_budget, {config.RECALL_BUDGET_TOKENS}).",
+    help=f"Most tokens in the block ({config.default_text('recall_budget')}).",
 )
 @click.option(
     "-m",
     "--max-memories",
     type=click.IntRange(1, config.MAX_RECALL_MEMORIES),
-    help=f"Most memories (default: setting recall_max, {config.RECALL_MAX_MEMORIES}).",
+    help=f"Most memories ({config.default_text('recall_max')}).",
 )
 @click.option(
     "-n", "max_memories_n", type=click.IntRange(1, config.MAX_RECALL_MEMORIES), hidden=True
@@ -597,14 +601,22 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @kind_option
 @tag_option
 @mode_option
-@click.option("--decay/--no-decay", default=None, help="Rank older memories lower.")
-@click.option("--mmr/--no-mmr", default=None, help="Prefer memories that do not repeat each other.")
+@click.option(
+    "--decay/--no-decay",
+    default=None,
+    help=f"Rank older memories lower ({config.default_text('decay')}).",
+)
+@click.option(
+    "--mmr/--no-mmr",
+    default=None,
+    help=f"Prefer memories that do not repeat each other ({config.default_text('mmr')}).",
+)
 @click.option(
     "--tokens",
     "token_counter",
     type=click.Choice(config.TOKEN_COUNTERS),
-    help="How tokens are counted (default: setting token_counter, chars): chars (4 characters "
-    "a token, 1 a CJK character) or wordpiece (needs mnemex[embed]).",
+    help="How tokens are counted: chars (4 characters a token, 1 a CJK character) or "
+    f"wordpiece (needs mnemex[embed]) ({config.default_text('token_counter')}).",
 )
 @json_option
 @click.pass_obj
@@ -693,19 +705,13 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @click.option("--end", help="Up to this time (exclusive).")
 @kind_option
 @tag_option
-@click.option(
-    "-l", "--limit", type=click.IntRange(1, config.MAX_SEARCH_LIMIT), default=20, show_default=True
-)
+@click.option("-l", "--limit", type=_HITS, default=20, show_default=True)
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
 @click.option(
     "--around", metavar="ID", help="The memory ID and those created just before and after."
 )
-@click.option(
-    "--before", type=click.IntRange(0, config.MAX_SEARCH_LIMIT), default=5, show_default=True
-)
-@click.option(
-    "--after", type=click.IntRange(0, config.MAX_SEARCH_LIMIT), default=5, show_default=True
-)
+@click.option("--before", type=_HITS_OR_NONE, default=5, show_default=True)
+@click.option("--after", type=_HITS_OR_NONE, default=5, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -908,9 +914,7 @@ def relate(
 
 @cli.command()
 @click.argument("entity")
-@click.option(
-    "-l", "--limit", type=click.IntRange(1, config.MAX_SEARCH_LIMIT), default=50, show_default=True
-)
+@click.option("-l", "--limit", type=_HITS, default=50, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj

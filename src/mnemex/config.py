@@ -163,6 +163,16 @@ def default_home() -> Path:
     return Path(user_data_dir("mnemex", appauthor=False))
 
 
+def default_text(*names: str) -> str:
+    """Help text for defaults that settings give: ``default: setting NAME, VALUE; ...``."""
+    values = [_TUNABLES[name].default for name in names]
+    shown = [{True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v for v in values]
+    return "default: " + "; ".join(
+        f"setting {n}, {v:g}" if isinstance(v, float) else f"setting {n}, {v}"
+        for n, v in zip(names, shown, strict=True)
+    )
+
+
 def given_store(
     db: str | None, namespace: str | None, environ: Mapping[str, str] | None = None
 ) -> tuple[str | None, str | None]:
@@ -356,14 +366,8 @@ def _check_workspace_patterns(s: Settings) -> None:
 
 def check_count(name: str, value: object, low: int, high: int | None = None) -> int:
     """``value`` if it is an integer in [low, high] (no upper bound when ``high`` is None)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bounds = f"an integer between {low} and {high}" if high is not None else "an integer"
-        bounds = "a positive integer" if (low, high) == (1, None) else bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= (high or value):
+        bounds = f"an integer between {low} and {high}" if high else "a positive integer"
         raise InvalidInput(f"{name} must be {bounds}, got {value!r}")
     return value
 
@@ -382,11 +386,8 @@ def check_weights(weights: object, name: str = "weights") -> tuple[float, float]
         for w in given
         if not isinstance(w, bool)
     ]
-    if (
-        len(given) != 2
-        or len(pair) != 2
-        or not all(0 <= w < math.inf for w in pair)
-        or not sum(pair)
+    if not (
+        len(given) == len(pair) == 2 and all(0 <= w < math.inf for w in pair) and sum(pair) > 0
     ):
         raise InvalidInput(
             f"{name} must be two numbers >= 0, not both 0 (vector, text), got {weights!r}"

@@ -129,11 +129,7 @@ def memory_search(
     query: Query,
     limit: Annotated[
         int | None,
-        Field(
-            ge=1,
-            le=MAX_HITS,
-            description=f"Most hits (default: setting search_limit, {config.DEFAULT_SEARCH_LIMIT}).",
-        ),
+        Field(ge=1, le=MAX_HITS, description=f"Most hits ({config.default_text('search_limit')})."),
     ] = None,
     mode: Annotated[
         Literal["lexical", "vector", "hybrid"] | None,
@@ -222,16 +218,13 @@ def memory_recall(
         Field(
             ge=1,
             le=MAX_RECALL_BUDGET,
-            description="Most tokens in the block "
-            f"(default: setting recall_budget, {config.RECALL_BUDGET_TOKENS}).",
+            description=f"Most tokens ({config.default_text('recall_budget')}).",
         ),
     ] = None,
     max_memories: Annotated[
         int | None,
         Field(
-            ge=1,
-            le=MAX_HITS,
-            description=f"Most memories (default: setting recall_max, {config.RECALL_MAX_MEMORIES}).",
+            ge=1, le=MAX_HITS, description=f"Most memories ({config.default_text('recall_max')})."
         ),
     ] = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
