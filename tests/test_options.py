@@ -190,3 +190,8 @@ def test_help_text_names_the_setting_and_its_default() -> None:
     assert default_text("vector_weight") == "default: setting vector_weight, 0.5"
     with pytest.raises(KeyError):
         default_text("no_such_setting")
+
+
+def test_an_unknown_option_is_a_programming_error(settings: Settings) -> None:
+    with pytest.raises(TypeError, match="unknown search option"):
+        SearchOptions.of(settings, limt=3)

@@ -397,9 +397,14 @@ def check_weights(weights: object, name: str = "weights") -> tuple[float, float]
 
 # Each per-call search option and the setting it defaults to.
 _SEARCH_SETTINGS = {
-    **{"limit": "search_limit", "mode": "search_mode", "fusion": "fusion"},
-    **{"relations": "search_relations", "expand": "query_expansion", "decay": "decay"},
-    **{"confidence": "confidence_weighting", "mmr": "mmr"},
+    "limit": "search_limit",
+    "mode": "search_mode",
+    "fusion": "fusion",
+    "relations": "search_relations",
+    "expand": "query_expansion",
+    "decay": "decay",
+    "confidence": "confidence_weighting",
+    "mmr": "mmr",
 }
 
 
@@ -429,10 +434,8 @@ class SearchOptions:
         cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
     ) -> SearchOptions:
         """``given``: limit, mode, fusion, relations, expand, decay, confidence, mmr."""
-        if set(given) - set(_SEARCH_SETTINGS):
-            raise TypeError(
-                f"unknown search option(s) {', '.join(set(given) - set(_SEARCH_SETTINGS))}"
-            )
+        if unknown := sorted(set(given) - set(_SEARCH_SETTINGS)):
+            raise TypeError(f"unknown search option(s): {', '.join(unknown)}")
         v = {
             key: getattr(settings, name) if given.get(key) is None else given[key]
             for key, name in _SEARCH_SETTINGS.items()
