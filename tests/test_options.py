@@ -18,6 +18,7 @@ from mnemex.config import (
     SearchOptions,
     Settings,
     default_text,
+    given_store,
     load_settings,
 )
 from mnemex.errors import InvalidInput
@@ -195,3 +196,11 @@ def test_help_text_names_the_setting_and_its_default() -> None:
 def test_an_unknown_option_is_a_programming_error(settings: Settings) -> None:
     with pytest.raises(TypeError, match="unknown search option"):
         SearchOptions.of(settings, limt=3)
+
+
+def test_the_store_and_namespace_given_come_from_options_then_the_environment() -> None:
+    env = {"MNEMEX_DB": "/env.db", "MNEMEX_NAMESPACE": "env"}
+    assert given_store(None, None, env) == ("/env.db", "env")
+    assert given_store("/opt.db", "opt", env) == ("/opt.db", "opt")
+    assert given_store(None, None, {"MNEMEX_DB": "", "MNEMEX_NAMESPACE": ""}) == (None, None)
+    assert given_store(None, None, {}) == (None, None)
