@@ -50,12 +50,12 @@ def test_the_hidden_alias_is_not_in_help() -> None:
     assert not [line for line in lines if line.strip().startswith("-n")]
     text = " ".join(" ".join(lines).split())
     assert "-m, --max-memories" in text
-    assert f"setting recall_max, {RECALL_MAX_MEMORIES}" in text
-    assert f"setting recall_budget, {RECALL_BUDGET_TOKENS}" in text
+    assert f"default {RECALL_MAX_MEMORIES} (setting recall_max)" in text
+    assert f"default {RECALL_BUDGET_TOKENS} (setting recall_budget)" in text
     search = " ".join(CliRunner().invoke(cli, ["search", "--help"]).output.split())
     for setting in ("search_limit", "fusion", "vector_weight", "search_relations", "search_mode"):
-        assert f"setting {setting}" in search or f"settings {setting}" in search, setting
-    assert f"setting search_limit, {DEFAULT_SEARCH_LIMIT}" in search
+        assert f"(setting {setting})" in search, setting
+    assert f"default {DEFAULT_SEARCH_LIMIT} (setting search_limit)" in search
 
 
 def test_the_environment_names_the_store_and_namespace(tmp_path: Path) -> None:

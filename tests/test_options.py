@@ -184,11 +184,12 @@ def test_options_are_frozen(settings: Settings) -> None:
 
 
 def test_help_text_names_the_setting_and_its_default() -> None:
-    assert default_text("search_limit") == f"default: setting search_limit, {DEFAULT_SEARCH_LIMIT}"
+    assert default_text("search_limit") == f"default {DEFAULT_SEARCH_LIMIT} (setting search_limit)"
     assert default_text("decay", "half_life_days") == (
-        "default: setting decay, off; setting half_life_days, 30"
+        "default off (setting decay), 30 (setting half_life_days)"
     )
-    assert default_text("vector_weight") == "default: setting vector_weight, 0.5"
+    assert default_text("vector_weight") == "default 0.5 (setting vector_weight)"
+    assert default_text("fusion") == "default 'adaptive' (setting fusion)"
     with pytest.raises(KeyError):
         default_text("no_such_setting")
 

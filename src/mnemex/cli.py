@@ -246,8 +246,8 @@ _HITS_OR_NONE = click.IntRange(0, config.MAX_SEARCH_LIMIT)
 mode_option = click.option(
     "--mode",
     type=click.Choice([m for m in config.MODES if m != "auto"]),
-    help=f"Search arms to run ({config.default_text('search_mode')}: hybrid with an embedder, "
-    "else lexical).",
+    help=f"Search arms to run; {config.default_text('search_mode')}: hybrid with an "
+    "embedder, else lexical.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
@@ -284,7 +284,7 @@ def _warnings_on_stderr() -> None:
 @click.option(
     "-n",
     "--namespace",
-    help=f"Namespace to read and write ({config.default_text('namespace')}).",
+    help=f"Namespace to read and write; {config.default_text('namespace')}.",
 )
 @click.option("--home", type=click.Path(file_okay=False), hidden=True)
 @click.version_option(__version__, prog_name="mnemex")
@@ -404,7 +404,7 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     "-l",
     "--limit",
     type=_HITS,
-    help=f"How many hits ({config.default_text('search_limit')}).",
+    help=f"How many hits; {config.default_text('search_limit')}.",
 )
 @kind_option
 @tag_option
@@ -414,31 +414,31 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @click.option(
     "--fusion",
     type=click.Choice(config.FUSIONS),
-    help=f"How hybrid fuses ({config.default_text('fusion')}).",
+    help=f"How hybrid fuses; {config.default_text('fusion')}.",
 )
 @click.option(
     "--weights",
     metavar="VECTOR,TEXT",
-    help="Weights of weighted fusion, the starting point of adaptive "
-    f"({config.default_text('vector_weight', 'text_weight')}).",
+    help="Weights of weighted fusion, the starting point of adaptive"
+    f"; {config.default_text('vector_weight', 'text_weight')}.",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
 @click.option(
     "--decay/--no-decay",
     default=None,
-    help=f"Rank older memories lower ({config.default_text('decay', 'half_life_days')}).",
+    help=f"Rank older memories lower; {config.default_text('decay', 'half_life_days')}.",
 )
 @click.option(
     "--mmr/--no-mmr",
     default=None,
-    help=f"Prefer hits that do not repeat each other ({config.default_text('mmr')}).",
+    help=f"Prefer hits that do not repeat each other; {config.default_text('mmr')}.",
 )
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
     type=_HITS_OR_NONE,
-    help=f"Most relations beside the memories; 0: none ({config.default_text('search_relations')}).",
+    help=f"Most relations beside the memories (0: none); {config.default_text('search_relations')}.",
 )
 @all_ns_option
 @json_option
@@ -587,13 +587,13 @@ def _stage_text(stage: dict[str, Any]) -> str:
     "-b",
     "--budget",
     type=click.IntRange(1, None),
-    help=f"Most tokens in the block ({config.default_text('recall_budget')}).",
+    help=f"Most tokens in the block; {config.default_text('recall_budget')}.",
 )
 @click.option(
     "-m",
     "--max-memories",
     type=click.IntRange(1, config.MAX_RECALL_MEMORIES),
-    help=f"Most memories ({config.default_text('recall_max')}).",
+    help=f"Most memories; {config.default_text('recall_max')}.",
 )
 @click.option(
     "-n", "max_memories_n", type=click.IntRange(1, config.MAX_RECALL_MEMORIES), hidden=True
@@ -604,19 +604,19 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @click.option(
     "--decay/--no-decay",
     default=None,
-    help=f"Rank older memories lower ({config.default_text('decay')}).",
+    help=f"Rank older memories lower; {config.default_text('decay')}.",
 )
 @click.option(
     "--mmr/--no-mmr",
     default=None,
-    help=f"Prefer memories that do not repeat each other ({config.default_text('mmr')}).",
+    help=f"Prefer memories that do not repeat each other; {config.default_text('mmr')}.",
 )
 @click.option(
     "--tokens",
     "token_counter",
     type=click.Choice(config.TOKEN_COUNTERS),
     help="How tokens are counted: chars (4 characters a token, 1 a CJK character) or "
-    f"wordpiece (needs mnemex[embed]) ({config.default_text('token_counter')}).",
+    f"wordpiece (needs mnemex[embed]); {config.default_text('token_counter')}.",
 )
 @json_option
 @click.pass_obj

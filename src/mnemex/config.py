@@ -164,13 +164,18 @@ def default_home() -> Path:
 
 
 def default_text(*names: str) -> str:
-    """Help text for defaults that settings give: ``default: setting NAME, VALUE; ...``."""
-    values = [_TUNABLES[name].default for name in names]
-    shown = [{True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v for v in values]
-    return "default: " + "; ".join(
-        f"setting {n}, {v:g}" if isinstance(v, float) else f"setting {n}, {v}"
-        for n, v in zip(names, shown, strict=True)
-    )
+    """Help text for defaults that settings give, e.g. ``default 6 (setting search_limit)``."""
+    shown = []
+    for name in names:
+        value = _TUNABLES[name].default
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        elif isinstance(value, str):
+            value = repr(value)
+        shown.append(f"{value} (setting {name})")
+    return "default " + ", ".join(shown)
 
 
 def given_store(

@@ -129,7 +129,7 @@ def memory_search(
     query: Query,
     limit: Annotated[
         int | None,
-        Field(ge=1, le=MAX_HITS, description=f"Most hits ({config.default_text('search_limit')})."),
+        Field(ge=1, le=MAX_HITS, description=f"Most hits; {config.default_text('search_limit')}."),
     ] = None,
     mode: Annotated[
         Literal["lexical", "vector", "hybrid"] | None,
@@ -218,13 +218,13 @@ def memory_recall(
         Field(
             ge=1,
             le=MAX_RECALL_BUDGET,
-            description=f"Most tokens ({config.default_text('recall_budget')}).",
+            description=f"Most tokens; {config.default_text('recall_budget')}.",
         ),
     ] = None,
     max_memories: Annotated[
         int | None,
         Field(
-            ge=1, le=MAX_HITS, description=f"Most memories ({config.default_text('recall_max')})."
+            ge=1, le=MAX_HITS, description=f"Most memories; {config.default_text('recall_max')}."
         ),
     ] = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
