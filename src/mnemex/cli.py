@@ -249,6 +249,16 @@ mode_option = click.option(
     help=f"Search arms to run; {config.default_text('search_mode')}: hybrid with an "
     "embedder, else lexical.",
 )
+decay_option = click.option(
+    "--decay/--no-decay",
+    default=None,
+    help=f"Rank older memories lower; {config.default_text('decay', 'half_life_days')}.",
+)
+mmr_option = click.option(
+    "--mmr/--no-mmr",
+    default=None,
+    help=f"Prefer memories that do not repeat each other; {config.default_text('mmr')}.",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
     "--kind", "kinds", multiple=True, help="Only this kind (repeat or comma-separate)."
@@ -424,16 +434,8 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
-@click.option(
-    "--decay/--no-decay",
-    default=None,
-    help=f"Rank older memories lower; {config.default_text('decay', 'half_life_days')}.",
-)
-@click.option(
-    "--mmr/--no-mmr",
-    default=None,
-    help=f"Prefer hits that do not repeat each other; {config.default_text('mmr')}.",
-)
+@decay_option
+@mmr_option
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
@@ -601,16 +603,8 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @kind_option
 @tag_option
 @mode_option
-@click.option(
-    "--decay/--no-decay",
-    default=None,
-    help=f"Rank older memories lower; {config.default_text('decay')}.",
-)
-@click.option(
-    "--mmr/--no-mmr",
-    default=None,
-    help=f"Prefer memories that do not repeat each other; {config.default_text('mmr')}.",
-)
+@decay_option
+@mmr_option
 @click.option(
     "--tokens",
     "token_counter",
