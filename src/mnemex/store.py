@@ -1468,10 +1468,11 @@ class Store:
     ) -> RecallResult:
         """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
 
-        At most ``max_memories`` (default 5) memories, best first, in at most
-        ``budget_tokens`` (default 500) tokens counted by ``token_counter``:
-        ``chars`` (``len / 4``, one a CJK character; the default), ``wordpiece`` (the local model's
-        tokenizer) or any callable from text to a count. A memory that does
+        At most ``max_memories`` memories, best first, in at most ``budget_tokens``
+        tokens counted by ``token_counter``: ``chars`` (``len / 4``, one a CJK
+        character), ``wordpiece`` (the local model's tokenizer) or any callable
+        from text to a count; left ``None``, each is its setting (``recall_max``,
+        ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
         not fit the room left is replaced by its excerpt, the lines around the
         part that matches ``task`` best (``cut`` is then true), or skipped when
         less than ``MIN_EXCERPT_TOKENS`` are left (see :mod:`mnemex.search.recall`).
