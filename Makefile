@@ -49,6 +49,7 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_function_length.py
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy

@@ -107,7 +107,7 @@ async def response_sizes(db: Path) -> dict[str, Any]:
             },
             separators=(",", ":"),
         )
-        await run("memory_status")
+        await run("memory_stats")
         for subject, predicate, obj in RELATIONS:
             await run("memory_relate", subject=subject, predicate=predicate, object=obj)
         first_hits = []

@@ -203,7 +203,7 @@ async def test_mcp_time_arguments(tmp_path: Path) -> None:
             refused = await client.call_tool(tool, arguments)
             assert refused.is_error
             assert "years 1 to 9999" in refused.content[0].text  # type: ignore[union-attr]
-        status = await client.call_tool("memory_status", {})
+        status = await client.call_tool("memory_stats", {})
         assert not status.is_error
 
 
@@ -782,7 +782,7 @@ async def test_fuzzed_mcp_calls_answer_with_a_message(tmp_path: Path) -> None:
             if result.is_error:
                 text = result.content[0].text  # type: ignore[union-attr]
                 assert text.startswith(f"Error executing tool {name}: "), (arguments, text)
-        status = await client.call_tool("memory_status", {})
+        status = await client.call_tool("memory_stats", {})
         assert not status.is_error
     with mnemex.open(db, namespace="other", embedder=None) as store:
         assert store.get("o1").memories[0].content == "another namespace's memory"

@@ -41,7 +41,7 @@ TOOLS = {
     "memory_update",
     "memory_forget",
     "memory_relate",
-    "memory_status",
+    "memory_stats",
 }
 MEMORIES = [
     {
@@ -117,7 +117,7 @@ async def refused(client: Client, tool: str, arguments: dict[str, Any], *words: 
     assert message.startswith(f"Error executing tool {tool}: "), message
     for word in words:
         assert word in message, message
-    status = await call(client, "memory_status")
+    status = await call(client, "memory_stats")
     assert status["namespace"] == NAMESPACE
     return message
 
@@ -411,7 +411,7 @@ async def test_relate(client: Client) -> None:
     assert [r["id"] for r in found["relations"]] == [relation["id"]]
     listed = found["relations"][0]
     assert listed["subject"] == "billing-service" and 0 < listed["score"] <= 1
-    assert (await call(client, "memory_status"))["relations"] == 1
+    assert (await call(client, "memory_stats"))["relations"] == 1
     await refused(
         client,
         "memory_relate",
@@ -433,8 +433,8 @@ async def test_relate(client: Client) -> None:
 
 
 @pytest.mark.anyio
-async def test_status(client: Client) -> None:
-    status = await call(client, "memory_status")
+async def test_stats(client: Client) -> None:
+    status = await call(client, "memory_stats")
     assert status["namespace"] == NAMESPACE
     assert status["memories"] == len(MEMORIES)
     assert status["kinds"] == {"decision": 1, "fact": 1, "gotcha": 1, "observation": 1}
@@ -443,14 +443,26 @@ async def test_status(client: Client) -> None:
     assert status["relations"] == 0
     assert "embedder" not in status and status["vectors"] == 0
     assert tokens(status) < 100
-    await refused(client, "memory_status", {"verbose": True}, "unknown argument(s) verbose")
+    await refused(client, "memory_stats", {"verbose": True}, "unknown argument(s) verbose")
+
+
+@pytest.mark.anyio
+async def test_the_old_name_memory_status_still_answers_unlisted(client: Client) -> None:
+    listed = {tool.name for tool in (await client.list_tools()).tools}
+    assert "memory_status" not in listed and "memory_stats" in listed
+    old = await call(client, "memory_status")
+    assert old == await call(client, "memory_stats")
+    assert old["memories"] == len(MEMORIES)
+    await refused(client, "memory_stats", {"verbose": True}, "unknown argument(s) verbose")
+    result = await client.call_tool("memory_status", {"verbose": True})
+    assert result.is_error and "memory_stats takes no arguments" in _text(result)
 
 
 @pytest.mark.anyio
 async def test_unknown_tool(client: Client) -> None:
     result = await client.call_tool("memory_delete_everything", {})
     assert result.is_error and "Unknown tool" in _text(result)
-    assert (await call(client, "memory_status"))["memories"] == len(MEMORIES)
+    assert (await call(client, "memory_stats"))["memories"] == len(MEMORIES)
 
 
 @pytest.mark.anyio
@@ -478,7 +490,7 @@ async def test_another_namespace_never_shows(client: Client, db: Path) -> None:
         {"subject": "a", "predicate": "b", "object": "c", "source_memory": "other-1"},
         "no memory with id 'other-1'",
     )
-    status = await call(client, "memory_status")
+    status = await call(client, "memory_stats")
     assert status["memories"] == len(MEMORIES) and "other" not in json.dumps(status)
     with mnemex.open(db, namespace="other", embedder=None) as store:
         kept = store.get(["other-1"]).memories[0]
@@ -496,7 +508,7 @@ async def test_hybrid_search_and_status_with_an_embedder(db: Path) -> None:
         assert found["mode_used"] == "hybrid" and found["hits"][0]["id"] == "m-pg"
         lexical = await call(client, "memory_search", query="PostgreSQL billing", mode="lexical")
         assert lexical["mode_used"] == "lexical"
-        status = await call(client, "memory_status")
+        status = await call(client, "memory_stats")
         assert status["embedder"] == "fake:bow-64"
         assert (status["vectors"], status["pending_vectors"]) == (len(MEMORIES), 0)
         embedder.fail = True

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mnemex import __version__
+from mnemex import __version__, config
 from mnemex.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -31,8 +31,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Context:
     def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
-        self.db = db
-        self.namespace = namespace
+        self.db, self.namespace = config.given_store(db, namespace)
         self.home = home
         self._store: Store | None = None
         self._created: list[Path] = []  # the store file and the folders this command made
@@ -242,10 +241,23 @@ def _when(dt: datetime) -> str:
     return f"{dt.year:04d}-{dt:%m-%d %H:%M}"
 
 
+_HITS = click.IntRange(1, config.MAX_SEARCH_LIMIT)
+_HITS_OR_NONE = click.IntRange(0, config.MAX_SEARCH_LIMIT)
 mode_option = click.option(
     "--mode",
-    type=click.Choice(["lexical", "vector", "hybrid"]),
-    help="Search arms to run (default: hybrid with an embedder, else lexical).",
+    type=click.Choice([m for m in config.MODES if m != "auto"]),
+    help=f"Search arms to run; {config.default_text('search_mode')}: hybrid with an "
+    "embedder, else lexical.",
+)
+decay_option = click.option(
+    "--decay/--no-decay",
+    default=None,
+    help=f"Rank older memories lower; {config.default_text('decay', 'half_life_days')}.",
+)
+mmr_option = click.option(
+    "--mmr/--no-mmr",
+    default=None,
+    help=f"Prefer memories that do not repeat each other; {config.default_text('mmr')}.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
@@ -277,14 +289,12 @@ def _warnings_on_stderr() -> None:
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
-    envvar="MNEMEX_DB",
-    help="Store file (default: memories.db in $MNEMEX_HOME or the user data dir).",
+    help="Store file (default: $MNEMEX_DB, else memories.db in $MNEMEX_HOME or the user data dir).",
 )
 @click.option(
     "-n",
     "--namespace",
-    envvar="MNEMEX_NAMESPACE",
-    help="Namespace to read and write (default: 'default').",
+    help=f"Namespace to read and write; {config.default_text('namespace')}.",
 )
 @click.option("--home", type=click.Path(file_okay=False), hidden=True)
 @click.version_option(__version__, prog_name="mnemex")
@@ -306,10 +316,12 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 
 @cli.command()
 @click.argument("content")
-@click.option("--kind", help="Kind of memory (default: observation).")
+@click.option("--kind", help=f"Kind of memory (default: {config.DEFAULT_KIND}).")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat or comma-separate).")
 @click.option("--source", help="Where the memory came from.")
-@click.option("--confidence", type=float, help="How sure (0-1, default 0.8).")
+@click.option(
+    "--confidence", type=float, help=f"How sure (0-1, default {config.DEFAULT_CONFIDENCE})."
+)
 @click.option("--pinned", is_flag=True, help="Never decays.")
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
@@ -361,10 +373,10 @@ def add(
         metadata[key] = value
     added = obj.store(create=True).remember(
         _read_text(content),
-        kind=kind or "observation",
+        kind=kind or config.DEFAULT_KIND,
         tags=_split(tags),
         source=source,
-        confidence=0.8 if confidence is None else confidence,
+        confidence=config.DEFAULT_CONFIDENCE if confidence is None else confidence,
         pinned=pinned,
         created_at=created_at,
         metadata=metadata or None,
@@ -398,7 +410,12 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 
 @cli.command()
 @click.argument("query")
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), help="How many hits (default 6).")
+@click.option(
+    "-l",
+    "--limit",
+    type=_HITS,
+    help=f"How many hits; {config.default_text('search_limit')}.",
+)
 @kind_option
 @tag_option
 @click.option("--since", help="Created at or after (ISO 8601, epoch, or an age like 7d).")
@@ -406,25 +423,24 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @mode_option
 @click.option(
     "--fusion",
-    type=click.Choice(["rrf", "weighted", "adaptive"]),
-    help="How hybrid fuses (default adaptive).",
+    type=click.Choice(config.FUSIONS),
+    help=f"How hybrid fuses; {config.default_text('fusion')}.",
 )
 @click.option(
     "--weights",
     metavar="VECTOR,TEXT",
-    help="Weights of weighted fusion, the starting point of adaptive (default 0.5,0.5).",
+    help="Weights of weighted fusion, the starting point of adaptive"
+    f"; {config.default_text('vector_weight', 'text_weight')}.",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
 @click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
-@click.option(
-    "--decay/--no-decay", default=None, help="Rank older memories lower (half-life 30 days)."
-)
-@click.option("--mmr/--no-mmr", default=None, help="Prefer hits that do not repeat each other.")
+@decay_option
+@mmr_option
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
-    type=click.IntRange(0, 1000),
-    help="Most relations shown beside the memories (default 5; 0 for none).",
+    type=_HITS_OR_NONE,
+    help=f"Most relations beside the memories (0: none); {config.default_text('search_relations')}.",
 )
 @all_ns_option
 @json_option
@@ -485,7 +501,12 @@ def search(
         _what_exists(store, _split(kinds), all_namespaces)
     if as_json:
         emit_json(result.to_dict())
-        return
+    else:
+        _print_hits(result, store.settings, all_namespaces)
+
+
+def _print_hits(result: Any, settings: Settings, all_namespaces: bool) -> None:
+    """A search's hits, a header line and a highlighted snippet each, then its relations."""
     from rich.markup import escape
 
     out = console()
@@ -495,7 +516,7 @@ def search(
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
         _print_relations(result.relations, "relations")
         return
-    start, end = store.settings.highlight_start, store.settings.highlight_end
+    start, end = settings.highlight_start, settings.highlight_end
     for rank, hit in enumerate(result.hits, start=1):
         tags_text = escape(f"  [{', '.join(hit.tags)}]") if hit.tags else ""
         place = f"  [green]{escape(hit.location.label)}[/green]" if hit.location else ""
@@ -565,22 +586,31 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @cli.command()
 @click.argument("task")
 @click.option(
-    "-b", "--budget", type=click.IntRange(1, None), help="Most tokens in the block (default 500)."
+    "-b",
+    "--budget",
+    type=click.IntRange(1, None),
+    help=f"Most tokens in the block; {config.default_text('recall_budget')}.",
 )
 @click.option(
-    "-n", "--max-memories", type=click.IntRange(1, 100), help="Most memories (default 5)."
+    "-m",
+    "--max-memories",
+    type=click.IntRange(1, config.MAX_RECALL_MEMORIES),
+    help=f"Most memories; {config.default_text('recall_max')}.",
+)
+@click.option(
+    "-n", "max_memories_n", type=click.IntRange(1, config.MAX_RECALL_MEMORIES), hidden=True
 )
 @kind_option
 @tag_option
 @mode_option
-@click.option("--decay/--no-decay", default=None, help="Rank older memories lower.")
-@click.option("--mmr/--no-mmr", default=None, help="Prefer memories that do not repeat each other.")
+@decay_option
+@mmr_option
 @click.option(
     "--tokens",
     "token_counter",
-    type=click.Choice(["chars", "wordpiece"]),
-    help="How tokens are counted: chars (4 characters a token, 1 a CJK character; default) "
-    "or wordpiece (needs mnemex[embed]).",
+    type=click.Choice(config.TOKEN_COUNTERS),
+    help="How tokens are counted: chars (4 characters a token, 1 a CJK character) or "
+    f"wordpiece (needs mnemex[embed]); {config.default_text('token_counter')}.",
 )
 @json_option
 @click.pass_obj
@@ -590,6 +620,7 @@ def recall(
     task: str,
     budget: int | None,
     max_memories: int | None,
+    max_memories_n: int | None,
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
     mode: str | None,
@@ -610,7 +641,7 @@ def recall(
     result = store.recall(
         text,
         budget,
-        max_memories,
+        max_memories_n if max_memories is None else max_memories,
         kinds=_split(kinds),
         tags=_split(tags),
         mode=mode,
@@ -668,13 +699,13 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @click.option("--end", help="Up to this time (exclusive).")
 @kind_option
 @tag_option
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("-l", "--limit", type=_HITS, default=20, show_default=True)
 @click.option("--oldest-first", is_flag=True, help="Oldest first (default: newest first).")
 @click.option(
     "--around", metavar="ID", help="The memory ID and those created just before and after."
 )
-@click.option("--before", type=click.IntRange(0, 1000), default=5, show_default=True)
-@click.option("--after", type=click.IntRange(0, 1000), default=5, show_default=True)
+@click.option("--before", type=_HITS_OR_NONE, default=5, show_default=True)
+@click.option("--after", type=_HITS_OR_NONE, default=5, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -848,7 +879,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
 @click.argument("subject")
 @click.argument("predicate")
 @click.argument("object_", metavar="OBJECT")
-@click.option("--confidence", type=float, default=0.8, show_default=True)
+@click.option("--confidence", type=float, default=config.DEFAULT_CONFIDENCE, show_default=True)
 @click.option("--source-memory", help="Id of the memory this relation was read from.")
 @json_option
 @click.pass_obj
@@ -877,7 +908,7 @@ def relate(
 
 @cli.command()
 @click.argument("entity")
-@click.option("-l", "--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("-l", "--limit", type=_HITS, default=50, show_default=True)
 @all_ns_option
 @json_option
 @click.pass_obj
@@ -1140,7 +1171,7 @@ def mcp_(
 
     The server works on one store and one namespace (--db, --namespace) and
     exposes memory_search, memory_timeline, memory_get, memory_recall,
-    memory_add, memory_forget, memory_relate and memory_status. With --http it
+    memory_add, memory_update, memory_forget, memory_relate and memory_stats. With --http it
     listens on http://HOST:PORT/mcp; when MNEMEX_MCP_TOKEN is set every request
     must carry `Authorization: Bearer <token>`. Needs mnemex[mcp].
     """

@@ -9,8 +9,9 @@ are the field names of :class:`Settings`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (see
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
 RECALL_MAX_MEMORIES = 5  # seed 003
+MAX_RECALL_MEMORIES = 100  # the most `mnemex recall --max-memories` takes
+RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 SEARCH_RELATIONS = 5  # relations returned beside the memories of a search (seed 002)
 # Markdown workspaces (mnemex.ingest).
 CHUNK_TOKENS = 400  # seed 004
@@ -160,6 +163,30 @@ def default_home() -> Path:
     return Path(user_data_dir("mnemex", appauthor=False))
 
 
+def default_text(*names: str) -> str:
+    """Help text for defaults that settings give, e.g. ``default 6 (setting search_limit)``."""
+    shown = []
+    for name in names:
+        value = _TUNABLES[name].default
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        elif isinstance(value, str):
+            value = repr(value)
+        shown.append(f"{value} (setting {name})")
+    return "default " + ", ".join(shown)
+
+
+def given_store(
+    db: str | None, namespace: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """The store path and namespace a command was given: its own, else ``$MNEMEX_DB`` and
+    ``$MNEMEX_NAMESPACE`` (``None`` where neither says)."""
+    env = os.environ if environ is None else environ
+    return db or env.get("MNEMEX_DB") or None, namespace or env.get("MNEMEX_NAMESPACE") or None
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _TUNABLES[name].type
     if kind in ("bool", bool):
@@ -257,22 +284,18 @@ def _check_storage_and_search(s: Settings) -> None:
         raise InvalidInput("busy_timeout must be >= 0 seconds")
     if s.max_content_bytes < 1:
         raise InvalidInput("max_content_bytes must be at least 1")
-    if not 1 <= s.search_limit <= MAX_SEARCH_LIMIT:
-        raise InvalidInput(f"search_limit must be between 1 and {MAX_SEARCH_LIMIT}")
+    check_count("search_limit", s.search_limit, 1, MAX_SEARCH_LIMIT)
     if s.lexical_budget < 0:
         raise InvalidInput("lexical_budget must be >= 0 (0 disables query shaping)")
     if not 1 <= s.snippet_tokens <= 64:
         raise InvalidInput("snippet_tokens must be between 1 and 64 (an FTS5 limit)")
     if s.embedder not in EMBEDDERS:
         raise InvalidInput(f"embedder must be one of {', '.join(EMBEDDERS)}, got {s.embedder!r}")
-    if s.search_mode not in MODES:
-        raise InvalidInput(f"search_mode must be one of {', '.join(MODES)}, got {s.search_mode!r}")
-    if s.fusion not in FUSIONS:
-        raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {s.fusion!r}")
+    check_choice("search_mode", s.search_mode, MODES)
+    check_choice("fusion", s.fusion, FUSIONS)
     if s.rrf_k < 1:
         raise InvalidInput("rrf_k must be at least 1")
-    if s.vector_weight < 0 or s.text_weight < 0 or s.vector_weight + s.text_weight <= 0:
-        raise InvalidInput("vector_weight and text_weight must be >= 0 and not both 0")
+    check_weights((s.vector_weight, s.text_weight), "vector_weight and text_weight")
     if s.embed_batch_size < 1 or s.embed_threads < 0:
         raise InvalidInput("embed_batch_size must be >= 1 and embed_threads >= 0")
     if s.ann not in ("auto", "on", "off"):
@@ -298,10 +321,9 @@ def _check_embedding_and_ranking(s: Settings) -> None:
     for name in ("min_vector_score", "dedup_cosine"):
         if not -1.0 <= getattr(s, name) <= 1.0:
             raise InvalidInput(f"{name} must be between -1 and 1")
-    if s.recall_budget < 1 or s.recall_max < 1:
-        raise InvalidInput("recall_budget and recall_max must be at least 1")
-    if not 0 <= s.search_relations <= MAX_SEARCH_LIMIT:
-        raise InvalidInput(f"search_relations must be between 0 and {MAX_SEARCH_LIMIT}")
+    check_count("recall_budget", s.recall_budget, 1)
+    check_count("recall_max", s.recall_max, 1)
+    check_count("search_relations", s.search_relations, 0, MAX_SEARCH_LIMIT)
 
 
 def _check_workspace_and_serving(s: Settings) -> None:
@@ -345,3 +367,140 @@ def _check_workspace_patterns(s: Settings) -> None:
         check_patterns(s.workspace_ignore, "workspace_ignore")
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
+
+
+def check_count(name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` if it is an integer in [low, high] (no upper bound when ``high`` is None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= (high or value):
+        bounds = f"an integer between {low} and {high}" if high else "a positive integer"
+        raise InvalidInput(f"{name} must be {bounds}, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidInput(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def check_weights(weights: object, name: str = "weights") -> tuple[float, float]:
+    """(vector, text) fusion weights: two finite numbers >= 0, not both 0."""
+    given = list(weights) if isinstance(weights, list | tuple) else []
+    pair = [
+        float(w) if isinstance(w, float) or (isinstance(w, int) and abs(w) < 2**53) else math.nan
+        for w in given
+        if not isinstance(w, bool)
+    ]
+    if not (
+        len(given) == len(pair) == 2 and all(0 <= w < math.inf for w in pair) and sum(pair) > 0
+    ):
+        raise InvalidInput(
+            f"{name} must be two numbers >= 0, not both 0 (vector, text), got {weights!r}"
+        )
+    return pair[0], pair[1]
+
+
+# Each per-call search option and the setting it defaults to.
+_SEARCH_SETTINGS = {
+    "limit": "search_limit",
+    "mode": "search_mode",
+    "fusion": "fusion",
+    "relations": "search_relations",
+    "expand": "query_expansion",
+    "decay": "decay",
+    "confidence": "confidence_weighting",
+    "mmr": "mmr",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """One search's knobs: the settings, overridden by what the caller said, checked once.
+
+    Build it with :meth:`of`; a ``None`` argument means "as the settings say".
+    ``mode`` stays ``auto`` until :meth:`mode_for` knows whether an embedder is there.
+    """
+
+    limit: int
+    mode: str
+    fusion: str
+    relations: int
+    expand: bool
+    decay: bool
+    confidence: bool
+    mmr: bool
+    threshold: bool
+    vector_weight: float
+    text_weight: float
+    rrf_k: int
+
+    @classmethod
+    def of(
+        cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
+    ) -> SearchOptions:
+        """``given``: limit, mode, fusion, relations, expand, decay, confidence, mmr."""
+        if unknown := sorted(set(given) - set(_SEARCH_SETTINGS)):
+            raise TypeError(f"unknown search option(s): {', '.join(unknown)}")
+        v = {
+            key: getattr(settings, name) if given.get(key) is None else given[key]
+            for key, name in _SEARCH_SETTINGS.items()
+        }
+        check_count("limit", v["limit"], 1, MAX_SEARCH_LIMIT)
+        check_choice("mode", v["mode"], MODES)
+        check_choice("fusion", v["fusion"], FUSIONS)
+        pair = (settings.vector_weight, settings.text_weight)
+        vector_weight, text_weight = pair if weights is None else check_weights(weights)
+        check_count("relations", v["relations"], 0, MAX_SEARCH_LIMIT)
+        v.update({key: bool(v[key]) for key in ("expand", "decay", "confidence", "mmr")})
+        return cls(
+            **v,
+            threshold=threshold is None or bool(threshold),
+            vector_weight=vector_weight,
+            text_weight=text_weight,
+            rrf_k=settings.rrf_k,
+        )
+
+    @property
+    def wants_vectors(self) -> bool:
+        """Whether the search may use an embedder (every mode but lexical)."""
+        return self.mode != "lexical"
+
+    def mode_for(self, has_embedder: bool) -> str:
+        """The mode to run: ``auto`` is hybrid with an embedder, else lexical."""
+        if self.mode == "auto":
+            return "hybrid" if has_embedder else "lexical"
+        return self.mode
+
+
+@dataclass(frozen=True, slots=True)
+class RecallOptions:
+    """One recall's budget, memory count and token counter (a name or a function)."""
+
+    budget: int
+    most: int
+    token_counter: str | Callable[[str], int]
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        budget_tokens: int | None = None,
+        max_memories: int | None = None,
+        token_counter: str | Callable[[str], int] | None = None,
+    ) -> RecallOptions:
+        budget = settings.recall_budget if budget_tokens is None else budget_tokens
+        most = settings.recall_max if max_memories is None else max_memories
+        budget, most = check_count("budget_tokens", budget, 1), check_count("max_memories", most, 1)
+        counter = token_counter or settings.token_counter
+        if not callable(counter) and (
+            not isinstance(counter, str) or counter not in TOKEN_COUNTERS
+        ):
+            raise InvalidInput(
+                f"token_counter must be one of {', '.join(TOKEN_COUNTERS)} or a function"
+            )
+        return cls(budget, most, counter)
+
+    @property
+    def candidates(self) -> int:
+        """How many ranked memories the search behind a recall returns to choose from."""
+        return min(MAX_SEARCH_LIMIT, max(RECALL_CANDIDATES, 4 * self.most))

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT
+from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT, check_count
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import LexicalPlan, Lexicon
 from mnemex.index.query import (
@@ -124,12 +124,8 @@ def _fts_text(stored: str, indexed: str) -> str | None:
     return None if text == stored else text
 
 
-def _check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
-        raise InvalidInput(
-            f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
-        )
-    return limit
+def _check_limit(limit: object) -> int:
+    return check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
 
 
 def _optional_namespace(namespace: str | None) -> str | None:
@@ -333,7 +329,11 @@ def search_relations(
     ns = _optional_namespace(namespace)
     count = _check_limit(limit)
     where, params = _namespace_sql(ns)
-    if conn.execute(f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1", params).fetchone() is None:
+    if (
+        not count
+        or conn.execute(f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1", params).fetchone()
+        is None
+    ):
         return []
     terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
     if not terms:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import sqlite3
 import threading
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
+    from mnemex.search.pipeline import Request
 
 from mnemex import dedup as dups
 from mnemex import memories
@@ -23,10 +23,11 @@ from mnemex import timeline as timelines
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
-    FUSIONS,
     MAX_SEARCH_LIMIT,
-    MODES,
+    RecallOptions,
+    SearchOptions,
     Settings,
+    check_count,
     check_patterns,
     load_settings,
 )
@@ -47,7 +48,6 @@ from mnemex.models import (
     ForgetResult,
     GetResult,
     Memory,
-    Recalled,
     RecallResult,
     Relation,
     SearchResult,
@@ -63,13 +63,9 @@ from mnemex.text import (
     clean_query,
     clean_tags,
     listed,
-    parse_stored_time,
     parse_time,
     utcnow,
 )
-
-_CHUNK = 500  # ids per IN (...) query
-RECALL_CANDIDATES = 20  # ranked memories recall may choose from (at least 4 x max_memories)
 
 
 def open_store(
@@ -569,101 +565,98 @@ class Store:
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
-        ``query`` is natural-language text; any text is safe. ``mode`` is
-        ``lexical``, ``vector`` or ``hybrid`` (default: hybrid when an
-        embedder is configured, else lexical); ``fusion`` is ``rrf`` or
-        ``weighted`` with ``weights`` = (vector, text). ``explain`` attaches
-        each hit's rank and score in each arm and the fused score. With
-        ``raw`` the query is an FTS5 expression used as is (syntax errors raise
-        :class:`~mnemex.errors.InvalidQuery`). ``snippets=False`` skips the
-        highlighted snippets, which is faster when only ids are needed.
-
-        The ranking stages after fusion (see :mod:`mnemex.search.rank`) follow
-        the settings unless switched here: ``decay`` (by age, measured from
-        ``now``), ``confidence`` weighting, ``mmr`` diversity and the minimum
-        score ``threshold`` of each arm. ``expand`` switches query expansion
-        (see :func:`mnemex.index.query.expand_terms`).
-
-        Up to ``relations`` relations (default ``settings.search_relations``;
-        0 for none) that best match the query come back apart from the
-        memories, in ``SearchResult.relations``, ranked by BM25 · confidence.
-        The memory filters (kinds, tags, dates) do not apply to them.
+        ``query`` is any natural-language text. An argument left ``None`` takes
+        its setting (:class:`~mnemex.config.SearchOptions` checks them all):
+        ``mode`` (``auto``: hybrid with an embedder, else lexical), ``fusion``
+        (``rrf``, ``weighted``, ``adaptive``) with ``weights`` = (vector, text),
+        the ranking stages of :mod:`mnemex.search.rank` (``decay`` by age from
+        ``now``, ``confidence``, ``mmr``, each arm's minimum score
+        ``threshold``), ``expand`` (query expansion) and ``relations``: the
+        most relations, ranked by BM25 · confidence, returned apart in
+        ``SearchResult.relations`` (the memory filters do not apply to them).
+        ``explain`` attaches each hit's rank and score in each arm; with
+        ``raw`` the query is an FTS5 expression (syntax errors raise
+        :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Engine, Request, resolve_mode, run_search
+        from mnemex.search.pipeline import Engine, run_search
 
-        settings = self.settings
         filters = self._filters(namespace, kinds, tags, since, until)
-        limit = _check_limit(settings.search_limit if limit is None else limit)
-        if mode is not None and mode not in MODES:
-            raise InvalidInput(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if fusion is not None and fusion not in FUSIONS:
-            raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
-        vector_weight, text_weight = _weights(weights, settings)
-        wanted = settings.search_relations if relations is None else relations
-        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 0 <= wanted <= 1000:
-            raise InvalidInput(f"relations must be an integer between 0 and 1000, got {wanted!r}")
-        embedder = self.embedder if (mode or settings.search_mode) != "lexical" else None
-        request = Request(
-            query=query,
+        options = SearchOptions.of(
+            self.settings,
+            weights,
+            threshold,
             limit=limit,
-            filters=filters,
-            mode=resolve_mode(mode, settings, embedder is not None),
-            fusion=fusion or settings.fusion,
-            rrf_k=settings.rrf_k,
-            vector_weight=vector_weight,
-            text_weight=text_weight,
-            raw=raw,
-            explain=explain,
-            snippets=snippets,
-            ranking=self._ranking(decay, confidence, mmr, threshold),
-            expand=settings.query_expansion if expand is None else bool(expand),
-            now=None if now is None else parse_time(now, what="now"),
+            mode=mode,
+            fusion=fusion,
+            relations=relations,
+            expand=expand,
+            decay=decay,
+            confidence=confidence,
+            mmr=mmr,
         )
+        embedder = self.embedder if options.wants_vectors else None
+        request = self._request(query, filters, options, embedder, (raw, explain, snippets), now)
         started = time.perf_counter()
         notes, stale = self._freshen(filters.namespace)
         took = (time.perf_counter() - started) * 1000
-        found: tuple[Any, ...] = ()
-        with self.connection():
-            engine = Engine(
-                self.conn, self.session.lexicon, settings, embedder, self.session.vectors
+        session, wanted = self.session, options.relations
+        with session.connection() as conn:
+            result = run_search(
+                Engine(conn, session.lexicon, self.settings, embedder, session.vectors), request
             )
-            result = run_search(engine, request)
-            if wanted:
-                started = time.perf_counter()
-                found = tuple(
-                    relations_db.search_relations(
-                        self.conn, self.session.lexicon, result.query, filters.namespace, wanted
-                    )
-                )
-                took += (time.perf_counter() - started) * 1000
+            started, ns = time.perf_counter(), filters.namespace
+            ask = relations_db.search_relations
+            found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
+            took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,
             query=_echo(result.query),
             notes=(*notes, *result.notes),
             stale=stale,
-            relations=found,
+            relations=tuple(found),
             took_ms=result.took_ms + took,
         )
 
-    def _ranking(
+    def _request(
         self,
-        decay: bool | None,
-        confidence: bool | None,
-        mmr: bool | None,
-        threshold: bool | None,
-    ) -> Ranking:
-        s = self.settings
-        use_threshold = True if threshold is None else bool(threshold)
-        return Ranking(
-            decay=s.decay if decay is None else bool(decay),
+        query: str,
+        filters: Filters,
+        options: SearchOptions,
+        embedder: Embedder | None,
+        flags: tuple[bool, bool, bool],
+        now: datetime | str | None,
+    ) -> Request:
+        """What the pipeline runs: the options, with ``auto`` resolved by whether there is
+        an ``embedder``, and the (raw, explain, snippets) ``flags``."""
+        from mnemex.search.pipeline import Request
+
+        s, threshold, (raw, explain, snippets) = self.settings, options.threshold, flags
+        ranking = Ranking(
+            decay=options.decay,
             half_life_days=s.half_life_days,
-            confidence=s.confidence_weighting if confidence is None else bool(confidence),
-            mmr=s.mmr if mmr is None else bool(mmr),
+            confidence=options.confidence,
+            mmr=options.mmr,
             mmr_lambda=s.mmr_lambda,
             mmr_similarity=s.mmr_similarity,
-            min_text_score=s.min_text_score if use_threshold else 0.0,
-            min_vector_score=s.min_vector_score if use_threshold else -1.0,
-            floor=s.relevance_floor and use_threshold,
+            min_text_score=s.min_text_score if threshold else 0.0,
+            min_vector_score=s.min_vector_score if threshold else -1.0,
+            floor=s.relevance_floor and threshold,
+        )
+        return Request(
+            query=query,
+            limit=options.limit,
+            filters=filters,
+            mode=options.mode_for(embedder is not None),
+            fusion=options.fusion,
+            rrf_k=options.rrf_k,
+            vector_weight=options.vector_weight,
+            text_weight=options.text_weight,
+            raw=raw,
+            explain=explain,
+            snippets=snippets,
+            ranking=ranking,
+            expand=options.expand,
+            now=None if now is None else parse_time(now, what="now"),
         )
 
     def recall(
@@ -685,28 +678,22 @@ class Store:
     ) -> RecallResult:
         """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
 
-        At most ``max_memories`` (default 5) memories, best first, in at most
-        ``budget_tokens`` (default 500) tokens counted by ``token_counter``:
-        ``chars`` (``len / 4``, one a CJK character; the default), ``wordpiece`` (the local model's
-        tokenizer) or any callable from text to a count. A memory that does
+        At most ``max_memories`` memories, best first, in at most ``budget_tokens``
+        tokens counted by ``token_counter``: ``chars`` (``len / 4``, one a CJK
+        character), ``wordpiece`` (the local model's tokenizer) or any callable
+        from text to a count; left ``None``, each is its setting (``recall_max``,
+        ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
         not fit the room left is replaced by its excerpt, the lines around the
         part that matches ``task`` best (``cut`` is then true), or skipped when
         less than ``MIN_EXCERPT_TOKENS`` are left (see :mod:`mnemex.search.recall`).
         """
         from mnemex.search import recall as packing
-        from mnemex.search.rank import age_days
 
-        settings = self.settings
-        budget = settings.recall_budget if budget_tokens is None else budget_tokens
-        most = settings.recall_max if max_memories is None else max_memories
-        for name, value in (("budget_tokens", budget), ("max_memories", most)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
-        counter_name, count = _token_counter(token_counter or settings.token_counter)
+        options = RecallOptions.of(self.settings, budget_tokens, max_memories, token_counter)
         moment = utcnow() if now is None else parse_time(now, what="now")
         found = self.search(
             task,
-            limit=min(MAX_SEARCH_LIMIT, max(RECALL_CANDIDATES, 4 * most)),
+            limit=options.candidates,
             kinds=kinds,
             tags=tags,
             since=since,
@@ -719,63 +706,10 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        ids = [hit.id for hit in found.hits]
         with self.connection() as conn:
-            rows = {
-                r[0]: r
-                for start in range(0, len(ids), _CHUNK)
-                for r in conn.execute(
-                    "SELECT id, kind, content, confidence, created_at FROM memories "
-                    f"WHERE id IN ({','.join('?' * len(ids[start : start + _CHUNK]))})",
-                    ids[start : start + _CHUNK],
-                )
-            }
-        hits = [hit for hit in found.hits if hit.id in rows]
-        lines, ages = [], []
-        for hit in hits:
-            _, kind, content, confidence, created = rows[hit.id]
-            ages.append(packing.format_age(age_days(parse_stored_time(created), moment)))
-            lines.append(packing.render_line(kind, content, confidence, ages[-1]))
-
-        def trim(index: int, fits: packing.Fits) -> str | None:
-            _, kind, content, confidence, _ = rows[hits[index].id]
-            age = ages[index]
-            part = packing.excerpt(
-                content, found.query, lambda t: fits(packing.render_line(kind, t, confidence, age))
-            )
-            return None if part is None else packing.render_line(kind, part, confidence, age)
-
-        packed = packing.pack(lines, budget, most, count, trim)
-        chosen = []
-        for position, index in enumerate(packed.chosen):
-            hit, line = hits[index], packed.lines[position]
-            _, kind, content, confidence, _ = rows[hit.id]
-            chosen.append(
-                Recalled(
-                    id=hit.id,
-                    kind=kind,
-                    content=content,
-                    confidence=confidence,
-                    created_at=hit.created_at,
-                    score=hit.score,
-                    line=line,
-                    tokens=count(line),
-                    cut=packed.cut == index or index in packed.excerpts,
-                )
-            )
-        return RecallResult(
-            task=_echo(task if isinstance(task, str) else found.query),
-            markdown=packed.markdown,
-            memories=tuple(chosen),
-            tokens=packed.tokens,
-            budget_tokens=budget,
-            max_memories=most,
-            skipped=packed.considered - len(chosen),
-            mode_used=found.mode_used,
-            token_counter=counter_name,
-            notes=found.notes,
-            stale=found.stale,
-        )
+            bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
+        echoed = _echo(task if isinstance(task, str) else found.query)
+        return packing.recall(echoed, found, bodies, options, moment)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
         """What the namespace holds (or, with :data:`ALL`, the whole store).
@@ -974,16 +908,6 @@ def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) ->
     return patterns
 
 
-def _token_counter(counter: str | Callable[[str], int]) -> tuple[str, Callable[[str], int]]:
-    from mnemex.search.recall import COUNTERS
-
-    if callable(counter):
-        return getattr(counter, "__name__", "custom"), counter
-    if not isinstance(counter, str) or counter not in COUNTERS:
-        raise InvalidInput(f"token_counter must be one of {', '.join(COUNTERS)} or a function")
-    return counter, COUNTERS[counter]
-
-
 def _echo(given: str) -> str:
     """A query or task as given, or as searched when it is not valid Unicode text (a
     lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
@@ -994,31 +918,5 @@ def _echo(given: str) -> str:
     return given
 
 
-def _weights(weights: object, settings: Settings) -> tuple[float, float]:
-    """(vector, text) fusion weights: two finite numbers >= 0, not both 0."""
-    if weights is None:
-        return settings.vector_weight, settings.text_weight
-    given = list(weights) if isinstance(weights, list | tuple) else []
-    pair = [
-        float(w) if isinstance(w, float) or (isinstance(w, int) and abs(w) < 2**53) else math.nan
-        for w in given
-        if not isinstance(w, bool)
-    ]
-    if (
-        len(given) != 2
-        or len(pair) != 2
-        or not all(0 <= w < math.inf for w in pair)
-        or not sum(pair)
-    ):
-        raise InvalidInput(
-            f"weights must be two numbers >= 0, not both 0 (vector, text), got {weights!r}"
-        )
-    return float(pair[0]), float(pair[1])
-
-
 def _check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
-        raise InvalidInput(
-            f"limit must be an integer between 1 and {MAX_SEARCH_LIMIT}, got {limit!r}"
-        )
-    return limit
+    return check_count("limit", limit, 1, MAX_SEARCH_LIMIT)

@@ -69,62 +69,38 @@ def import_jsonl(
     now = utcnow()
     rows: list[tuple[Any, ...]] = []
     errors: list[LineError] = []
-    imported = skipped = 0
+    imported = 0
     ids: list[str] = []
     relation_rows: list[tuple[int, tuple[Any, ...]]] = []  # (line number, row)
     on_conflict: Conflict = "skip" if skip_existing else "error"
 
-    def store_rows() -> None:
-        """Insert (and embed) the rows; progress moves as the memories are embedded."""
-        nonlocal imported, skipped
-        with store.session.connection():
-            done, seqs = store.session.insert_prepared(rows, on_conflict)
-        store.session.after_write()
-        moved = [0]
-
-        def step(n: int) -> None:
-            moved[0] += n
-            if progress:
-                progress(n)
-
-        if embed:
-            store.session.embedding.embed_new(seqs, progress=step)
-        imported += done
-        skipped += len(rows) - done
-        ids.extend(r[0] for r in rows)
-        if progress:
-            progress(max(0, len(rows) - moved[0]))  # skipped, or stored without a vector
-        rows.clear()
-
     def flush() -> None:
-        if rows:
-            store_rows()
+        nonlocal imported
+        imported += _store_batch(store, rows, on_conflict, embed, progress)
+        ids.extend(r[0] for r in rows)
+        rows.clear()
 
     for number, line in enumerate(lines, start=1):
         try:
-            item = _parse_line(line)
-            if item is None:
-                if progress:
-                    progress(1)
-                continue
-            kind = item.pop("type", "memory")
-            if kind == "relation":
+            item = _parse_line(line)  # None: a blank line
+            kind = None if item is None else item.pop("type", "memory")
+            if item is not None and kind == "relation":
                 relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
-                continue
-            if kind != "memory":
+            elif item is not None and kind == "memory":
+                rows.append(store.prepare_row(item, ns, now, keep_namespaces))
+            elif item is not None:
                 raise InvalidInput(f"type must be memory or relation, got {kind!r}")
-            rows.append(store.prepare_row(item, ns, now, keep_namespaces))
         except _BAD_LINE as exc:
             errors.append(LineError(number, _line_message(exc)))
-            if progress:
-                progress(1)
-            continue
+            item = None
+        if progress and item is None:
+            progress(1)  # a good line moves the progress when it is stored
         if not strict and len(rows) >= IMPORT_BATCH:
             flush()
     known = {(row[1], row[0]) for row in rows}
     relation_rows = _with_sources(store, relation_rows, known, errors)
+    errors.sort(key=lambda e: e.line)
     if strict and errors:
-        errors.sort(key=lambda e: e.line)
         shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
         raise InvalidInput(
             f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
@@ -135,17 +111,44 @@ def import_jsonl(
     if relation_rows:
         with store.session.transaction() as conn:
             related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
-        skipped += len(relation_rows) - related  # ids already taken
         if progress:
             progress(len(relation_rows))
-    errors.sort(key=lambda e: e.line)
     return ImportReport(
         imported=imported,
-        skipped=skipped,
+        skipped=len(ids) - imported + len(relation_rows) - related,  # ids already taken
         errors=tuple(errors),
         ids=tuple(ids),
         relations=related,
     )
+
+
+def _store_batch(
+    store: Store,
+    rows: list[tuple[Any, ...]],
+    on_conflict: Conflict,
+    embed: bool,
+    progress: Progress | None,
+) -> int:
+    """Insert (and embed) prepared rows; how many were new. Progress moves as the
+    memories are embedded, then by the rest (skipped, or stored without a vector)."""
+    if not rows:
+        return 0
+    with store.session.connection():
+        done, seqs = store.session.insert_prepared(rows, on_conflict)
+    store.session.after_write()
+    moved = 0
+
+    def step(n: int) -> None:
+        nonlocal moved
+        moved += n
+        if progress:
+            progress(n)
+
+    if embed:
+        store.session.embedding.embed_new(seqs, progress=step)
+    if progress:
+        progress(max(0, len(rows) - moved))
+    return done
 
 
 # What validating one line's values can raise: the line is reported and skipped.

@@ -327,11 +327,11 @@ def prompt_context(
     The memories of the session itself are left out: they are in the
     conversation already.
     """
+    from mnemex.hooks.injected import clean_text
     from mnemex.search import recall as packing
+    from mnemex.storage import marks
 
     settings = store.settings
-    from mnemex.hooks.injected import clean_text
-
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
     found = store.recall(
         task, max_memories=settings.recall_max + SESSION_EXTRA, namespace=namespace
@@ -345,7 +345,7 @@ def prompt_context(
             row[0]
             for row in store.session.conn.execute(
                 "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
-                f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({','.join('?' * len(ids))})",
+                f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({marks(len(ids))})",
                 [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
             )
         }
@@ -361,6 +361,7 @@ def session_context(store: Store, namespace: str | None = None) -> str:
     from mnemex.hooks import KINDS, PROMPT
     from mnemex.search import recall as packing
     from mnemex.search.rank import age_days
+    from mnemex.storage import marks
     from mnemex.text import parse_stored_time, utcnow
 
     conn, ns = store.session.conn, namespace or store.namespace
@@ -380,10 +381,9 @@ def session_context(store: Store, namespace: str | None = None) -> str:
         )
         lines.append(f"- [last session, {prompts[0][1][:10]}] asked: {asked}")
     now = utcnow()
-    marks = ",".join("?" * len(KINDS))
     for kind, content, confidence, created in conn.execute(
         "SELECT kind, content, confidence, created_at FROM memories "
-        f"WHERE namespace = ? AND kind NOT IN ({marks}, 'chunk') "
+        f"WHERE namespace = ? AND kind NOT IN ({marks(len(KINDS))}, 'chunk') "
         "ORDER BY pinned DESC, confidence DESC, seq DESC LIMIT ?",
         (ns, *KINDS, NOTABLE_CANDIDATES),
     ):

@@ -105,6 +105,20 @@ class _Open:
     actions: list[str] = field(default_factory=list)
     ends_on_text: bool = False
 
+    def take(self, kind: str, value: str | None) -> None:
+        """A text, a tool call (``value``: what it did) or a tool's result in this turn."""
+        if kind == "text":
+            assert value is not None
+            self.texts.append(value)
+            self.ends_on_text = True
+            return
+        if kind == "tool":
+            if value:
+                self.actions.append(value)
+            self.earlier.extend(self.texts)
+            self.texts = []
+        self.ends_on_text = False  # a tool's result: the turn goes on
+
 
 def read(
     path: str | Path,
@@ -119,27 +133,7 @@ def read(
     parse = _claude_line if agent == CLAUDE_CODE else _codex_line
     stem = Path(path).stem
     current: _Open | None = None
-    number = first_number
     last_end = start
-
-    def close(turn: _Open) -> None:
-        nonlocal number
-        if turn.prompt is None:
-            return
-        answer = "\n\n".join(turn.texts or turn.earlier)
-        out.turns.append(
-            Turn(
-                number=number,
-                anchor=turn.anchor or f"{stem}@{turn.start}",
-                prompt=turn.prompt,
-                answer=clean_text(answer),
-                actions=_actions_line(turn.actions),
-                timestamp=turn.timestamp,
-                cwd=turn.cwd,
-            )
-        )
-        number += 1
-
     for offset, raw in _lines(path, start):
         try:
             obj = json.loads(raw)
@@ -148,9 +142,6 @@ def read(
                 break  # a line still being written: read it next time
             obj = None
         last_end = offset + len(raw)
-        if obj is None:
-            out.bad_lines += 1
-            continue
         if not isinstance(obj, dict):
             out.bad_lines += 1
             continue
@@ -166,40 +157,54 @@ def read(
         kind, value = event
         if kind == "prompt":
             if current is not None:
-                close(current)
-            out.next_offset, out.next_number = offset, number
-            cwd = _str(obj.get("cwd"))
-            out.cwd = cwd or out.cwd
-            if agent == CLAUDE_CODE:
-                out.session_id = _str(obj.get("sessionId")) or out.session_id
-            text = clean_text(value) if value is not None else None
-            current = _Open(
-                start=offset,
-                anchor=_str(obj.get("uuid")),
-                prompt=text if text and not text.startswith(_NOT_A_PROMPT) else None,
-                timestamp=_str(obj.get("timestamp")),
-                cwd=cwd or out.cwd,
-            )
+                _close(out, current, first_number, stem)
+            out.next_offset, out.next_number = offset, first_number + len(out.turns)
+            current = _opened(out, obj, value, offset, agent)
         elif current is None:
             out.skipped_lines += 1  # an answer without a prompt (a resumed file's tail)
-        elif kind == "text":
-            assert value is not None
-            current.texts.append(value)
-            current.ends_on_text = True
-        elif kind == "tool":
-            if value:
-                current.actions.append(value)
-            current.earlier.extend(current.texts)
-            current.texts = []
-            current.ends_on_text = False
-        else:  # a tool's result: the turn goes on
-            current.ends_on_text = False
+        else:
+            current.take(kind, value)
         if current is None:
             out.next_offset = last_end
     if current is not None and (final or current.ends_on_text):
-        close(current)
-        out.next_offset, out.next_number = last_end, number
+        _close(out, current, first_number, stem)
+        out.next_offset, out.next_number = last_end, first_number + len(out.turns)
     return out
+
+
+def _opened(
+    out: Transcript, obj: dict[str, Any], value: str | None, offset: int, agent: str
+) -> _Open:
+    """The turn a prompt line opens; the session and folder it names go to ``out``."""
+    cwd = _str(obj.get("cwd"))
+    out.cwd = cwd or out.cwd
+    if agent == CLAUDE_CODE:
+        out.session_id = _str(obj.get("sessionId")) or out.session_id
+    text = clean_text(value) if value is not None else None
+    return _Open(
+        start=offset,
+        anchor=_str(obj.get("uuid")),
+        prompt=text if text and not text.startswith(_NOT_A_PROMPT) else None,
+        timestamp=_str(obj.get("timestamp")),
+        cwd=cwd or out.cwd,
+    )
+
+
+def _close(out: Transcript, turn: _Open, first_number: int, stem: str) -> None:
+    """Add the turn to ``out`` (numbered on from ``first_number``) unless it is plumbing."""
+    if turn.prompt is None:
+        return
+    out.turns.append(
+        Turn(
+            number=first_number + len(out.turns),
+            anchor=turn.anchor or f"{stem}@{turn.start}",
+            prompt=turn.prompt,
+            answer=clean_text("\n\n".join(turn.texts or turn.earlier)),
+            actions=_actions_line(turn.actions),
+            timestamp=turn.timestamp,
+            cwd=turn.cwd,
+        )
+    )
 
 
 def _lines(path: str | Path, start: int) -> Iterator[tuple[int, bytes]]:

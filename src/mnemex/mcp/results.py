@@ -131,7 +131,7 @@ class RelateOutput(BaseModel):
     relation: Relation
 
 
-class StatusOutput(BaseModel):
+class StatsOutput(BaseModel):
     namespace: str
     memories: int
     kinds: dict[str, int]
@@ -252,8 +252,8 @@ def update_output(memory: models.Memory) -> UpdateOutput:
     )
 
 
-def status_output(stats: models.Stats) -> StatusOutput:
-    return StatusOutput(
+def stats_output(stats: models.Stats) -> StatsOutput:
+    return StatsOutput(
         namespace=stats.namespace,
         memories=stats.memories,
         kinds=stats.kinds,

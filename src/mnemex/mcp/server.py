@@ -27,7 +27,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from mnemex import __version__
+from mnemex import __version__, config
 from mnemex.config import Settings
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.errors import MnemexError, UnknownMemory
@@ -39,7 +39,7 @@ from mnemex.mcp.results import (
     RecallOutput,
     RelateOutput,
     SearchOutput,
-    StatusOutput,
+    StatsOutput,
     TimelineOutput,
     UpdateOutput,
     tool_result,
@@ -129,7 +129,8 @@ def memory_search(
     ctx: Context[Any, Any],
     query: Query,
     limit: Annotated[
-        int | None, Field(ge=1, le=MAX_HITS, description="Most hits (default 6).")
+        int | None,
+        Field(ge=1, le=MAX_HITS, description=f"Most hits; {config.default_text('search_limit')}."),
     ] = None,
     mode: Annotated[
         Literal["lexical", "vector", "hybrid"] | None,
@@ -215,10 +216,17 @@ def memory_recall(
     ],
     budget_tokens: Annotated[
         int | None,
-        Field(ge=1, le=MAX_RECALL_BUDGET, description="Most tokens in the block (default 500)."),
+        Field(
+            ge=1,
+            le=MAX_RECALL_BUDGET,
+            description=f"Most tokens; {config.default_text('recall_budget')}.",
+        ),
     ] = None,
     max_memories: Annotated[
-        int | None, Field(ge=1, le=MAX_HITS, description="Most memories (default 5).")
+        int | None,
+        Field(
+            ge=1, le=MAX_HITS, description=f"Most memories; {config.default_text('recall_max')}."
+        ),
     ] = None,
 ) -> Annotated[CallToolResult, RecallOutput]:
     """The memories most relevant to a task as a "## Relevant Memories" markdown block.
@@ -237,13 +245,13 @@ def memory_add(
     content: Annotated[str, Field(description="The memory: one self-contained statement.")],
     kind: Annotated[
         str, Field(max_length=40, description="observation, decision, fact, gotcha, ...")
-    ] = "observation",
+    ] = config.DEFAULT_KIND,
     tags: Annotated[
         list[Annotated[str, Field(max_length=100)]] | None,
         Field(max_length=MAX_LABELS, description="Short labels to filter by later."),
     ] = None,
     source: Annotated[str | None, Field(max_length=1000, description="Where it came from.")] = None,
-    confidence: Confidence = 0.8,
+    confidence: Confidence = config.DEFAULT_CONFIDENCE,
     pinned: Annotated[bool, Field(description=PINNED)] = False,
     created_at: Annotated[
         str | None, Field(max_length=64, description="When it happened (default: now).")
@@ -334,7 +342,7 @@ def memory_relate(
         str, Field(max_length=64, description="How they relate, e.g. owns, depends_on, works_on.")
     ],
     object: Annotated[str, Field(max_length=256, description="The other entity.")],
-    confidence: Confidence = 0.8,
+    confidence: Confidence = config.DEFAULT_CONFIDENCE,
     source_memory: Annotated[
         str | None, Field(max_length=200, description="Id of the memory this was read from.")
     ] = None,
@@ -350,15 +358,16 @@ def memory_relate(
     return tool_result(RelateOutput(relation=results.relation(found)))
 
 
-def memory_status(ctx: Context[Any, Any]) -> Annotated[CallToolResult, StatusOutput]:
+def memory_stats(ctx: Context[Any, Any]) -> Annotated[CallToolResult, StatsOutput]:
     """How many memories this namespace holds, of which kinds and dates, and the embedding model.
 
     Without an embedder, search matches words only; pending_vectors above 0 means
     some memories are found by words only until `mnemex embed` runs.
     """
-    return tool_result(results.status_output(_store(ctx).stats()))
+    return tool_result(results.stats_output(_store(ctx).stats()))
 
 
+ALIASES = {"memory_status": "memory_stats"}  # old tool names, still answered but not listed
 TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
     (memory_search, _READ),
     (memory_timeline, _READ),
@@ -368,7 +377,7 @@ TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
     (memory_update, _UPDATE),
     (memory_forget, _FORGET),
     (memory_relate, _RELATE),
-    (memory_status, _READ),
+    (memory_stats, _READ),
 )
 
 
@@ -480,6 +489,7 @@ class Server(MCPServer[Store]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Store, Any] | None = None
     ) -> Any:
+        name = ALIASES.get(name, name)
         known = self._parameters.get(name)
         unknown = sorted(set(arguments) - known) if known is not None else []
         if unknown:

@@ -148,13 +148,6 @@ class Engine:
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
 
 
-def resolve_mode(mode: str | None, settings: Settings, has_embedder: bool) -> str:
-    chosen = mode or settings.search_mode
-    if chosen == "auto":
-        return "hybrid" if has_embedder else "lexical"
-    return chosen
-
-
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a search runs, decided once: the query text, the mode, the lexical plan, the

@@ -23,12 +23,23 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemex.errors import MissingExtra
 from mnemex.index.stopwords import STOPWORDS
+from mnemex.models import Recalled, RecallResult
+from mnemex.search.rank import age_days
+from mnemex.storage import IN_CHUNK, marks
+from mnemex.text import batched
+
+if TYPE_CHECKING:
+    import sqlite3
+    from datetime import datetime
+
+    from mnemex.config import RecallOptions
+    from mnemex.models import SearchResult
 
 HEADER = "## Relevant Memories\n"
 ELLIPSIS = "…"
@@ -267,3 +278,74 @@ def excerpt(content: str, query: str, fits: Fits) -> str | None:
         if lo > 0 and fits(text(lo - 1, hi)):
             lo, grown = lo - 1, True
     return text(lo, hi)
+
+
+def counter(choice: str | TokenCounter) -> tuple[str, TokenCounter]:
+    """The name and function of a token counter given by name or as a function."""
+    if callable(choice):
+        return getattr(choice, "__name__", "custom"), choice
+    return choice, COUNTERS[choice]
+
+
+def read_bodies(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """The whole content and the confidence of each memory, which a search hit lacks."""
+    return {
+        ident: (content, confidence)
+        for chunk in batched(ids, IN_CHUNK)
+        for ident, content, confidence in conn.execute(
+            f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})",
+            chunk,
+        )
+    }
+
+
+def recall(
+    task: str,
+    found: SearchResult,
+    bodies: Mapping[str, tuple[str, float]],
+    options: RecallOptions,
+    moment: datetime,
+) -> RecallResult:
+    """Pack the hits of ``found`` still stored (``bodies``) into a block for ``task``."""
+    counter_name, count = counter(options.token_counter)
+    hits = [hit for hit in found.hits if hit.id in bodies]
+    ages = [format_age(age_days(hit.created_at, moment)) for hit in hits]
+
+    def line(index: int, text: str) -> str:
+        hit = hits[index]
+        return render_line(hit.kind, text, bodies[hit.id][1], ages[index])
+
+    def trim(index: int, fits: Fits) -> str | None:
+        content = bodies[hits[index].id][0]
+        part = excerpt(content, found.query, lambda t: fits(line(index, t)))
+        return None if part is None else line(index, part)
+
+    lines = [line(index, bodies[hit.id][0]) for index, hit in enumerate(hits)]
+    packed = pack(lines, options.budget, options.most, count, trim)
+    chosen = tuple(
+        Recalled(
+            id=hits[index].id,
+            kind=hits[index].kind,
+            content=bodies[hits[index].id][0],
+            confidence=bodies[hits[index].id][1],
+            created_at=hits[index].created_at,
+            score=hits[index].score,
+            line=packed.lines[position],
+            tokens=count(packed.lines[position]),
+            cut=packed.cut == index or index in packed.excerpts,
+        )
+        for position, index in enumerate(packed.chosen)
+    )
+    return RecallResult(
+        task=task,
+        markdown=packed.markdown,
+        memories=chosen,
+        tokens=packed.tokens,
+        budget_tokens=options.budget,
+        max_memories=options.most,
+        skipped=packed.considered - len(chosen),
+        mode_used=found.mode_used,
+        token_counter=counter_name,
+        notes=found.notes,
+        stale=found.stale,
+    )
