@@ -1,0 +1,139 @@
+"""The lexical arm: BM25 over the ``lex`` tsvector, with each namespace's own statistics.
+
+PostgreSQL's ``ts_rank`` is not BM25. Here a query's terms find their rows
+through the GIN index (``lex @@ 'a' | 'b'``); each row's score is FTS5's
+``bm25()`` arithmetic (see :mod:`mnemex.index.fts`): for each term,
+``idf · f·(k1+1) / (f + k1·(1 − b + b·len/avgdl))``, summed, where ``f`` is
+the term's frequency in the row (the positions of its lexeme), ``len`` the
+row's tokens, and N, avgdl and each term's document frequency the
+namespace's own (``namespace_stats``, ``term_stats``), so a namespace ranks
+as it would alone, as on SQLite. IDFs are computed here, from the same
+function SQLite's arm uses (:func:`mnemex.index.query.idf`).
+
+Public surface: :func:`plan` (query text to terms, stop words set aside) and
+:func:`lexical` (terms to scored rows), :func:`search` doing both with the
+SQLite pipeline's retry (stop words put back when nothing matched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mnemex.engine.postgres.tokens import lexicon, query_key
+from mnemex.engine.postgres.write import lexeme
+from mnemex.index.fts import BM25_B, BM25_K1, Candidate
+from mnemex.index.query import (
+    MAX_QUERY_TERMS,
+    Term,
+    capital_letters,
+    content_terms,
+    expand_terms,
+    idf,
+    keep_rarest,
+)
+from mnemex.index.stopwords import STOPWORDS
+
+if TYPE_CHECKING:
+    import psycopg
+
+_SCORE = f"""
+    SELECT m.seq, sum(q.w * (u.f * {BM25_K1 + 1.0!r})
+                      / (u.f + {BM25_K1!r} * (1 - {BM25_B!r} + {BM25_B!r} * m.lex_len / %(avgdl)s)))
+        AS score
+    FROM memories AS m
+    CROSS JOIN LATERAL (
+        SELECT lexeme, cardinality(positions)::float8 AS f FROM unnest(m.lex)
+    ) AS u
+    JOIN unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w) ON q.term = u.lexeme
+    WHERE m.lex @@ %(query)s::tsquery{{where}}
+    GROUP BY m.seq
+    ORDER BY score DESC, m.seq
+    LIMIT %(limit)s"""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A query's terms to search, and the stop words set aside (searched when nothing else
+    matches)."""
+
+    terms: tuple[Term, ...]
+    dropped: tuple[Term, ...]
+
+
+def statistics(conn: psycopg.Connection[Any], namespace: str | None) -> tuple[int, int]:
+    """(rows, tokens) of a namespace, or of every namespace with ``None``."""
+    row = conn.execute(
+        "SELECT coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM namespace_stats"
+        + ("" if namespace is None else " WHERE namespace = %s"),
+        () if namespace is None else (namespace,),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def doc_freqs(
+    conn: psycopg.Connection[Any], keys: Sequence[str], namespace: str | None
+) -> dict[str, int]:
+    """Rows holding each term key in the namespace (or in every namespace)."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        "SELECT term, sum(docs) FROM term_stats WHERE term = ANY(%s)"
+        + ("" if namespace is None else " AND namespace = %s")
+        + " GROUP BY term",
+        (list(keys),) if namespace is None else (list(keys), namespace),
+    ).fetchall()
+    return {str(term): int(docs) for term, docs in rows}
+
+
+def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Plan:
+    """Natural-language text to terms, as the SQLite arm plans it (expanded, stop words
+    set aside, at most ``MAX_QUERY_TERMS`` of the rarest kept)."""
+    tokens = lexicon().tokenize(text)
+    kept, dropped = content_terms(expand_terms(tokens, STOPWORDS, capital_letters(text)))
+    freqs = doc_freqs(conn, [query_key(t) for t in kept], namespace)
+    keep = keep_rarest(kept, [freqs.get(query_key(t), 0) for t in kept], MAX_QUERY_TERMS)
+    return Plan(tuple(kept[i] for i in keep), tuple(dropped))
+
+
+def lexical(
+    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, limit: int
+) -> list[Candidate]:
+    """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
+    best first (ties by seq)."""
+    docs, tokens = statistics(conn, namespace)
+    if not terms or not docs or limit <= 0:
+        return []
+    keys = [query_key(t) for t in terms]
+    freqs = doc_freqs(conn, keys, namespace)
+    weights: dict[str, float] = {}
+    for term, key in zip(terms, keys, strict=True):
+        df = freqs.get(key, 0)
+        if df > 0:
+            weights[key] = weights.get(key, 0.0) + term.count * idf(df, docs)
+    if not weights:
+        return []
+    rows = conn.execute(
+        _SCORE.replace("{where}", "" if namespace is None else " AND m.namespace = %(ns)s"),
+        {
+            "avgdl": tokens / docs,
+            "keys": list(weights),
+            "weights": list(weights.values()),
+            "query": " | ".join(lexeme(k) for k in weights),
+            "ns": namespace,
+            "limit": limit,
+        },
+    ).fetchall()
+    return [Candidate(int(seq), float(score)) for seq, score in rows]
+
+
+def search(
+    conn: psycopg.Connection[Any], text: str, namespace: str | None, limit: int
+) -> list[Candidate]:
+    """:func:`plan` then :func:`lexical`; with the stop words put back when nothing matched."""
+    planned = plan(conn, text, namespace)
+    found = lexical(conn, planned.terms, namespace, limit)
+    if not found and planned.dropped:
+        found = lexical(conn, planned.terms + planned.dropped, namespace, limit)
+    return found
