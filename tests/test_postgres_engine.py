@@ -81,7 +81,9 @@ def conn(pg_url: str) -> Iterator[Any]:
         yield c
 
 
-def sqlite_ranking(path: Path, text: str, namespace: str, pool: int) -> list[tuple[str, float]]:
+def sqlite_ranking(
+    path: Path, text: str, namespace: str | None, pool: int
+) -> list[tuple[str, float]]:
     """The SQLite engine's lexical arm, exact (no query shaping), as (id, BM25)."""
     conn = sqlite_connect(path, busy_timeout=5.0)
     try:
@@ -96,7 +98,7 @@ def sqlite_ranking(path: Path, text: str, namespace: str, pool: int) -> list[tup
         conn.close()
 
 
-def pg_ranking(conn: Any, text: str, namespace: str, pool: int) -> list[tuple[str, float]]:
+def pg_ranking(conn: Any, text: str, namespace: str | None, pool: int) -> list[tuple[str, float]]:
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
     return [(ids[c.seq], c.raw) for c in pg.search(conn, text, namespace, pool)]
 
@@ -135,7 +137,7 @@ def test_two_migrators_at_once_apply_each_migration_once(pg_url: str) -> None:
         assert sorted(rows) == [(v, 1) for v in range(1, pg.LATEST + 1)]
 
 
-def _recomputed_stats(conn: Any) -> tuple[set[Any], set[Any]]:
+def _recomputed_stats(conn: Any) -> tuple[set[Any], set[Any], set[Any]]:
     namespaces = set(
         conn.execute("SELECT namespace, count(*), sum(lex_len) FROM memories GROUP BY 1").fetchall()
     )
@@ -145,15 +147,22 @@ def _recomputed_stats(conn: Any) -> tuple[set[Any], set[Any]]:
             "GROUP BY 1, 2"
         ).fetchall()
     )
-    return namespaces, terms
+    postings = set(
+        conn.execute(
+            "SELECT namespace, u.lexeme, seq, cardinality(u.positions), lex_len "
+            "FROM memories, unnest(lex) AS u"
+        ).fetchall()
+    )
+    return namespaces, terms, postings
 
 
-def _kept_stats(conn: Any) -> tuple[set[Any], set[Any]]:
+def _kept_stats(conn: Any) -> tuple[set[Any], set[Any], set[Any]]:
     namespaces = set(
         conn.execute("SELECT namespace, docs, tokens FROM namespace_stats WHERE docs > 0")
     )
     terms = set(conn.execute("SELECT namespace, term, docs FROM term_stats WHERE docs > 0"))
-    return namespaces, terms
+    postings = set(conn.execute("SELECT namespace, term, seq, tf, len FROM postings"))
+    return namespaces, terms, postings
 
 
 @postgres
@@ -195,7 +204,8 @@ def test_index_terms_and_lengths_are_fts5s(conn: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("query", QUERIES)
 def test_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -> None:
     """Same rows, same order, same scores as SQLite's lexical arm, in a namespace that
-    shares the store with another (so both use the namespace's own statistics)."""
+    shares the store with another (so both use the namespace's own statistics), and in
+    the whole store."""
     rows = rows_of(TEXTS) + rows_of([*TEXTS[::2], "another namespace"], "other", "o")
     pg.insert_rows(conn, rows)
     with mnemex.open(tmp_path / "m.db") as store:
@@ -204,7 +214,7 @@ def test_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -
                 [{"id": r.id, "content": r.content, "tags": list(r.tags)}],
                 namespace=r.namespace,
             )
-    for namespace in ("ns", "other"):
+    for namespace in ("ns", "other", None):
         expected = sqlite_ranking(tmp_path / "m.db", query, namespace, 50)
         got = pg_ranking(conn, query, namespace, 50)
         assert [i for i, _ in got] == [i for i, _ in expected], (query, namespace)

@@ -13,15 +13,15 @@ engine does on its own, with a small public surface the session will call.
   (:mod:`.write`); :func:`insert_vectors` for their vectors.
 - :func:`lexical` ``(conn, query_terms, namespace, limit)``: BM25 with each
   namespace's own statistics, the terms being FTS5's own (:mod:`.tokens`),
-  so scores and ranks match the SQLite engine's (:mod:`.lexical`).
+  so scores and ranks match the SQLite engine's (:mod:`.bm25`).
 - :func:`vector` ``(conn, qvec, namespace, model, limit)``: cosine nearest
   neighbours, by HNSW or exactly (:mod:`.vectors`).
 - :func:`start_server` (:mod:`.server`): a throwaway local server from the
   ``pgserver`` package, for tests and benchmarks.
 """
 
+from mnemex.engine.postgres.bm25 import lexical, plan, search
 from mnemex.engine.postgres.connect import connect, pool
-from mnemex.engine.postgres.lexical import lexical, plan, search
 from mnemex.engine.postgres.schema import LATEST, migrate, schema_version
 from mnemex.engine.postgres.server import LocalServer
 from mnemex.engine.postgres.server import start as start_server

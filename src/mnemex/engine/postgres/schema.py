@@ -5,20 +5,22 @@ in PostgreSQL's types: memories with their namespace, kind, tags, confidence,
 pinned flag, times and content hash; relations; vectors stamped with their
 model. Differences that follow from the engine:
 
-- The lexical index is a ``tsvector`` column, ``lex``, of the terms FTS5
-  would index (see :mod:`mnemex.engine.postgres.tokens`), each lexeme with
-  positions ``1..tf`` (its frequency, capped at 256 by PostgreSQL), and a GIN
-  index to find the rows holding a term. ``lex_len`` is the row's length in
-  tokens. BM25 needs each namespace's row count, token count and each term's
-  document frequency: ``namespace_stats`` and ``term_stats``, kept by
-  statement-level triggers in the transaction that changes the rows (rows
-  are locked in (namespace, term) order, so concurrent writers wait for one
+- The lexical index: ``lex``, a ``tsvector`` of the terms FTS5 would index
+  (see :mod:`mnemex.engine.postgres.tokens`), each lexeme with positions
+  ``1..tf`` (its frequency, capped at 256 by PostgreSQL), ``lex_len`` the
+  row's length in tokens, and from them ``postings`` (namespace, term, seq →
+  tf, len), the inverted index BM25 reads (see
+  :mod:`mnemex.engine.postgres.bm25` for why a B-tree and not GIN). BM25
+  also needs each namespace's row and token counts and each term's document
+  frequency: ``namespace_stats`` and ``term_stats``. Statement-level
+  triggers keep all three in the transaction that changes the rows (counts
+  upserted in (namespace, term) order, so concurrent writers wait for one
   another instead of deadlocking).
 - A memory's content hash is unique in its namespace (chunks of workspace
   files aside): two writers adding the same text at once end with one row.
 - Vectors have no fixed dimension in the table; each model's vectors are
   indexed by an HNSW index of their own (see
-  :func:`mnemex.engine.postgres.vectors.ensure_index`), recorded with their
+  :func:`mnemex.engine.postgres.vectors.ensure_model`), recorded with their
   dimension in ``vector_models``.
 
 Every migration runs in one transaction, under the session lock ``pg_advisory_lock``:
@@ -67,16 +69,25 @@ _INIT: Final = (
     """CREATE UNIQUE INDEX IF NOT EXISTS memories_namespace_hash
         ON memories (namespace, content_hash) WHERE kind <> 'chunk'""",
     "CREATE INDEX IF NOT EXISTS memories_tags ON memories USING gin (tags jsonb_path_ops)",
-    "CREATE INDEX IF NOT EXISTS memories_lex ON memories USING gin (lex)",
 )
 
 
 def _stats_function(op: str, changed: str) -> str:
-    """SQL: the trigger function that adds (sign 1) and takes away (-1) the ``changed``
-    rows' counts to the statistics of their namespaces, in one upsert per table."""
+    """SQL: the trigger function that takes away the postings and counts of the
+    ``changed`` rows of sign -1 and adds those of sign 1 (one upsert per statistics
+    table, in key order)."""
     return f"""CREATE OR REPLACE FUNCTION mnemex_stats_{op}() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
+            DELETE FROM postings AS p
+            USING ({changed}) AS c, unnest(tsvector_to_array(c.lex)) AS u (term)
+            WHERE c.sign < 0 AND p.namespace = c.namespace AND p.term = u.term
+                AND p.seq = c.seq;
+            INSERT INTO postings (namespace, term, seq, tf, len)
+            SELECT c.namespace, u.lexeme, c.seq, cardinality(u.positions), c.lex_len
+            FROM ({changed}) AS c, unnest(c.lex) AS u
+            WHERE c.sign > 0
+            ORDER BY 1, 2, 3;
             WITH c AS MATERIALIZED ({changed}),
             ns AS (
                 INSERT INTO namespace_stats AS s (namespace, docs, tokens)
@@ -105,19 +116,30 @@ _STATS: Final = (
         docs bigint NOT NULL,
         tokens bigint NOT NULL
     )""",
+    # The inverted index BM25 reads: each term's rows in a namespace, with the term's
+    # frequency in the row and the row's length (a B-tree: one range scan per term).
+    """CREATE TABLE IF NOT EXISTS postings (
+        namespace text NOT NULL,
+        term text NOT NULL,
+        seq bigint NOT NULL,
+        tf integer NOT NULL,
+        len integer NOT NULL,
+        PRIMARY KEY (namespace, term, seq)
+    )""",
     """CREATE TABLE IF NOT EXISTS term_stats (
         namespace text NOT NULL,
         term text NOT NULL,
         docs bigint NOT NULL,
         PRIMARY KEY (namespace, term)
     )""",
-    _stats_function("insert", "SELECT namespace, 1 AS sign, lex_len, lex FROM new_rows"),
-    _stats_function("delete", "SELECT namespace, -1 AS sign, lex_len, lex FROM old_rows"),
+    _stats_function("insert", "SELECT seq, namespace, 1 AS sign, lex_len, lex FROM new_rows"),
+    _stats_function("delete", "SELECT seq, namespace, -1 AS sign, lex_len, lex FROM old_rows"),
     _stats_function(
         "update",
         """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.seq = n.seq,
-            LATERAL (VALUES (n.namespace, 1, n.lex_len, n.lex),
-                            (o.namespace, -1, o.lex_len, o.lex)) AS x (namespace, sign, lex_len, lex)
+            LATERAL (VALUES (n.seq, n.namespace, 1, n.lex_len, n.lex),
+                            (o.seq, o.namespace, -1, o.lex_len, o.lex))
+                AS x (seq, namespace, sign, lex_len, lex)
             WHERE n.namespace <> o.namespace OR n.lex_len <> o.lex_len OR n.lex <> o.lex""",
     ),
     """CREATE OR REPLACE TRIGGER memories_stats_insert AFTER INSERT ON memories
@@ -192,8 +214,8 @@ _RELATIONS: Final = (
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
-    (1, "memories with their index terms (tsvector, gin)", _INIT),
-    (2, "per-namespace bm25 statistics kept by statement triggers", _STATS),
+    (1, "memories with their index terms (tsvector)", _INIT),
+    (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
     (3, "vectors stamped with their model", _VECTORS),
     (4, "relations", _RELATIONS),
 )

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from mnemex.index.fts import Lexicon
 from mnemex.index.query import Term
 from mnemex.storage import TOKENIZER
-from mnemex.text import segment, starts_cjk
+from mnemex.text import has_cjk, segment, starts_cjk
 
 MAX_KEY_BYTES = 1000  # a longer term is stored by its digest (tsvector lexemes stop at 2 KB)
 BATCH = 1000  # documents tokenized per pass through FTS5
@@ -92,13 +92,20 @@ def _connection() -> sqlite3.Connection:
 
 def document_terms(docs: Sequence[tuple[str, str]]) -> list[Terms]:
     """The terms of each (content, tags JSON) pair, as FTS5 indexes the stored row."""
-    out: list[Terms] = []
-    for start in range(0, len(docs), BATCH):
-        out.extend(_batch(docs[start : start + BATCH]))
-    return out
+    out: list[Terms | None] = [None] * len(docs)
+    cjk = [i for i, (content, tags) in enumerate(docs) if has_cjk(content) or has_cjk(tags)]
+    plain = sorted(set(range(len(docs))) - set(cjk))
+    for group, read in ((plain, _counted), (cjk, _with_pairs)):
+        for start in range(0, len(group), BATCH):
+            chunk = group[start : start + BATCH]
+            _load([docs[i] for i in chunk])
+            for i, terms in zip(chunk, read(len(chunk)), strict=True):
+                out[i] = terms
+    return [t for t in out if t is not None]
 
 
-def _batch(docs: Sequence[tuple[str, str]]) -> list[Terms]:
+def _load(docs: Sequence[tuple[str, str]]) -> None:
+    """Put the documents in the in-memory FTS5 table as rows 0, 1, ..."""
     conn = _connection()
     conn.execute("INSERT INTO mnemex_doc (mnemex_doc) VALUES ('delete-all')")
     conn.executemany(
@@ -108,12 +115,29 @@ def _batch(docs: Sequence[tuple[str, str]]) -> list[Terms]:
             for i, (content, tags) in enumerate(docs)
         ],
     )
-    # (doc, column) -> offset -> token
-    at: dict[tuple[int, str], dict[int, str]] = {}
-    for doc, col, offset, term in conn.execute("SELECT doc, col, offset, term FROM mnemex_doc_v"):
+
+
+def _counted(size: int) -> list[Terms]:
+    """The loaded rows' terms, counted by SQLite (rows without CJK text: no pairs)."""
+    counts: list[dict[str, int]] = [{} for _ in range(size)]
+    for term, doc, count in _connection().execute(
+        "SELECT term, doc, count(*) FROM mnemex_doc_v GROUP BY term, doc"
+    ):
+        found = counts[doc]
+        key = index_key(term)
+        found[key] = found.get(key, 0) + count
+    return [Terms(c, sum(c.values())) for c in counts]
+
+
+def _with_pairs(size: int) -> list[Terms]:
+    """The loaded rows' terms, with a term for each pair of adjacent CJK characters."""
+    at: dict[tuple[int, str], dict[int, str]] = {}  # (doc, column) -> offset -> token
+    for doc, col, offset, term in _connection().execute(
+        "SELECT doc, col, offset, term FROM mnemex_doc_v"
+    ):
         at.setdefault((doc, col), {})[offset] = term
-    counts: list[Counter[str]] = [Counter() for _ in docs]
-    lengths = [0] * len(docs)
+    counts: list[Counter[str]] = [Counter() for _ in range(size)]
+    lengths = [0] * size
     for (doc, _), tokens in at.items():
         found = counts[doc]
         lengths[doc] += len(tokens)

@@ -1,0 +1,206 @@
+"""The PostgreSQL engine beside the SQLite engine: SciFact lexical quality, insert
+throughput, lexical latency, and the start of a local server.
+
+    python benchmarks/bench_postgres.py [--data DIR] [--queries N] [--no-write]
+
+A PostgreSQL 16 + pgvector server is started from the ``pgserver`` package in
+a temporary folder (timed: a fresh data folder, initdb included). The SciFact
+corpus goes into both engines in one namespace: SQLite through ``add_many``
+(as ``mnemex eval beir`` ingests it), PostgreSQL through ``insert_rows``, in
+batches of ``BATCH``; then ``SINGLES`` further memories one call each. The
+test queries are searched in both lexical arms, 100 deep:
+- SQLite: ``mnemex.index.fts`` plan + retrieve, as the search pipeline runs it
+  (query shaping at the default ``lexical_budget``), and exact (budget 0);
+- PostgreSQL: ``mnemex.engine.postgres.search`` (always exact);
+nDCG@10 and R@100 from ``mnemex.eval.metrics`` (ir-measures, as ``mnemex eval``),
+the mean overlap of each query's top 10 with SQLite's, and latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import mnemex
+from common import data_dir, machine, percentiles, write_section
+from mnemex.config import DEFAULT_LEXICAL_BUDGET
+from mnemex.engine import postgres as pg
+from mnemex.eval.data import load_beir
+from mnemex.eval.metrics import mean, per_query, ranked_run
+from mnemex.index import fts
+from mnemex.storage import connect as sqlite_connect
+from mnemex.text import clean_content, content_hash
+
+NAMESPACE = "beir"
+BATCH = 1_000
+SINGLES = 300
+DEPTH = 100
+MEASURES = ("nDCG@10", "R@100")
+
+
+def sqlite_arm(path: Path, texts: dict[str, str], budget: int) -> tuple[dict, list[float]]:
+    conn = sqlite_connect(path, busy_timeout=5.0)
+    lexicon = fts.Lexicon(conn)
+    ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
+    run, samples = {}, []
+    for qid, text in texts.items():
+        began = time.perf_counter()
+        plan = fts.plan(lexicon, text, namespace=NAMESPACE)
+        found = fts.retrieve(conn, plan, fts.Filters(NAMESPACE), DEPTH, budget)
+        if not found.candidates and plan.dropped:
+            plan = plan.with_dropped(lexicon)
+            found = fts.retrieve(conn, plan, fts.Filters(NAMESPACE), DEPTH, budget)
+        samples.append((time.perf_counter() - began) * 1000)
+        run[qid] = ranked_run([ids[c.seq] for c in found.candidates])
+    conn.close()
+    return run, samples
+
+
+def pg_arm(conn: object, texts: dict[str, str]) -> tuple[dict, list[float]]:
+    ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())  # type: ignore[attr-defined]
+    run, samples = {}, []
+    for qid, text in texts.items():
+        began = time.perf_counter()
+        found = pg.search(conn, text, NAMESPACE, DEPTH)  # type: ignore[arg-type]
+        samples.append((time.perf_counter() - began) * 1000)
+        run[qid] = ranked_run([ids[c.seq] for c in found])
+    return run, samples
+
+
+def overlap(a: dict, b: dict) -> float:
+    """Mean share of each query's top 10 in ``a`` that ``b``'s top 10 holds too."""
+    shares = []
+    for qid, ranked in a.items():
+        top_a = sorted(ranked, key=lambda d: -ranked[d])[:10]
+        top_b = set(sorted(b.get(qid, {}), key=lambda d: -b[qid][d])[:10])
+        if top_a:
+            shares.append(len(set(top_a) & top_b) / len(top_a))
+    return sum(shares) / len(shares) if shares else 1.0
+
+
+def rows(items: list[tuple[str, str]], now: datetime) -> list[pg.Row]:
+    return [
+        pg.Row(did, NAMESPACE, "document", text, content_hash(text), now, now)
+        for did, text in items
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data")
+    parser.add_argument("--queries", type=int, default=0, help="0: every test query")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    data = load_beir(data_dir(args.data) / "beir" / "scifact", "test")
+    corpus = [(did, clean_content(t, 10**7)) for did, t in data.corpus.items() if t]
+    singles, corpus = corpus[-SINGLES:], corpus[:-SINGLES]
+    qids = list(data.queries)[: args.queries or None]
+    texts = {q: data.queries[q] for q in qids}
+    root = Path(tempfile.mkdtemp(prefix="mnemex-bench-pg-"))
+    server = pg.start_server(root / "data", delete=True)
+    try:
+        results = measure(server, root, corpus, singles, texts, data.qrels)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    results["start"] = server.started_in
+    report(results, len(corpus) + len(singles), len(texts), args.no_write)
+
+
+def measure(server, root, corpus, singles, texts, qrels) -> dict:  # type: ignore[no-untyped-def]
+    now = datetime.now(UTC)
+    out: dict = {}
+    with mnemex.open(root / "m.db") as store:
+        began = time.perf_counter()
+        for start in range(0, len(corpus), BATCH):
+            batch = corpus[start : start + BATCH]
+            store.add_many(
+                [{"id": d, "content": t, "kind": "document"} for d, t in batch],
+                namespace=NAMESPACE,
+                embed=False,
+            )
+        out["sqlite_bulk"] = len(corpus) / (time.perf_counter() - began)
+        began = time.perf_counter()
+        for did, text in singles:
+            store.add_many(
+                [{"id": did, "content": text, "kind": "document"}], namespace=NAMESPACE, embed=False
+            )
+        out["sqlite_single"] = len(singles) / (time.perf_counter() - began)
+    with pg.connect(server.url) as conn:
+        pg.migrate(conn)
+        began = time.perf_counter()
+        for start in range(0, len(corpus), BATCH):
+            pg.insert_rows(conn, rows(corpus[start : start + BATCH], now))
+        out["pg_bulk"] = len(corpus) / (time.perf_counter() - began)
+        began = time.perf_counter()
+        for item in singles:
+            pg.insert_rows(conn, rows([item], now))
+        out["pg_single"] = len(singles) / (time.perf_counter() - began)
+        conn.execute("ANALYZE")
+        runs = {
+            "SQLite (default: shaped)": sqlite_arm(root / "m.db", texts, DEFAULT_LEXICAL_BUDGET),
+            "SQLite (exact)": sqlite_arm(root / "m.db", texts, 0),
+            "PostgreSQL": pg_arm(conn, texts),
+        }
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    out["pg_bytes"] = size
+    judged = {q: qrels[q] for q in texts}
+    base = runs["SQLite (default: shaped)"][0]
+    out["arms"] = {
+        name: {
+            **mean(per_query(judged, run, MEASURES).values(), MEASURES),
+            "overlap": overlap(base, run),
+            **percentiles(samples),
+        }
+        for name, (run, samples) in runs.items()
+    }
+    return out
+
+
+def report(results: dict, memories: int, queries: int, no_write: bool) -> None:
+    lines = [
+        "## PostgreSQL engine beside SQLite: SciFact lexical, inserts, server start "
+        "(`benchmarks/bench_postgres.py`)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"SciFact test: {memories:,} documents in one namespace, {queries} queries, "
+        f"{DEPTH} deep. PostgreSQL 16 + pgvector 0.6 from `pgserver`, started in "
+        f"{results['start']:.2f} s (fresh data folder, initdb included).",
+        "",
+        "| lexical arm | nDCG@10 | R@100 | top-10 overlap with SQLite default | p50 | p95 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, arm in results["arms"].items():
+        lines.append(
+            f"| {name} | {arm['nDCG@10']:.4f} | {arm['R@100']:.4f} | {arm['overlap']:.3f} | "
+            f"{arm['p50']:.2f} ms | {arm['p95']:.2f} ms |"
+        )
+    lines += [
+        "",
+        "| inserts | SQLite `add_many` | PostgreSQL `insert_rows` |",
+        "| --- | ---: | ---: |",
+        f"| batches of {BATCH:,} | {results['sqlite_bulk']:,.0f} /s | {results['pg_bulk']:,.0f} /s |",
+        f"| one memory per call ({SINGLES}) | {results['sqlite_single']:,.0f} /s | "
+        f"{results['pg_single']:,.0f} /s |",
+        "",
+        f"PostgreSQL database size after the load: {results['pg_bytes'] / 2**20:.1f} MiB. "
+        "Both PostgreSQL figures include computing the index terms with FTS5 on the client.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not no_write:
+        write_section("bench_postgres", text)
+        print("wrote benchmarks/RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()
