@@ -37,8 +37,7 @@ from common import data_dir, machine, percentiles, write_section
 from mnemex.config import DEFAULT_LEXICAL_BUDGET
 from mnemex.engine import postgres as pg
 from mnemex.engine.postgres import bm25
-from mnemex.engine.postgres.tokens import query_key
-from mnemex.engine.postgres.write import lexeme
+from mnemex.engine.postgres.tokens import lexeme, query_key
 from mnemex.eval.data import load_beir
 from mnemex.eval.metrics import mean, per_query, ranked_run
 from mnemex.index import fts

@@ -4,6 +4,7 @@ BM25 equal to the SQLite engine's, CJK, vectors, and writers in several processe
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 import mnemex
 from mnemex.engine import postgres as pg
+from mnemex.engine.postgres import tokens
 from mnemex.engine.postgres import vectors as pg_vectors
 from mnemex.errors import IndexMismatch, MissingExtra
 from mnemex.index import fts
@@ -333,3 +335,26 @@ def test_vectors_go_with_their_memory_and_follow_its_namespace(conn: Any) -> Non
     conn.execute("DELETE FROM memories WHERE id = 'm1'")
     assert [h.seq for h in pg.vector(conn, vecs[0], "elsewhere", "m", 5)] == [written[0].seq]
     assert pg.vector(conn, vecs[1], "ns", "m", 5) == []
+
+
+def _parsed(literal: str) -> dict[str, int]:
+    """A tsvector literal's lexemes and their position counts."""
+    return {
+        m.group(1).replace("''", "'").replace("\\\\", "\\"): m.group(2).count(",") + 1
+        for m in re.finditer(r"'((?:[^']|'')*)':([0-9,]+)", literal)
+    }
+
+
+def test_sqlite_written_literals_equal_the_token_by_token_ones() -> None:
+    """Rows without CJK text get their tsvector literal from SQL; it says what the
+    token-by-token path (the one rows with CJK text take) says."""
+    docs = [
+        (text, '["billing","o\'brien"]')
+        for text in [*TEXTS[:4], TEXTS[8], TEXTS[9], TEXTS[10], "word " * 300, "x" * 1500 + " y"]
+    ]
+    fast = tokens.document_lex(docs)
+    tokens._load(docs)
+    slow = tokens._with_pairs(len(docs))
+    for (literal, length), terms in zip(fast, slow, strict=True):
+        assert length == terms.length
+        assert _parsed(literal) == {k: min(v, 256) for k, v in terms.counts.items()}

@@ -30,6 +30,7 @@ from mnemex.index.query import Term
 from mnemex.storage import TOKENIZER
 from mnemex.text import has_cjk, segment, starts_cjk
 
+MAX_POSITIONS = 256  # PostgreSQL keeps at most this many positions per lexeme
 MAX_KEY_BYTES = 1000  # a longer term is stored by its digest (tsvector lexemes stop at 2 KB)
 BATCH = 1000  # documents tokenized per pass through FTS5
 
@@ -86,22 +87,67 @@ def _connection() -> sqlite3.Connection:
             f"content, tags, content='', tokenize='{TOKENIZER}')"
         )
         conn.execute("CREATE VIRTUAL TABLE mnemex_doc_v USING fts5vocab(mnemex_doc, instance)")
+        conn.create_function("mnemex_key", 1, index_key, deterministic=True)
         _local.conn = conn
     return conn
 
 
-def document_terms(docs: Sequence[tuple[str, str]]) -> list[Terms]:
-    """The terms of each (content, tags JSON) pair, as FTS5 indexes the stored row."""
-    out: list[Terms | None] = [None] * len(docs)
+def lexeme(term: str) -> str:
+    """A term as a quoted tsvector/tsquery lexeme (quotes and backslashes doubled)."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsvector(terms: Terms) -> str:
+    """The tsvector literal of a document's terms: each lexeme with positions 1..tf."""
+    return " ".join(
+        f"{lexeme(term)}:{_POSITIONS[: _positions_length(tf)]}"
+        for term, tf in sorted(terms.counts.items())
+    )
+
+
+def _positions_length(tf: int) -> int:
+    """Characters of "1,2,...,tf" (tf capped at ``MAX_POSITIONS``)."""
+    m = min(tf, MAX_POSITIONS)
+    return 2 * m - 1 if m <= 9 else 17 + 3 * (m - 9) if m <= 99 else 287 + 4 * (m - 99)
+
+
+_POSITIONS = ",".join(str(i) for i in range(1, MAX_POSITIONS + 1))
+# Each loaded row's tsvector literal and length, written by SQLite (as tsvector() does).
+_LEX_SQL = f"""
+    SELECT doc, sum(n), group_concat(
+        '''' || replace(replace(key, '\\', '\\\\'), '''', '''''') || ''':'
+        || substr(?, 1, CASE WHEN m <= 9 THEN 2 * m - 1 WHEN m <= 99 THEN 17 + 3 * (m - 9)
+                             ELSE 287 + 4 * (m - 99) END), ' ')
+    FROM (
+        SELECT doc, n, min(n, {MAX_POSITIONS}) AS m,
+            CASE WHEN length(CAST(term AS BLOB)) > {MAX_KEY_BYTES} THEN mnemex_key(term)
+                 ELSE term END AS key
+        FROM (SELECT term, doc, count(*) AS n FROM mnemex_doc_v GROUP BY term, doc)
+    )
+    GROUP BY doc"""
+
+
+def document_lex(docs: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
+    """For each (content, tags JSON) pair: its tsvector literal (each term with positions
+    1..tf, see :func:`tsvector`) and its length in tokens, as FTS5 indexes the stored row.
+
+    Rows without CJK text have no pair terms: SQLite counts their terms and writes the
+    literal itself. Rows with CJK text are read token by token for their pairs.
+    """
+    out: list[tuple[str, int]] = [("", 0)] * len(docs)
     cjk = [i for i, (content, tags) in enumerate(docs) if has_cjk(content) or has_cjk(tags)]
     plain = sorted(set(range(len(docs))) - set(cjk))
-    for group, read in ((plain, _counted), (cjk, _with_pairs)):
-        for start in range(0, len(group), BATCH):
-            chunk = group[start : start + BATCH]
-            _load([docs[i] for i in chunk])
-            for i, terms in zip(chunk, read(len(chunk)), strict=True):
-                out[i] = terms
-    return [t for t in out if t is not None]
+    for start in range(0, len(plain), BATCH):
+        chunk = plain[start : start + BATCH]
+        _load([docs[i] for i in chunk])
+        for doc, length, literal in _connection().execute(_LEX_SQL, (_POSITIONS,)):
+            out[chunk[doc]] = (literal, length)
+    for start in range(0, len(cjk), BATCH):
+        chunk = cjk[start : start + BATCH]
+        _load([docs[i] for i in chunk])
+        for i, terms in zip(chunk, _with_pairs(len(chunk)), strict=True):
+            out[i] = (tsvector(terms), terms.length)
+    return out
 
 
 def _load(docs: Sequence[tuple[str, str]]) -> None:
@@ -115,18 +161,6 @@ def _load(docs: Sequence[tuple[str, str]]) -> None:
             for i, (content, tags) in enumerate(docs)
         ],
     )
-
-
-def _counted(size: int) -> list[Terms]:
-    """The loaded rows' terms, counted by SQLite (rows without CJK text: no pairs)."""
-    counts: list[dict[str, int]] = [{} for _ in range(size)]
-    for term, doc, count in _connection().execute(
-        "SELECT term, doc, count(*) FROM mnemex_doc_v GROUP BY term, doc"
-    ):
-        found = counts[doc]
-        key = index_key(term)
-        found[key] = found.get(key, 0) + count
-    return [Terms(c, sum(c.values())) for c in counts]
 
 
 def _with_pairs(size: int) -> list[Terms]:

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mnemex.engine.postgres.tokens import Terms, document_terms
+from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import StoreError
 from mnemex.text import tags_columns
 
 if TYPE_CHECKING:
     import psycopg
 
-MAX_POSITIONS = 256  # PostgreSQL keeps at most this many positions per lexeme
 RETRIES = 5  # a statement that deadlocks (several statements in one transaction) is retried
 
 
@@ -56,19 +55,6 @@ class Written:
     inserted: bool
 
 
-def lexeme(term: str) -> str:
-    """A term as a quoted tsvector/tsquery lexeme (quotes and backslashes doubled)."""
-    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def tsvector(terms: Terms) -> str:
-    """The tsvector literal of a document's terms: each lexeme with positions 1..tf."""
-    return " ".join(
-        f"{lexeme(term)}:{','.join(map(str, range(1, min(tf, MAX_POSITIONS) + 1)))}"
-        for term, tf in sorted(terms.counts.items())
-    )
-
-
 _INSERT = """
     INSERT INTO memories (id, namespace, kind, content, tags, source, confidence, pinned,
                           created_at, updated_at, content_hash, metadata, lex, lex_len)
@@ -90,7 +76,7 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Writ
     for each row in order, the row that holds its text."""
     if not rows:
         return []
-    terms = document_terms([(r.content, tags_columns(r.tags)[0]) for r in rows])
+    lex = document_lex([(r.content, tags_columns(r.tags)[0]) for r in rows])
     columns: list[list[Any]] = [
         [r.id for r in rows],
         [r.namespace for r in rows],
@@ -104,8 +90,8 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Writ
         [r.updated_at for r in rows],
         [r.content_hash for r in rows],
         [r.metadata for r in rows],
-        [tsvector(t) for t in terms],
-        [t.length for t in terms],
+        [literal for literal, _ in lex],
+        [length for _, length in lex],
     ]
     inserted = dict(_retrying(conn, _INSERT, columns))
     return _resolve(conn, rows, {str(i): int(s) for s, i in inserted.items()})
