@@ -358,3 +358,53 @@ def test_sqlite_written_literals_equal_the_token_by_token_ones() -> None:
     for (literal, length), terms in zip(fast, slow, strict=True):
         assert length == terms.length
         assert _parsed(literal) == {k: min(v, 256) for k, v in terms.counts.items()}
+
+
+def _insert_batches(url: str, writer: int) -> int:
+    """20 batches of 10 memories sharing most of their words with other writers'."""
+    written = 0
+    with pg.connect(url) as c:
+        for batch in range(20):
+            texts = [
+                f"the shared words of every writer, {TEXTS[(batch + i) % 4]} unique{writer}x{batch}x{i}"
+                for i in range(10)
+            ]
+            written += sum(
+                w.inserted for w in pg.insert_rows(c, rows_of(texts, prefix=f"{writer}-{batch}-"))
+            )
+    return written
+
+
+@postgres
+@pytest.mark.slow
+def test_writers_in_four_processes_lose_nothing_and_keep_the_statistics(
+    conn: Any, pg_url: str
+) -> None:
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as workers:
+        counts = list(workers.map(_insert_batches, [pg_url] * 4, range(4)))
+    assert counts == [200] * 4
+    assert conn.execute("SELECT count(*) FROM memories").fetchone() == (800,)
+    assert _kept_stats(conn) == _recomputed_stats(conn)
+
+
+@postgres
+def test_a_pool_serves_threads_that_write_and_search(pg_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with pg.connect(pg_url) as c:
+        pg.migrate(c)
+    shared = pg.pool(pg_url, max_size=3)
+    try:
+
+        def work(n: int) -> int:
+            with shared.connection() as c:
+                pg.insert_rows(c, rows_of([f"pooled memory {n} about refunds"], prefix=f"p{n}-"))
+                return len(pg.search(c, "refunds", "ns", 100))
+
+        with ThreadPoolExecutor(6) as threads:
+            found = list(threads.map(work, range(30)))
+    finally:
+        shared.close()
+    assert all(n >= 1 for n in found)
+    with pg.connect(pg_url) as c:
+        assert c.execute("SELECT count(*) FROM memories").fetchone() == (30,)

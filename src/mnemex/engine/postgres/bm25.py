@@ -27,7 +27,8 @@ SQLite pipeline's retry (stop words put back when nothing matched).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -109,11 +110,42 @@ def lexical(
     conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, limit: int
 ) -> list[Candidate]:
     """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
-    best first (ties by seq)."""
-    docs, tokens = statistics(conn, namespace)
-    if not terms or not docs or limit <= 0:
+    best first (ties by seq).
+
+    The statistics and the postings are read from one snapshot (a repeatable-read
+    transaction, unless the caller's transaction is open): read apart, a writer's commit
+    between them could count a term in more rows than the namespace holds.
+    """
+    if not terms or limit <= 0:
         return []
     keys = [query_key(t) for t in terms]
+    with snapshot(conn):
+        return _scored(conn, terms, keys, namespace, limit)
+
+
+@contextmanager
+def snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A read-only repeatable-read transaction, or the caller's transaction if one is open."""
+    from psycopg import pq
+
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        yield
+        return
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _scored(
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    keys: Sequence[str],
+    namespace: str | None,
+    limit: int,
+) -> list[Candidate]:
+    docs, tokens = statistics(conn, namespace)
+    if not docs:
+        return []
     freqs = doc_freqs(conn, keys, namespace)
     weights: dict[str, float] = {}
     for term, key in zip(terms, keys, strict=True):
