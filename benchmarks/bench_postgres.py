@@ -37,12 +37,11 @@ from common import data_dir, machine, percentiles, write_section
 from mnemex.config import DEFAULT_LEXICAL_BUDGET
 from mnemex.engine import postgres as pg
 from mnemex.engine.postgres import bm25
-from mnemex.engine.postgres.tokens import lexeme, query_key
+from mnemex.engine.postgres.tokens import lexeme
 from mnemex.eval.data import load_beir
 from mnemex.eval.metrics import mean, per_query, ranked_run
 from mnemex.index import fts
 from mnemex.index.fts import BM25_B, BM25_K1
-from mnemex.index.query import idf
 from mnemex.storage import connect as sqlite_connect
 from mnemex.text import clean_content, content_hash
 
@@ -102,24 +101,18 @@ def gin_arm(conn: Any, texts: dict[str, str]) -> tuple[dict, list[float]]:
     conn.execute("CREATE INDEX IF NOT EXISTS bench_lex_gin ON memories USING gin (lex)")
     conn.execute("ANALYZE memories")
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
-    docs, tokens = bm25.statistics(conn, NAMESPACE)
     run, samples = {}, []
     for qid, text in texts.items():
         began = time.perf_counter()
         planned = bm25.plan(conn, text, NAMESPACE)
         found = []
         for terms in (planned.terms, planned.terms + planned.dropped):
-            keys = [query_key(t) for t in terms]
-            freqs = bm25.doc_freqs(conn, keys, NAMESPACE)
-            weights: dict[str, float] = {}
-            for term, key in zip(terms, keys, strict=True):
-                if freqs.get(key, 0):
-                    weights[key] = weights.get(key, 0.0) + term.count * idf(freqs[key], docs)
+            stats, weights = bm25.term_weights(conn, terms, NAMESPACE)
             if weights:
                 found = conn.execute(
                     GIN_SCORE,
                     {
-                        "avgdl": tokens / docs,
+                        "avgdl": stats.avgdl,
                         "keys": list(weights),
                         "weights": list(weights.values()),
                         "query": " | ".join(lexeme(k) for k in weights),

@@ -27,8 +27,7 @@ SQLite pipeline's retry (stop words put back when nothing matched).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,29 +70,41 @@ class Plan:
     dropped: tuple[Term, ...]
 
 
-def statistics(conn: psycopg.Connection[Any], namespace: str | None) -> tuple[int, int]:
-    """(rows, tokens) of a namespace, or of every namespace with ``None``."""
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """A namespace's (or every namespace's) rows and tokens, and the rows holding each
+    term asked for, read in one statement (one snapshot: a term is never counted in
+    more rows than the namespace holds)."""
+
+    docs: int
+    tokens: int
+    doc_freqs: dict[str, int]
+
+    @property
+    def avgdl(self) -> float:
+        return self.tokens / self.docs if self.docs else 1.0
+
+
+def statistics(
+    conn: psycopg.Connection[Any], namespace: str | None, keys: Sequence[str] = ()
+) -> Statistics:
+    """The statistics BM25 needs, of a namespace or of every namespace (``None``)."""
+    only = "" if namespace is None else " AND namespace = %(ns)s"
     row = conn.execute(
-        "SELECT coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM namespace_stats"
-        + ("" if namespace is None else " WHERE namespace = %s"),
-        () if namespace is None else (namespace,),
+        f"""SELECT
+            (SELECT coalesce(sum(docs), 0) FROM namespace_stats WHERE true{only}),
+            (SELECT coalesce(sum(tokens), 0) FROM namespace_stats WHERE true{only}),
+            (SELECT coalesce(array_agg(term), '{{}}'), coalesce(array_agg(docs), '{{}}')
+             FROM (SELECT term, sum(docs) AS docs FROM term_stats
+                   WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS t)""",
+        {"ns": namespace, "keys": list(keys)},
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
-
-
-def doc_freqs(
-    conn: psycopg.Connection[Any], keys: Sequence[str], namespace: str | None
-) -> dict[str, int]:
-    """Rows holding each term key in the namespace (or in every namespace)."""
-    if not keys:
-        return {}
-    rows = conn.execute(
-        "SELECT term, sum(docs) FROM term_stats WHERE term = ANY(%s)"
-        + ("" if namespace is None else " AND namespace = %s")
-        + " GROUP BY term",
-        (list(keys),) if namespace is None else (list(keys), namespace),
-    ).fetchall()
-    return {str(term): int(docs) for term, docs in rows}
+    if row is None:
+        return Statistics(0, 0, {})
+    terms, freqs = row[2]
+    return Statistics(
+        int(row[0]), int(row[1]), {str(t): int(f) for t, f in zip(terms, freqs, strict=True)}
+    )
 
 
 def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Plan:
@@ -101,63 +112,40 @@ def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Pla
     set aside, at most ``MAX_QUERY_TERMS`` of the rarest kept)."""
     tokens = lexicon().tokenize(text)
     kept, dropped = content_terms(expand_terms(tokens, STOPWORDS, capital_letters(text)))
-    freqs = doc_freqs(conn, [query_key(t) for t in kept], namespace)
+    freqs = statistics(conn, namespace, [query_key(t) for t in kept]).doc_freqs
     keep = keep_rarest(kept, [freqs.get(query_key(t), 0) for t in kept], MAX_QUERY_TERMS)
     return Plan(tuple(kept[i] for i in keep), tuple(dropped))
+
+
+def term_weights(
+    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None
+) -> tuple[Statistics, dict[str, float]]:
+    """The statistics, and each stored term key's BM25 weight: its IDF, once per time the
+    query says it (terms no row holds left out)."""
+    keys = [query_key(t) for t in terms]
+    stats = statistics(conn, namespace, keys)
+    weights: dict[str, float] = {}
+    for term, key in zip(terms, keys, strict=True):
+        df = stats.doc_freqs.get(key, 0)
+        if df > 0:
+            weights[key] = weights.get(key, 0.0) + term.count * idf(df, stats.docs)
+    return stats, weights
 
 
 def lexical(
     conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, limit: int
 ) -> list[Candidate]:
     """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
-    best first (ties by seq).
-
-    The statistics and the postings are read from one snapshot (a repeatable-read
-    transaction, unless the caller's transaction is open): read apart, a writer's commit
-    between them could count a term in more rows than the namespace holds.
-    """
+    best first (ties by seq)."""
     if not terms or limit <= 0:
         return []
-    keys = [query_key(t) for t in terms]
-    with snapshot(conn):
-        return _scored(conn, terms, keys, namespace, limit)
-
-
-@contextmanager
-def snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """A read-only repeatable-read transaction, or the caller's transaction if one is open."""
-    from psycopg import pq
-
-    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-        yield
-        return
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield
-
-
-def _scored(
-    conn: psycopg.Connection[Any],
-    terms: Sequence[Term],
-    keys: Sequence[str],
-    namespace: str | None,
-    limit: int,
-) -> list[Candidate]:
-    docs, tokens = statistics(conn, namespace)
-    if not docs:
-        return []
-    freqs = doc_freqs(conn, keys, namespace)
-    weights: dict[str, float] = {}
-    for term, key in zip(terms, keys, strict=True):
-        df = freqs.get(key, 0)
-        if df > 0:
-            weights[key] = weights.get(key, 0.0) + term.count * idf(df, docs)
+    stats, weights = term_weights(conn, terms, namespace)
     if not weights:
         return []
     rows = conn.execute(
         _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE),
         {
-            "avgdl": tokens / docs,
+            "avgdl": stats.avgdl,
             "keys": list(weights),
             "weights": list(weights.values()),
             "ns": namespace,
