@@ -94,14 +94,16 @@ def statistics(
         f"""SELECT
             (SELECT coalesce(sum(docs), 0) FROM namespace_stats WHERE true{only}),
             (SELECT coalesce(sum(tokens), 0) FROM namespace_stats WHERE true{only}),
-            (SELECT coalesce(array_agg(term), '{{}}'), coalesce(array_agg(docs), '{{}}')
-             FROM (SELECT term, sum(docs) AS docs FROM term_stats
-                   WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS t)""",
+            t.terms, t.docs
+        FROM (SELECT coalesce(array_agg(term), '{{}}') AS terms,
+                     coalesce(array_agg(docs), '{{}}') AS docs
+              FROM (SELECT term, sum(docs) AS docs FROM term_stats
+                    WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS g) AS t""",
         {"ns": namespace, "keys": list(keys)},
     ).fetchone()
     if row is None:
         return Statistics(0, 0, {})
-    terms, freqs = row[2]
+    terms, freqs = row[2], row[3]
     return Statistics(
         int(row[0]), int(row[1]), {str(t): int(f) for t, f in zip(terms, freqs, strict=True)}
     )
