@@ -7,6 +7,7 @@ import multiprocessing
 import re
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 import mnemex
 from mnemex.engine import postgres as pg
+from mnemex.engine.postgres import schema as pg_schema
 from mnemex.engine.postgres import tokens
 from mnemex.engine.postgres import vectors as pg_vectors
 from mnemex.errors import IndexMismatch, MissingExtra
@@ -131,12 +133,28 @@ def _migrate_in_process(url: str) -> int:
 @postgres
 @pytest.mark.slow
 def test_two_migrators_at_once_apply_each_migration_once(pg_url: str) -> None:
-    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as workers:
-        results = list(workers.map(_migrate_in_process, [pg_url] * 4))
-    assert results == [pg.LATEST] * 4
+    """The migrators start while the lock is held, so all of them find the database empty
+    and wait; the first to get the lock migrates, the others find it done."""
+    with pg.connect(pg_url) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (pg_schema.LOCK_KEY,))
+        with ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as workers:
+            jobs = [workers.submit(_migrate_in_process, pg_url) for _ in range(3)]
+            deadline = time.monotonic() + 60
+            while _waiting_for_lock(holder) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _waiting_for_lock(holder) == 3
+            holder.execute("SELECT pg_advisory_unlock(%s)", (pg_schema.LOCK_KEY,))
+            assert [job.result() for job in jobs] == [pg.LATEST] * 3
     with pg.connect(pg_url) as c:
         rows = c.execute("SELECT version, count(*) FROM schema_migrations GROUP BY 1").fetchall()
         assert sorted(rows) == [(v, 1) for v in range(1, pg.LATEST + 1)]
+
+
+def _waiting_for_lock(conn: Any) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return int(row[0])
 
 
 def _recomputed_stats(conn: Any) -> tuple[set[Any], set[Any], set[Any]]:
