@@ -426,3 +426,29 @@ def test_a_pool_serves_threads_that_write_and_search(pg_url: str) -> None:
     assert all(n >= 1 for n in found)
     with pg.connect(pg_url) as c:
         assert c.execute("SELECT count(*) FROM memories").fetchone() == (30,)
+
+
+def test_exact_search_for_few_vectors_or_a_small_share_of_them() -> None:
+    assert pg_vectors.ef_search(10, pg_vectors.EXACT_MAX, 10**6) is None  # few
+    assert pg_vectors.ef_search(10, 50_000, 10**7) is None  # 0.5 %: ef would pass 1000
+    assert pg_vectors.ef_search(10, 100_000, 100_000) == pg_vectors.EF_SEARCH_MIN
+    assert pg_vectors.ef_search(100, 100_000, 400_000) == 800
+
+
+@postgres
+def test_the_index_answers_only_the_approximate_query_and_counts_follow(conn: Any) -> None:
+    written = pg.insert_rows(conn, rows_of([f"vector memory {i}" for i in range(50)]))
+    vecs = _vectors(50, 8, 4)
+    pg.insert_vectors(conn, "m", [(w.seq, "h", v) for w, v in zip(written, vecs, strict=True)])
+    plans = {
+        exact: pg_vectors.explain(conn, vecs[0], "ns", "m", exact=exact) for exact in (False, True)
+    }
+    assert pg_vectors.index_name("m") in plans[False]
+    assert pg_vectors.index_name("m") not in plans[True]
+    conn.execute(
+        "UPDATE memories SET namespace = 'b' WHERE seq = ANY(%s)", ([w.seq for w in written[:10]],)
+    )
+    conn.execute("DELETE FROM memories WHERE seq = ANY(%s)", ([w.seq for w in written[10:15]],))
+    assert pg_vectors.counts(conn, "m", "ns") == (35, 45)
+    assert pg_vectors.counts(conn, "m", "b") == (10, 45)
+    assert pg_vectors.counts(conn, "m", None) == (45, 45)

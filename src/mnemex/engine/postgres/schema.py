@@ -153,6 +153,21 @@ _STATS: Final = (
         FOR EACH STATEMENT EXECUTE FUNCTION mnemex_stats_update()""",
 )
 
+
+def _vector_stats_function(op: str, changed: str) -> str:
+    """SQL: the trigger function that counts the ``changed`` vectors in or out."""
+    return f"""CREATE OR REPLACE FUNCTION mnemex_vector_stats_{op}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO vector_stats AS s (model, namespace, vectors)
+            SELECT c.model, c.namespace, sum(c.sign) FROM ({changed}) AS c
+            GROUP BY 1, 2 HAVING sum(c.sign) <> 0 ORDER BY 1, 2
+            ON CONFLICT (model, namespace) DO UPDATE SET vectors = s.vectors + excluded.vectors;
+            RETURN NULL;
+        END
+        $$"""
+
+
 # Vectors: one row per (model, memory), stamped with the model and the hash of the
 # content it embeds, and the memory's namespace (kept in step by a trigger) so that
 # a namespace's vectors are searched without a join.
@@ -174,6 +189,31 @@ _VECTORS: Final = (
     "CREATE INDEX IF NOT EXISTS embeddings_model_namespace ON embeddings (model, namespace)",
     "CREATE INDEX IF NOT EXISTS embeddings_model_hash ON embeddings (model, content_hash)",
     "CREATE INDEX IF NOT EXISTS embeddings_seq ON embeddings (seq)",
+    # Vectors per (model, namespace): whether a search is exact or through the index.
+    """CREATE TABLE IF NOT EXISTS vector_stats (
+        model text NOT NULL,
+        namespace text NOT NULL,
+        vectors bigint NOT NULL,
+        PRIMARY KEY (model, namespace)
+    )""",
+    _vector_stats_function("insert", "SELECT model, namespace, 1 AS sign FROM new_rows"),
+    _vector_stats_function("delete", "SELECT model, namespace, -1 AS sign FROM old_rows"),
+    _vector_stats_function(
+        "update",
+        """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id,
+            LATERAL (VALUES (n.model, n.namespace, 1), (o.model, o.namespace, -1))
+                AS x (model, namespace, sign)
+            WHERE n.namespace <> o.namespace OR n.model <> o.model""",
+    ),
+    """CREATE OR REPLACE TRIGGER embeddings_stats_insert AFTER INSERT ON embeddings
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_insert()""",
+    """CREATE OR REPLACE TRIGGER embeddings_stats_delete AFTER DELETE ON embeddings
+        REFERENCING OLD TABLE AS old_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_delete()""",
+    """CREATE OR REPLACE TRIGGER embeddings_stats_update AFTER UPDATE ON embeddings
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_update()""",
     """CREATE OR REPLACE FUNCTION mnemex_vectors_follow() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN

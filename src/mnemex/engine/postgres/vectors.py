@@ -121,11 +121,11 @@ def insert_vectors(
 
 
 def counts(conn: psycopg.Connection[Any], model: str, namespace: str | None) -> tuple[int, int]:
-    """(vectors of the model in the namespace, vectors of the model)."""
+    """(vectors of the model in the namespace, vectors of the model), from ``vector_stats``."""
     row = conn.execute(
-        "SELECT count(*) FILTER (WHERE %s::text IS NULL OR namespace = %s), count(*) "
-        "FROM embeddings WHERE model = %s",
-        (namespace, namespace, model),
+        "SELECT coalesce(sum(vectors) FILTER (WHERE %(ns)s::text IS NULL OR namespace = %(ns)s), 0),"
+        " coalesce(sum(vectors), 0) FROM vector_stats WHERE model = %(model)s",
+        {"ns": namespace, "model": model},
     ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
@@ -150,25 +150,26 @@ def vector(
     wanted, total = counts(conn, model, namespace)
     if not wanted:
         return []
-    ef = math.ceil(EF_MARGIN * limit * total / wanted)
-    if wanted > EXACT_MAX and ef <= EF_SEARCH_MAX:
-        hits = _search(conn, qvec, namespace, model, dim, limit, max(EF_SEARCH_MIN, ef))
+    ef = ef_search(limit, wanted, total)
+    if ef is not None:
+        hits = _search(conn, qvec, search_sql(namespace, model, dim, exact=False), limit, ef)
         if len(hits) >= min(limit, wanted):
             return hits
-    return _search(conn, qvec, namespace, model, dim, limit, None)
+    return _search(conn, qvec, search_sql(namespace, model, dim, exact=True), limit, None)
 
 
-def _search(
-    conn: psycopg.Connection[Any],
-    qvec: Any,
-    namespace: str | None,
-    model: str,
-    dim: int,
-    limit: int,
-    ef_search: int | None,
-) -> list[VectorHit]:
-    """One search: through the model's HNSW index with ``ef_search``, or exact (``None``:
-    the ``OFFSET 0`` fence keeps the planner from using the index)."""
+def ef_search(limit: int, wanted: int, total: int) -> int | None:
+    """``hnsw.ef_search`` for a search of ``limit`` among ``wanted`` of the model's ``total``
+    vectors, or ``None`` for an exact search (few vectors, or too small a share of them)."""
+    ef = math.ceil(EF_MARGIN * limit * total / wanted)
+    if wanted <= EXACT_MAX or ef > EF_SEARCH_MAX:
+        return None
+    return max(EF_SEARCH_MIN, ef)
+
+
+def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> sql.Composed:
+    """The query (parameters ``q``, the vector's text, and ``limit``): through the model's
+    HNSW index, or exact (the ``OFFSET 0`` fence keeps the planner from the index)."""
     from psycopg import sql
 
     where: sql.Composable = sql.SQL("model = {}").format(sql.Literal(model))
@@ -177,18 +178,55 @@ def _search(
     distance = sql.SQL("(vector::vector({dim}) <=> %(q)s::vector({dim}))").format(
         dim=sql.Literal(dim)
     )
-    if ef_search is None:
-        query = sql.SQL(
+    if exact:
+        return sql.SQL(
             "SELECT seq, d FROM (SELECT seq, {d} AS d FROM embeddings WHERE {w} OFFSET 0) AS x "
             "ORDER BY d, seq LIMIT %(limit)s"
         ).format(d=distance, w=where)
-    else:
-        query = sql.SQL(
-            "SELECT seq, {d} AS d FROM embeddings WHERE {w} ORDER BY {d} LIMIT %(limit)s"
-        ).format(d=distance, w=where)
-    params = {"q": literal(qvec), "limit": limit}
-    with conn.transaction():
-        if ef_search is not None:
-            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef_search)))
-        rows = conn.execute(query, params).fetchall()
+    return sql.SQL(
+        "SELECT seq, {d} AS d FROM embeddings WHERE {w} ORDER BY {d} LIMIT %(limit)s"
+    ).format(d=distance, w=where)
+
+
+def _search(
+    conn: psycopg.Connection[Any],
+    qvec: Any,
+    query: sql.Composed,
+    limit: int,
+    ef: int | None,
+) -> list[VectorHit]:
+    rows = _run(conn, qvec, query, limit, ef)
     return [VectorHit(int(seq), 1.0 - float(d)) for seq, d in rows]
+
+
+def explain(
+    conn: psycopg.Connection[Any], qvec: Any, namespace: str | None, model: str, *, exact: bool
+) -> str:
+    """The plan of a search as :func:`vector` runs it (exact, or through the index)."""
+    dim = model_dim(conn, model) or np.asarray(qvec).size
+    query = search_sql(namespace, model, dim, exact=exact)
+    rows = _run(conn, qvec, query, 10, None if exact else EF_SEARCH_MIN, explain=True)
+    return "\n".join(str(r[0]) for r in rows)
+
+
+def _run(
+    conn: psycopg.Connection[Any],
+    qvec: Any,
+    query: sql.Composed,
+    limit: int,
+    ef: int | None,
+    *,
+    explain: bool = False,
+) -> list[Any]:
+    """Run (or explain) a search. Through the index, sorting is turned off: the planner
+    then takes the HNSW index, the only path that gives rows in distance order, rather
+    than reading the namespace's rows through the B-tree to sort them."""
+    from psycopg import sql
+
+    with conn.transaction():
+        if ef is not None:
+            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
+            conn.execute("SET LOCAL enable_sort = off")
+        if explain:
+            query = sql.SQL("EXPLAIN {}").format(query)
+        return conn.execute(query, {"q": literal(qvec), "limit": limit}).fetchall()
