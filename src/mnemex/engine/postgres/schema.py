@@ -72,6 +72,21 @@ _INIT: Final = (
 )
 
 
+def _statement_triggers(table: str, name: str, function: str) -> tuple[str, ...]:
+    """SQL: triggers ``name_insert``/``_delete``/``_update`` on ``table`` that call
+    ``function_insert()`` etc. once per statement, with the changed rows as tables."""
+    tables = {
+        "insert": "NEW TABLE AS new_rows",
+        "delete": "OLD TABLE AS old_rows",
+        "update": "OLD TABLE AS old_rows NEW TABLE AS new_rows",
+    }
+    return tuple(
+        f"""CREATE OR REPLACE TRIGGER {name}_{op} AFTER {op.upper()} ON {table}
+            REFERENCING {refs} FOR EACH STATEMENT EXECUTE FUNCTION {function}_{op}()"""
+        for op, refs in tables.items()
+    )
+
+
 def _stats_function(op: str, changed: str) -> str:
     """SQL: the trigger function that takes away the postings and counts of the
     ``changed`` rows of sign -1 and adds those of sign 1 (one upsert per statistics
@@ -142,15 +157,7 @@ _STATS: Final = (
                 AS x (seq, namespace, sign, lex_len, lex)
             WHERE n.namespace <> o.namespace OR n.lex_len <> o.lex_len OR n.lex <> o.lex""",
     ),
-    """CREATE OR REPLACE TRIGGER memories_stats_insert AFTER INSERT ON memories
-        REFERENCING NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_stats_insert()""",
-    """CREATE OR REPLACE TRIGGER memories_stats_delete AFTER DELETE ON memories
-        REFERENCING OLD TABLE AS old_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_stats_delete()""",
-    """CREATE OR REPLACE TRIGGER memories_stats_update AFTER UPDATE ON memories
-        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_stats_update()""",
+    *_statement_triggers("memories", "memories_stats", "mnemex_stats"),
 )
 
 
@@ -205,15 +212,7 @@ _VECTORS: Final = (
                 AS x (model, namespace, sign)
             WHERE n.namespace <> o.namespace OR n.model <> o.model""",
     ),
-    """CREATE OR REPLACE TRIGGER embeddings_stats_insert AFTER INSERT ON embeddings
-        REFERENCING NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_insert()""",
-    """CREATE OR REPLACE TRIGGER embeddings_stats_delete AFTER DELETE ON embeddings
-        REFERENCING OLD TABLE AS old_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_delete()""",
-    """CREATE OR REPLACE TRIGGER embeddings_stats_update AFTER UPDATE ON embeddings
-        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION mnemex_vector_stats_update()""",
+    *_statement_triggers("embeddings", "embeddings_stats", "mnemex_vector_stats"),
     """CREATE OR REPLACE FUNCTION mnemex_vectors_follow() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
