@@ -1,7 +1,7 @@
 """The PostgreSQL engine beside the SQLite engine: SciFact lexical quality, insert
 throughput, lexical latency, and the start of a local server.
 
-    python benchmarks/bench_postgres.py [--data DIR] [--queries N] [--no-write]
+    python benchmarks/bench_postgres.py [--data DIR] [--queries N] [--vectors N] [--no-write]
 
 A PostgreSQL 16 + pgvector server is started from the ``pgserver`` package in
 a temporary folder (timed: a fresh data folder, initdb included). The SciFact
@@ -15,7 +15,9 @@ test queries are searched in both lexical arms, 100 deep:
   it was chosen over: a GIN index on the tsvector finding the rows, each
   scored from its tsvector;
 nDCG@10 and R@100 from ``mnemex.eval.metrics`` (ir-measures, as ``mnemex eval``),
-the mean overlap of each query's top 10 with SQLite's, and latency.
+the mean overlap of each query's top 10 with SQLite's, and latency. Then the
+vector arm on ``--vectors`` random unit vectors: the exact scan against the
+HNSW index at several ``ef_search`` (p50, recall@10 against numpy).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ BATCH = 1_000
 SINGLES = 300
 DEPTH = 100
 MEASURES = ("nDCG@10", "R@100")
+VECTOR_DIM = 64
+VECTOR_QUERIES = 30
 
 
 def sqlite_arm(path: Path, texts: dict[str, str], budget: int) -> tuple[dict, list[float]]:
@@ -151,6 +155,7 @@ def main() -> None:
     parser.add_argument("--data")
     parser.add_argument("--queries", type=int, default=0, help="0: every test query")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--vectors", type=int, default=25_000, help="random vectors (0: none)")
     args = parser.parse_args()
     data = load_beir(data_dir(args.data) / "beir" / "scifact", "test")
     corpus = [(did, clean_content(t, 10**7)) for did, t in data.corpus.items() if t]
@@ -161,6 +166,8 @@ def main() -> None:
     server = pg.start_server(root / "data", delete=True)
     try:
         results = measure(server, root, corpus, singles, texts, data.qrels)
+        results["vectors"] = vector_arm(server, args.vectors, VECTOR_DIM) if args.vectors else []
+        results["vector_count"] = args.vectors
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -219,6 +226,55 @@ def measure(server, root, corpus, singles, texts, qrels) -> dict:  # type: ignor
     return out
 
 
+def vector_arm(server: Any, count: int, dim: int) -> list[tuple[str, float, float]]:
+    """(search, p50 ms, recall@10) over ``count`` random unit vectors: exact, then the HNSW
+    index at several ``ef_search`` (random vectors: a hard case for HNSW)."""
+    import numpy as np
+
+    from mnemex.engine.postgres import vectors
+
+    with pg.connect(server.url) as admin:
+        admin.execute("CREATE DATABASE bench_vectors")
+    now = datetime.now(UTC)
+    rng = np.random.default_rng(0)
+    points = rng.standard_normal((count, dim)).astype(np.float32)
+    points /= np.linalg.norm(points, axis=1, keepdims=True)
+    queries = rng.standard_normal((VECTOR_QUERIES, dim)).astype(np.float32)
+    out = []
+    with pg.connect(server.url_for("bench_vectors")) as conn:
+        pg.migrate(conn)
+        written = pg.insert_rows(conn, rows([(f"v{i}", f"vector {i}") for i in range(count)], now))
+        seqs = np.array([w.seq for w in written])
+        for start in range(0, count, 5_000):
+            pg.insert_vectors(
+                conn,
+                "random",
+                list(
+                    zip(
+                        seqs[start : start + 5_000].tolist(),
+                        ["h"] * 5_000,
+                        points[start : start + 5_000],
+                        strict=False,
+                    )
+                ),
+            )
+        conn.execute("ANALYZE")
+        truth = [set(seqs[np.argsort(-(points @ q))[:10]].tolist()) for q in queries]
+        for label, ef in [
+            ("exact", None),
+            *((f"HNSW, ef_search {ef}", ef) for ef in (40, 100, 200, 400)),
+        ]:
+            query = vectors.search_sql(NAMESPACE, "random", dim, exact=ef is None)
+            samples, recall = [], []
+            for q, best in zip(queries, truth, strict=True):
+                began = time.perf_counter()
+                hits = vectors.run_search(conn, q, query, 10, ef)
+                samples.append((time.perf_counter() - began) * 1000)
+                recall.append(len(best & {h.seq for h in hits}) / 10)
+            out.append((label, percentiles(samples)["p50"], sum(recall) / len(recall)))
+    return out
+
+
 def report(results: dict, memories: int, queries: int, no_write: bool) -> None:
     lines = [
         "## PostgreSQL engine beside SQLite: SciFact lexical, inserts, server start "
@@ -249,6 +305,19 @@ def report(results: dict, memories: int, queries: int, no_write: bool) -> None:
         f"PostgreSQL database size after the load: {results['pg_bytes'] / 2**20:.1f} MiB. "
         "Both PostgreSQL figures include computing the index terms with FTS5 on the client.",
     ]
+    if results["vectors"]:
+        lines += [
+            "",
+            f"Vector arm: {results['vector_count']:,} random unit vectors of {VECTOR_DIM} "
+            f"dimensions in one namespace, {VECTOR_QUERIES} random queries, top 10.",
+            "",
+            "| search | p50 | recall@10 |",
+            "| --- | ---: | ---: |",
+            *(
+                f"| {label} | {p50:.2f} ms | {recall:.3f} |"
+                for label, p50, recall in results["vectors"]
+            ),
+        ]
     text = "\n".join(lines)
     print(text)
     if not no_write:

@@ -13,6 +13,14 @@ vectors that the index would have to visit more candidates than pgvector 0.6
 allows (``hnsw.ef_search`` ≤ 1000; it has no iterative scans) to find
 ``limit`` of them. Otherwise the index is searched with ``ef_search`` sized
 to that share, and exactly again if it still returns too few.
+
+Measured on 25,000 random unit vectors of 64 dimensions (a hard case for
+HNSW; 30 queries, top 10, 2 shared cores): the exact scan 20.6 ms p50;
+the index with ``ef_search`` 40 (pgvector's default) 7.5 ms at recall@10
+0.62, 100: 14.6 ms, 0.88; 200: 27.9 ms, 0.96; 400: 39.1 ms, 1.0. Hence
+``EF_SEARCH_MIN`` 200, and the exact scan up to ``EXACT_MAX`` vectors, where
+it is still about as fast. Where between 50,000 and 1M the index starts to
+pay on real embeddings is for the scale benchmark to settle.
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-EXACT_MAX = 20_000  # a namespace with at most this many vectors of the model is scanned
-EF_SEARCH_MIN = 40  # pgvector's default
+EXACT_MAX = 50_000  # a namespace with at most this many vectors of the model is scanned
+EF_SEARCH_MIN = 200  # candidates the index visits at least (pgvector's default, 40, misses many)
 EF_SEARCH_MAX = 1000  # pgvector 0.6's limit
 EF_MARGIN = 2.0  # candidates visited per wanted hit, over the namespace's share
 
@@ -152,10 +160,10 @@ def vector(
         return []
     ef = ef_search(limit, wanted, total)
     if ef is not None:
-        hits = _search(conn, qvec, search_sql(namespace, model, dim, exact=False), limit, ef)
+        hits = run_search(conn, qvec, search_sql(namespace, model, dim, exact=False), limit, ef)
         if len(hits) >= min(limit, wanted):
             return hits
-    return _search(conn, qvec, search_sql(namespace, model, dim, exact=True), limit, None)
+    return run_search(conn, qvec, search_sql(namespace, model, dim, exact=True), limit, None)
 
 
 def ef_search(limit: int, wanted: int, total: int) -> int | None:
@@ -188,13 +196,15 @@ def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> s
     ).format(d=distance, w=where)
 
 
-def _search(
+def run_search(
     conn: psycopg.Connection[Any],
     qvec: Any,
     query: sql.Composed,
     limit: int,
     ef: int | None,
 ) -> list[VectorHit]:
+    """Run one query built by :func:`search_sql` (``ef``: the index's ``ef_search``, or
+    ``None`` for the exact query)."""
     rows = _run(conn, qvec, query, limit, ef)
     return [VectorHit(int(seq), 1.0 - float(d)) for seq, d in rows]
 
