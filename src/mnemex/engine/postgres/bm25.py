@@ -14,11 +14,13 @@ SQLite's (``benchmarks/bench_postgres.py``).
 Rows and frequencies come from ``postings`` (namespace, term, seq) → tf, len:
 one B-tree range scan per query term, summed per row in one aggregate. It
 was chosen by measurement over a GIN index on the ``lex`` tsvector, on
-SciFact (5,183 documents, 40 test queries, 100 deep, identical rankings):
-GIN to find the rows and ``unnest(lex)`` for the frequencies, 491 ms a
-query; GIN with the query's lexemes cut out by ``ts_filter(setweight(...))``,
-155 ms; the postings table, 7.5 ms. A GIN match still reads and unpacks
-every matching row's whole tsvector, and a common term matches most rows.
+SciFact (5,183 documents, 300 test queries, 100 deep, rankings identical in
+all three; ``benchmarks/bench_postgres.py``): GIN to find the rows and
+``unnest(lex)`` for the frequencies, 345 ms p50 (the first design, commit
+e26e74f); GIN with the query's lexemes cut out by
+``ts_filter(setweight(...))``, 42 ms; the postings table, 9.6 ms (SQLite's
+FTS5 arm: 9.5 ms). A GIN match still reads and unpacks every matching
+row's whole tsvector, and a common term matches most rows.
 
 Public surface: :func:`plan` (query text to terms, stop words set aside) and
 :func:`lexical` (terms to scored rows), :func:`search` doing both with the
