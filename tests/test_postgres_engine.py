@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import mnemex
 from mnemex.engine import postgres as pg
+from mnemex.engine.postgres import bm25, tokens
 from mnemex.engine.postgres import schema as pg_schema
-from mnemex.engine.postgres import tokens
 from mnemex.engine.postgres import vectors as pg_vectors
 from mnemex.errors import IndexMismatch, MissingExtra
 from mnemex.index import fts
@@ -157,48 +157,26 @@ def _waiting_for_lock(conn: Any) -> int:
     return int(row[0])
 
 
-def _recomputed_stats(conn: Any) -> tuple[set[Any], set[Any], set[Any]]:
-    namespaces = set(
-        conn.execute("SELECT namespace, count(*), sum(lex_len) FROM memories GROUP BY 1").fetchall()
-    )
-    terms = set(
-        conn.execute(
-            "SELECT namespace, t, count(*) FROM memories, unnest(tsvector_to_array(lex)) AS t "
-            "GROUP BY 1, 2"
-        ).fetchall()
-    )
-    postings = set(
-        conn.execute(
-            "SELECT namespace, u.lexeme, seq, cardinality(u.positions), lex_len "
-            "FROM memories, unnest(lex) AS u"
-        ).fetchall()
-    )
-    return namespaces, terms, postings
-
-
-def _kept_stats(conn: Any) -> tuple[set[Any], set[Any], set[Any]]:
-    namespaces = set(
-        conn.execute("SELECT namespace, docs, tokens FROM namespace_stats WHERE docs > 0")
-    )
-    terms = set(conn.execute("SELECT namespace, term, docs FROM term_stats WHERE docs > 0"))
-    postings = set(conn.execute("SELECT namespace, term, seq, tf, len FROM postings"))
-    return namespaces, terms, postings
-
-
 @postgres
 def test_statistics_follow_inserts_updates_and_deletes(conn: Any) -> None:
     pg.insert_rows(conn, rows_of(TEXTS))
     pg.insert_rows(conn, rows_of(TEXTS[:4], namespace="other", prefix="o"))
-    assert _kept_stats(conn) == _recomputed_stats(conn)
+    assert bm25.check(conn) == []
     conn.execute("UPDATE memories SET namespace = 'moved' WHERE id IN ('m1', 'm2')")
     conn.execute("UPDATE memories SET confidence = 0.5")  # no text change
     conn.execute("DELETE FROM memories WHERE id IN ('m3', 'o0')")
-    assert _kept_stats(conn) == _recomputed_stats(conn)
+    assert bm25.check(conn) == []
     with pytest.raises(Exception, match="rolled"), conn.transaction():
         conn.execute("DELETE FROM memories")
         raise RuntimeError("rolled back")
-    assert _kept_stats(conn) == _recomputed_stats(conn)
+    assert bm25.check(conn) == []
     assert conn.execute("SELECT count(*) FROM term_stats WHERE docs < 0").fetchone() == (0,)
+    conn.execute("UPDATE term_stats SET docs = docs + 1 WHERE term = 'refund' AND namespace = 'ns'")
+    conn.execute("DELETE FROM postings WHERE seq = (SELECT min(seq) FROM memories)")
+    problems = bm25.check(conn)
+    assert len(problems) == 2
+    assert problems[0] == "term_stats: 1 rows that the memories do not give, 1 missing"
+    assert problems[1].startswith("postings: 0 rows that the memories do not give, ")
 
 
 @postgres
@@ -296,7 +274,7 @@ def test_two_processes_writing_the_same_text_end_with_one_row(conn: Any, pg_url:
             [(seq_a, new_a)], [(seq_b, new_b)] = a.result(), b.result()
             assert seq_a == seq_b and new_a != new_b, text
     assert conn.execute("SELECT count(*) FROM memories").fetchone() == (len(texts),)
-    assert _kept_stats(conn) == _recomputed_stats(conn)
+    assert bm25.check(conn) == []
 
 
 @postgres
@@ -402,7 +380,7 @@ def test_writers_in_four_processes_lose_nothing_and_keep_the_statistics(
         counts = list(workers.map(_insert_batches, [pg_url] * 4, range(4)))
     assert counts == [200] * 4
     assert conn.execute("SELECT count(*) FROM memories").fetchone() == (800,)
-    assert _kept_stats(conn) == _recomputed_stats(conn)
+    assert bm25.check(conn) == []
 
 
 @postgres

@@ -13,14 +13,15 @@ engine does on its own, with a small public surface the session will call.
   (:mod:`.write`); :func:`insert_vectors` for their vectors.
 - :func:`lexical` ``(conn, query_terms, namespace, limit)``: BM25 with each
   namespace's own statistics, the terms being FTS5's own (:mod:`.tokens`),
-  so scores and ranks match the SQLite engine's (:mod:`.bm25`).
+  so scores and ranks match the SQLite engine's (:mod:`.bm25`);
+  :func:`check` proves the statistics and postings equal a rebuild.
 - :func:`vector` ``(conn, qvec, namespace, model, limit)``: cosine nearest
   neighbours, by HNSW or exactly (:mod:`.vectors`).
 - :func:`start_server` (:mod:`.server`): a throwaway local server from the
   ``pgserver`` package, for tests and benchmarks.
 """
 
-from mnemex.engine.postgres.bm25 import lexical, plan, search
+from mnemex.engine.postgres.bm25 import check, lexical, plan, search
 from mnemex.engine.postgres.connect import connect, pool
 from mnemex.engine.postgres.schema import LATEST, migrate, schema_version
 from mnemex.engine.postgres.server import LocalServer
@@ -34,6 +35,7 @@ __all__ = [
     "Row",
     "VectorHit",
     "Written",
+    "check",
     "connect",
     "insert_rows",
     "insert_vectors",
