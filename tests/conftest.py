@@ -13,6 +13,7 @@ import pytest
 
 import mnemex
 from mnemex.store import Store
+from tests.pg_fixtures import pg_server, pg_url  # noqa: F401  (fixtures of the postgres tests)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

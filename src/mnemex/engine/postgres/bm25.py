@@ -1,0 +1,212 @@
+"""The lexical arm: BM25 from an inverted index kept in tables, per namespace.
+
+PostgreSQL's ``ts_rank`` is not BM25. Each row's score here is FTS5's
+``bm25()`` arithmetic (see :mod:`mnemex.index.fts`): for each query term,
+``idf · f·(k1+1) / (f + k1·(1 − b + b·len/avgdl))``, summed, where ``f`` is
+the term's frequency in the row, ``len`` the row's tokens, and N, avgdl and
+each term's document frequency are the namespace's own (``namespace_stats``,
+``term_stats``), so a namespace ranks as it would alone, as on SQLite. IDFs
+are computed here by the function SQLite's arm uses
+(:func:`mnemex.index.query.idf`); the terms are FTS5's own
+(:mod:`mnemex.engine.postgres.tokens`). On SciFact the rankings equal
+SQLite's (``benchmarks/bench_postgres.py``).
+
+Rows and frequencies come from ``postings`` (namespace, term, seq) → tf, len:
+one B-tree range scan per query term, summed per row in one aggregate. It
+was chosen by measurement over a GIN index on the ``lex`` tsvector, on
+SciFact (5,183 documents, 300 test queries, 100 deep, rankings identical in
+all three; ``benchmarks/bench_postgres.py``): GIN to find the rows and
+``unnest(lex)`` for the frequencies, 345 ms p50 (the first design, commit
+e26e74f); GIN with the query's lexemes cut out by
+``ts_filter(setweight(...))``, 42 ms; the postings table, 9.6 ms (SQLite's
+FTS5 arm: 9.5 ms). A GIN match still reads and unpacks every matching
+row's whole tsvector, and a common term matches most rows.
+
+Public surface: :func:`plan` (query text to terms, stop words set aside) and
+:func:`lexical` (terms to scored rows), :func:`search` doing both with the
+SQLite pipeline's retry (stop words put back when nothing matched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mnemex.engine.postgres.tokens import lexicon, query_key
+from mnemex.index.fts import BM25_B, BM25_K1, Candidate
+from mnemex.index.query import (
+    MAX_QUERY_TERMS,
+    Term,
+    capital_letters,
+    content_terms,
+    expand_terms,
+    idf,
+    keep_rarest,
+)
+from mnemex.index.stopwords import STOPWORDS
+
+if TYPE_CHECKING:
+    import psycopg
+
+_SCORE = f"""
+    SELECT p.seq, sum(q.w * (p.tf * {BM25_K1 + 1.0!r})
+                      / (p.tf + {BM25_K1!r} * (1 - {BM25_B!r} + {BM25_B!r} * p.len / %(avgdl)s)))
+        AS score
+    FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
+    {{namespaces}}
+    JOIN postings AS p ON p.namespace = n.namespace AND p.term = q.term
+    GROUP BY p.seq
+    ORDER BY score DESC, p.seq
+    LIMIT %(limit)s"""
+_ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
+_EVERY = "CROSS JOIN namespace_stats AS n"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A query's terms to search, and the stop words set aside (searched when nothing else
+    matches)."""
+
+    terms: tuple[Term, ...]
+    dropped: tuple[Term, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """A namespace's (or every namespace's) rows and tokens, and the rows holding each
+    term asked for, read in one statement (one snapshot: a term is never counted in
+    more rows than the namespace holds)."""
+
+    docs: int
+    tokens: int
+    doc_freqs: dict[str, int]
+
+    @property
+    def avgdl(self) -> float:
+        return self.tokens / self.docs if self.docs else 1.0
+
+
+def statistics(
+    conn: psycopg.Connection[Any], namespace: str | None, keys: Sequence[str] = ()
+) -> Statistics:
+    """The statistics BM25 needs, of a namespace or of every namespace (``None``)."""
+    only = "" if namespace is None else " AND namespace = %(ns)s"
+    row = conn.execute(
+        f"""SELECT
+            (SELECT coalesce(sum(docs), 0) FROM namespace_stats WHERE true{only}),
+            (SELECT coalesce(sum(tokens), 0) FROM namespace_stats WHERE true{only}),
+            t.terms, t.docs
+        FROM (SELECT coalesce(array_agg(term), '{{}}') AS terms,
+                     coalesce(array_agg(docs), '{{}}') AS docs
+              FROM (SELECT term, sum(docs) AS docs FROM term_stats
+                    WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS g) AS t""",
+        {"ns": namespace, "keys": list(keys)},
+    ).fetchone()
+    if row is None:
+        return Statistics(0, 0, {})
+    terms, freqs = row[2], row[3]
+    return Statistics(
+        int(row[0]), int(row[1]), {str(t): int(f) for t, f in zip(terms, freqs, strict=True)}
+    )
+
+
+def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Plan:
+    """Natural-language text to terms, as the SQLite arm plans it (expanded, stop words
+    set aside, at most ``MAX_QUERY_TERMS`` of the rarest kept)."""
+    tokens = lexicon().tokenize(text)
+    kept, dropped = content_terms(expand_terms(tokens, STOPWORDS, capital_letters(text)))
+    freqs = statistics(conn, namespace, [query_key(t) for t in kept]).doc_freqs
+    keep = keep_rarest(kept, [freqs.get(query_key(t), 0) for t in kept], MAX_QUERY_TERMS)
+    return Plan(tuple(kept[i] for i in keep), tuple(dropped))
+
+
+def term_weights(
+    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None
+) -> tuple[Statistics, dict[str, float]]:
+    """The statistics, and each stored term key's BM25 weight: its IDF, once per time the
+    query says it (terms no row holds left out)."""
+    keys = [query_key(t) for t in terms]
+    stats = statistics(conn, namespace, keys)
+    weights: dict[str, float] = {}
+    for term, key in zip(terms, keys, strict=True):
+        df = stats.doc_freqs.get(key, 0)
+        if df > 0:
+            weights[key] = weights.get(key, 0.0) + term.count * idf(df, stats.docs)
+    return stats, weights
+
+
+def lexical(
+    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, limit: int
+) -> list[Candidate]:
+    """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
+    best first (ties by seq)."""
+    if not terms or limit <= 0:
+        return []
+    stats, weights = term_weights(conn, terms, namespace)
+    if not weights:
+        return []
+    rows = conn.execute(
+        _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE),
+        {
+            "avgdl": stats.avgdl,
+            "keys": list(weights),
+            "weights": list(weights.values()),
+            "ns": namespace,
+            "limit": limit,
+        },
+    ).fetchall()
+    return [Candidate(int(seq), float(score)) for seq, score in rows]
+
+
+def search(
+    conn: psycopg.Connection[Any], text: str, namespace: str | None, limit: int
+) -> list[Candidate]:
+    """:func:`plan` then :func:`lexical`; with the stop words put back when nothing matched."""
+    planned = plan(conn, text, namespace)
+    found = lexical(conn, planned.terms, namespace, limit)
+    if not found and planned.dropped:
+        found = lexical(conn, planned.terms + planned.dropped, namespace, limit)
+    return found
+
+
+# Each statistic as kept, and as rebuilt from the rows' tsvectors.
+_KEPT_AND_REBUILT = (
+    (
+        "namespace_stats",
+        "SELECT namespace, docs, tokens FROM namespace_stats WHERE docs <> 0 OR tokens <> 0",
+        "SELECT namespace, count(*), sum(lex_len) FROM memories GROUP BY namespace",
+    ),
+    (
+        "term_stats",
+        "SELECT namespace, term, docs FROM term_stats WHERE docs <> 0",
+        "SELECT namespace, t, count(*) FROM memories, unnest(tsvector_to_array(lex)) AS t "
+        "GROUP BY 1, 2",
+    ),
+    (
+        "postings",
+        "SELECT namespace, term, seq, tf, len FROM postings",
+        "SELECT namespace, u.lexeme, seq, cardinality(u.positions), lex_len "
+        "FROM memories, unnest(lex) AS u",
+    ),
+)
+
+
+def check(conn: psycopg.Connection[Any]) -> list[str]:
+    """Problems with the lexical index: each table the triggers keep that differs from a
+    rebuild from the rows (rows kept but not rebuilt, and rebuilt but not kept). Empty
+    when the index is sound. Reads every row: a maintenance check, not a hot path."""
+    problems = []
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        for table, kept, rebuilt in _KEPT_AND_REBUILT:
+            row = conn.execute(
+                f"SELECT (SELECT count(*) FROM ({kept} EXCEPT {rebuilt}) AS a), "
+                f"(SELECT count(*) FROM ({rebuilt} EXCEPT {kept}) AS b)".encode()
+            ).fetchone()
+            extra, missing = (int(row[0]), int(row[1])) if row else (0, 0)
+            if extra or missing:
+                problems.append(
+                    f"{table}: {extra} rows that the memories do not give, {missing} missing"
+                )
+    return problems

@@ -1,0 +1,70 @@
+"""Connections to PostgreSQL: psycopg 3, imported only when a connection is made.
+
+Connections are in autocommit mode; every write is one explicit transaction
+(``with conn.transaction():``), so nothing is left open between calls. A pool
+(``psycopg_pool``) serves processes that run several sessions at once.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from mnemex.errors import MissingExtra, StoreError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+APPLICATION = "mnemex"
+
+
+def driver() -> ModuleType:
+    """The ``psycopg`` module, or :class:`MissingExtra` naming the extra to install."""
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingExtra("postgres", "the PostgreSQL engine", "psycopg") from None
+    return psycopg
+
+
+def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """An autocommit connection to the server at ``url`` (``postgresql://...``)."""
+    module = driver()
+    try:
+        conn: psycopg.Connection[tuple[Any, ...]] = module.connect(
+            url, autocommit=True, application_name=APPLICATION
+        )
+    except module.OperationalError as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {redact(url)}: {str(exc).strip()}; "
+            "check that the server runs and the URL names it"
+        ) from None
+    return conn
+
+
+def pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """A pool of autocommit connections to ``url``, opened (call ``close()`` when done)."""
+    driver()
+    try:
+        from psycopg_pool import ConnectionPool
+    except ImportError:
+        raise MissingExtra("postgres", "the PostgreSQL engine", "psycopg_pool") from None
+    opened = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "application_name": APPLICATION},
+        open=True,
+    )
+    return opened
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url

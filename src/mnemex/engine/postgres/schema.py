@@ -1,0 +1,335 @@
+"""The PostgreSQL schema: append-only numbered migrations, run once under an advisory lock.
+
+It holds what the SQLite schema holds (see :mod:`mnemex.storage.migrations`),
+in PostgreSQL's types: memories with their namespace, kind, tags, confidence,
+pinned flag, times and content hash; relations; vectors stamped with their
+model. Differences that follow from the engine:
+
+- The lexical index: ``lex``, a ``tsvector`` of the terms FTS5 would index
+  (see :mod:`mnemex.engine.postgres.tokens`), each lexeme with positions
+  ``1..tf`` (its frequency, capped at 256 by PostgreSQL), ``lex_len`` the
+  row's length in tokens, and from them ``postings`` (namespace, term, seq →
+  tf, len), the inverted index BM25 reads (see
+  :mod:`mnemex.engine.postgres.bm25` for why a B-tree and not GIN). BM25
+  also needs each namespace's row and token counts and each term's document
+  frequency: ``namespace_stats`` and ``term_stats``. Statement-level
+  triggers keep all three in the transaction that changes the rows (counts
+  upserted in (namespace, term) order, so concurrent writers wait for one
+  another instead of deadlocking).
+- A memory's content hash is unique in its namespace (chunks of workspace
+  files aside): two writers adding the same text at once end with one row.
+- Vectors have no fixed dimension in the table; each model's vectors are
+  indexed by an HNSW index of their own (see
+  :func:`mnemex.engine.postgres.vectors.ensure_model`), recorded with their
+  dimension in ``vector_models``.
+
+Every migration runs in one transaction, under the session lock ``pg_advisory_lock``:
+two processes that open a new database at once apply it once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from mnemex.errors import StoreError
+from mnemex.storage import TOKENIZER
+from mnemex.text import CJK_SEGMENTATION
+from mnemex.version import __version__
+
+if TYPE_CHECKING:
+    import psycopg
+
+LOCK_KEY: Final = 0x6D6E656D6578  # "mnemex": the advisory lock held while migrating
+TERMS: Final = f"fts5 {TOKENIZER}; cjk pairs"  # recorded in meta: what built ``lex``
+
+_INIT: Final = (
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    """CREATE TABLE IF NOT EXISTS meta (
+        key text PRIMARY KEY,
+        value text NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS memories (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        namespace text NOT NULL,
+        kind text NOT NULL,
+        content text NOT NULL,
+        tags jsonb NOT NULL DEFAULT '[]',
+        source text,
+        confidence real NOT NULL DEFAULT 0.8 CHECK (confidence BETWEEN 0.0 AND 1.0),
+        pinned boolean NOT NULL DEFAULT false,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        content_hash text NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        lex tsvector NOT NULL,
+        lex_len integer NOT NULL CHECK (lex_len >= 0)
+    )""",
+    "CREATE INDEX IF NOT EXISTS memories_namespace_created ON memories (namespace, created_at)",
+    """CREATE UNIQUE INDEX IF NOT EXISTS memories_namespace_hash
+        ON memories (namespace, content_hash) WHERE kind <> 'chunk'""",
+    "CREATE INDEX IF NOT EXISTS memories_tags ON memories USING gin (tags jsonb_path_ops)",
+)
+
+
+def _statement_triggers(table: str, name: str, function: str) -> tuple[str, ...]:
+    """SQL: triggers ``name_insert``/``_delete``/``_update`` on ``table`` that call
+    ``function_insert()`` etc. once per statement, with the changed rows as tables."""
+    tables = {
+        "insert": "NEW TABLE AS new_rows",
+        "delete": "OLD TABLE AS old_rows",
+        "update": "OLD TABLE AS old_rows NEW TABLE AS new_rows",
+    }
+    return tuple(
+        f"""CREATE OR REPLACE TRIGGER {name}_{op} AFTER {op.upper()} ON {table}
+            REFERENCING {refs} FOR EACH STATEMENT EXECUTE FUNCTION {function}_{op}()"""
+        for op, refs in tables.items()
+    )
+
+
+def _stats_function(op: str, changed: str) -> str:
+    """SQL: the trigger function that takes away the postings and counts of the
+    ``changed`` rows of sign -1 and adds those of sign 1 (one upsert per statistics
+    table, in key order)."""
+    return f"""CREATE OR REPLACE FUNCTION mnemex_stats_{op}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM postings AS p
+            USING ({changed}) AS c, unnest(tsvector_to_array(c.lex)) AS u (term)
+            WHERE c.sign < 0 AND p.namespace = c.namespace AND p.term = u.term
+                AND p.seq = c.seq;
+            INSERT INTO postings (namespace, term, seq, tf, len)
+            SELECT c.namespace, u.lexeme, c.seq, cardinality(u.positions), c.lex_len
+            FROM ({changed}) AS c, unnest(c.lex) AS u
+            WHERE c.sign > 0
+            ORDER BY 1, 2, 3;
+            WITH c AS MATERIALIZED ({changed}),
+            ns AS (
+                INSERT INTO namespace_stats AS s (namespace, docs, tokens)
+                SELECT c.namespace, sum(c.sign), sum(c.sign * c.lex_len)
+                FROM c GROUP BY c.namespace ORDER BY c.namespace
+                ON CONFLICT (namespace) DO UPDATE
+                    SET docs = s.docs + excluded.docs, tokens = s.tokens + excluded.tokens
+            )
+            INSERT INTO term_stats AS t (namespace, term, docs)
+            SELECT c.namespace, u.term, sum(c.sign)
+            FROM c, unnest(tsvector_to_array(c.lex)) AS u (term)
+            GROUP BY c.namespace, u.term HAVING sum(c.sign) <> 0
+            ORDER BY c.namespace, u.term
+            ON CONFLICT (namespace, term) DO UPDATE SET docs = t.docs + excluded.docs;
+            RETURN NULL;
+        END
+        $$"""
+
+
+# BM25's corpus statistics, per namespace. A change of rows adds its rows'
+# counts and takes away the old rows' (an update does both), in one upsert
+# per table, in key order.
+_STATS: Final = (
+    """CREATE TABLE IF NOT EXISTS namespace_stats (
+        namespace text PRIMARY KEY,
+        docs bigint NOT NULL,
+        tokens bigint NOT NULL
+    )""",
+    # The inverted index BM25 reads: each term's rows in a namespace, with the term's
+    # frequency in the row and the row's length (a B-tree: one range scan per term).
+    """CREATE TABLE IF NOT EXISTS postings (
+        namespace text NOT NULL,
+        term text NOT NULL,
+        seq bigint NOT NULL,
+        tf integer NOT NULL,
+        len integer NOT NULL,
+        PRIMARY KEY (namespace, term, seq)
+    )""",
+    """CREATE TABLE IF NOT EXISTS term_stats (
+        namespace text NOT NULL,
+        term text NOT NULL,
+        docs bigint NOT NULL,
+        PRIMARY KEY (namespace, term)
+    )""",
+    _stats_function("insert", "SELECT seq, namespace, 1 AS sign, lex_len, lex FROM new_rows"),
+    _stats_function("delete", "SELECT seq, namespace, -1 AS sign, lex_len, lex FROM old_rows"),
+    _stats_function(
+        "update",
+        """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.seq = n.seq,
+            LATERAL (VALUES (n.seq, n.namespace, 1, n.lex_len, n.lex),
+                            (o.seq, o.namespace, -1, o.lex_len, o.lex))
+                AS x (seq, namespace, sign, lex_len, lex)
+            WHERE n.namespace <> o.namespace OR n.lex_len <> o.lex_len OR n.lex <> o.lex""",
+    ),
+    *_statement_triggers("memories", "memories_stats", "mnemex_stats"),
+)
+
+
+def _vector_stats_function(op: str, changed: str) -> str:
+    """SQL: the trigger function that counts the ``changed`` vectors in or out."""
+    return f"""CREATE OR REPLACE FUNCTION mnemex_vector_stats_{op}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO vector_stats AS s (model, namespace, vectors)
+            SELECT c.model, c.namespace, sum(c.sign) FROM ({changed}) AS c
+            GROUP BY 1, 2 HAVING sum(c.sign) <> 0 ORDER BY 1, 2
+            ON CONFLICT (model, namespace) DO UPDATE SET vectors = s.vectors + excluded.vectors;
+            RETURN NULL;
+        END
+        $$"""
+
+
+# Vectors: one row per (model, memory), stamped with the model and the hash of the
+# content it embeds, and the memory's namespace (kept in step by a trigger) so that
+# a namespace's vectors are searched without a join.
+_VECTORS: Final = (
+    """CREATE TABLE IF NOT EXISTS vector_models (
+        model text PRIMARY KEY,
+        dim integer NOT NULL CHECK (dim > 0 AND dim <= 2000),
+        created_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    """CREATE TABLE IF NOT EXISTS embeddings (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        seq bigint NOT NULL REFERENCES memories (seq) ON DELETE CASCADE,
+        namespace text NOT NULL,
+        model text NOT NULL REFERENCES vector_models (model),
+        content_hash text NOT NULL,
+        vector vector NOT NULL,
+        UNIQUE (model, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS embeddings_model_namespace ON embeddings (model, namespace)",
+    "CREATE INDEX IF NOT EXISTS embeddings_model_hash ON embeddings (model, content_hash)",
+    "CREATE INDEX IF NOT EXISTS embeddings_seq ON embeddings (seq)",
+    # Vectors per (model, namespace): whether a search is exact or through the index.
+    """CREATE TABLE IF NOT EXISTS vector_stats (
+        model text NOT NULL,
+        namespace text NOT NULL,
+        vectors bigint NOT NULL,
+        PRIMARY KEY (model, namespace)
+    )""",
+    _vector_stats_function("insert", "SELECT model, namespace, 1 AS sign FROM new_rows"),
+    _vector_stats_function("delete", "SELECT model, namespace, -1 AS sign FROM old_rows"),
+    _vector_stats_function(
+        "update",
+        """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id,
+            LATERAL (VALUES (n.model, n.namespace, 1), (o.model, o.namespace, -1))
+                AS x (model, namespace, sign)
+            WHERE n.namespace <> o.namespace OR n.model <> o.model""",
+    ),
+    *_statement_triggers("embeddings", "embeddings_stats", "mnemex_vector_stats"),
+    """CREATE OR REPLACE FUNCTION mnemex_vectors_follow() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF new.content_hash IS DISTINCT FROM old.content_hash THEN
+                DELETE FROM embeddings WHERE seq = new.seq;
+            ELSIF new.namespace IS DISTINCT FROM old.namespace THEN
+                UPDATE embeddings SET namespace = new.namespace WHERE seq = new.seq;
+            END IF;
+            RETURN NULL;
+        END
+        $$""",
+    """CREATE OR REPLACE TRIGGER memories_vectors_follow
+        AFTER UPDATE OF namespace, content_hash ON memories
+        FOR EACH ROW EXECUTE FUNCTION mnemex_vectors_follow()""",
+)
+
+# Relations ``subject -[predicate]-> object``, unique per namespace by their
+# case-folded entity names, as on SQLite. Their lexical index comes later.
+_RELATIONS: Final = (
+    """CREATE TABLE IF NOT EXISTS relations (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        namespace text NOT NULL,
+        subject text NOT NULL,
+        predicate text NOT NULL,
+        object text NOT NULL,
+        subject_key text NOT NULL,
+        object_key text NOT NULL,
+        confidence real NOT NULL DEFAULT 0.8 CHECK (confidence BETWEEN 0.0 AND 1.0),
+        source_memory text,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        UNIQUE (namespace, subject_key, predicate, object_key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS relations_object ON relations (namespace, object_key)",
+    """CREATE INDEX IF NOT EXISTS relations_source_memory ON relations (source_memory)
+        WHERE source_memory IS NOT NULL""",
+)
+
+MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
+    (1, "memories with their index terms (tsvector)", _INIT),
+    (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
+    (3, "vectors stamped with their model", _VECTORS),
+    (4, "relations", _RELATIONS),
+)
+LATEST: Final = MIGRATIONS[-1][0]
+
+
+def schema_version(conn: psycopg.Connection[Any]) -> int:
+    """The version of the schema in the database (0: none yet)."""
+    if conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,):
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database to the latest schema, once whoever else runs it; returns the
+    version. Cheap when it is already there (no lock taken)."""
+    current = schema_version(conn)
+    if current == LATEST:
+        return current
+    _check(current)
+    # A session lock taken before the transaction: the transaction then starts after the
+    # other migrator's commit and sees its tables (a transaction that waited for a lock
+    # inside would look them up in catalog caches from before).
+    conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+    try:
+        with conn.transaction():
+            current = schema_version(conn)  # another process may have migrated meanwhile
+            _check(current)
+            _apply(conn, current)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+    return LATEST
+
+
+def _apply(conn: psycopg.Connection[Any], current: int) -> None:
+    """The migrations after ``current`` and the meta record, in the open transaction."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schema_migrations (
+            version integer PRIMARY KEY,
+            name text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        )"""
+    )
+    for version, name, statements in MIGRATIONS:
+        if version <= current:
+            continue
+        for statement in statements:
+            conn.execute(statement.encode())
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
+        )
+    meta = {
+        "schema_version": str(LATEST),
+        "terms": TERMS,
+        "cjk_segmentation": CJK_SEGMENTATION,
+        "updated_by": f"mnemex {__version__}",
+    }
+    if current == 0:
+        meta["created_by"] = f"mnemex {__version__}"
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO meta (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            sorted(meta.items()),
+        )
+
+
+def _check(current: int) -> None:
+    if current > LATEST:
+        raise StoreError(
+            f"this database has mnemex schema version {current}, newer than this mnemex "
+            f"({__version__}, schema {LATEST}); upgrade mnemex"
+        )
+
+
+def read_meta(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}

@@ -1,0 +1,149 @@
+"""The write path: memories in bulk, one statement per call, with their index terms.
+
+:func:`insert_rows` takes rows already validated (see :mod:`mnemex.text`'s
+``clean_*`` functions), computes each row's index terms on the client (see
+:mod:`mnemex.engine.postgres.tokens`) and inserts them all with one
+``INSERT ... SELECT FROM unnest(...)``: one round trip, and one firing of the
+statement triggers that keep the BM25 statistics. A row whose id, or whose
+content hash in its namespace, is already stored is skipped (``ON CONFLICT
+DO NOTHING``): of two processes writing the same text at once, one inserts
+it and the other is told which row holds it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from mnemex.engine.postgres.tokens import document_lex
+from mnemex.errors import StoreError
+from mnemex.text import tags_columns
+
+if TYPE_CHECKING:
+    import psycopg
+
+RETRIES = 5  # a statement that deadlocks (several statements in one transaction) is retried
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One memory to store, validated."""
+
+    id: str
+    namespace: str
+    kind: str
+    content: str
+    content_hash: str
+    created_at: datetime
+    updated_at: datetime
+    tags: tuple[str, ...] = ()
+    source: str | None = None
+    confidence: float = 0.8
+    pinned: bool = False
+    metadata: str = "{}"  # JSON object text
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What became of one row: the seq and id that hold its text, and whether it is new."""
+
+    seq: int
+    id: str
+    inserted: bool
+
+
+_INSERT = """
+    INSERT INTO memories (id, namespace, kind, content, tags, source, confidence, pinned,
+                          created_at, updated_at, content_hash, metadata, lex, lex_len)
+    SELECT r.id, r.namespace, r.kind, r.content, r.tags::jsonb, r.source, r.confidence,
+           r.pinned, r.created_at, r.updated_at, r.content_hash, r.metadata::jsonb,
+           r.lex::tsvector, r.lex_len
+    FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                %s::real[], %s::boolean[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                %s::text[], %s::text[], %s::integer[])
+        WITH ORDINALITY AS r (id, namespace, kind, content, tags, source, confidence, pinned,
+                              created_at, updated_at, content_hash, metadata, lex, lex_len, n)
+    ORDER BY r.n
+    ON CONFLICT DO NOTHING
+    RETURNING seq, id"""
+
+
+def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Written]:
+    """Store ``rows`` in one statement (its own transaction unless one is open); returns,
+    for each row in order, the row that holds its text."""
+    if not rows:
+        return []
+    lex = document_lex([(r.content, tags_columns(r.tags)[0]) for r in rows])
+    columns: list[list[Any]] = [
+        [r.id for r in rows],
+        [r.namespace for r in rows],
+        [r.kind for r in rows],
+        [r.content for r in rows],
+        [json.dumps(list(r.tags), ensure_ascii=False) for r in rows],
+        [r.source for r in rows],
+        [r.confidence for r in rows],
+        [r.pinned for r in rows],
+        [r.created_at for r in rows],
+        [r.updated_at for r in rows],
+        [r.content_hash for r in rows],
+        [r.metadata for r in rows],
+        [literal for literal, _ in lex],
+        [length for _, length in lex],
+    ]
+    inserted = dict(_retrying(conn, _INSERT, columns))
+    return _resolve(conn, rows, {str(i): int(s) for s, i in inserted.items()})
+
+
+def _retrying(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> list[Any]:
+    from psycopg import errors, pq
+
+    retries = RETRIES if conn.info.transaction_status == pq.TransactionStatus.IDLE else 1
+    for attempt in range(retries):
+        try:
+            with conn.transaction():
+                return conn.execute(query.encode(), params).fetchall()
+        except errors.DeadlockDetected:
+            if attempt == retries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _resolve(
+    conn: psycopg.Connection[Any], rows: Sequence[Row], inserted: dict[str, int]
+) -> list[Written]:
+    """Which stored row holds each input row: the one it inserted, or the one that was
+    already there with its id or with its text in its namespace."""
+    missing = [r for r in rows if r.id not in inserted]
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    by_id: dict[str, tuple[int, str]] = {}
+    if missing:
+        for seq, mid, namespace, digest in conn.execute(
+            """SELECT m.seq, m.id, m.namespace, m.content_hash FROM memories AS m
+               WHERE m.id = ANY(%s)
+                  OR (m.namespace, m.content_hash) IN (
+                      SELECT * FROM unnest(%s::text[], %s::text[]))""",
+            (
+                [r.id for r in missing],
+                [r.namespace for r in missing],
+                [r.content_hash for r in missing],
+            ),
+        ):
+            by_id[mid] = (seq, mid)
+            found[(namespace, digest)] = (seq, mid)
+    out: list[Written] = []
+    claimed: set[str] = set()
+    for r in rows:
+        if r.id in inserted and r.id not in claimed:
+            claimed.add(r.id)
+            out.append(Written(inserted[r.id], r.id, True))
+            continue
+        holder = found.get((r.namespace, r.content_hash)) or by_id.get(r.id)
+        if holder is None:
+            raise StoreError(
+                f"memory {r.id!r} was neither stored nor found (deleted meanwhile?); write it again"
+            )
+        out.append(Written(holder[0], holder[1], False))
+    return out
