@@ -73,7 +73,7 @@ def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str)
     lexical = plan(filled.session.lexicon, query)
     if match == '""':  # nothing stored matches: no SQL runs at all
         assert lexical.empty
-        assert retrieve(filled.conn, lexical, ALL, 10, 100).candidates == []
+        assert retrieve(filled.session.conn, lexical, ALL, 10, 100).candidates == []
         return
     assert lexical.match == match
     sql, params = lexical_sql(lexical, ALL, 10, 100)
@@ -96,8 +96,8 @@ def test_a_long_query_is_shaped_on_its_rare_terms(filled: Store) -> None:
         sql, params = lexical_sql(lexical, ALL, pool=10, budget=budget)
         assert flat(sql) == EXACT.format(where="") and params == [lexical.match, 10]
     # The SQL built is the SQL run: a shaped search scores as the exact one does.
-    shaped = retrieve(filled.conn, lexical, ALL, 3, 3)
-    exact = {c.seq: c.raw for c in retrieve(filled.conn, lexical, ALL, 100, 0).candidates}
+    shaped = retrieve(filled.session.conn, lexical, ALL, 3, 3)
+    exact = {c.seq: c.raw for c in retrieve(filled.session.conn, lexical, ALL, 100, 0).candidates}
     assert shaped.shaped and len(shaped.candidates) == 3
     assert [c.raw for c in shaped.candidates] == pytest.approx(sorted(exact.values())[::-1][:3])
     assert all(c.raw == pytest.approx(exact[c.seq]) for c in shaped.candidates)
