@@ -167,26 +167,14 @@ def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
 
 def test_the_dedup_pass_notes_each_merge(store: Store) -> None:
     store.add_many([BASE, "the queue holds 17 jobs", BASE])
-    lexicon = Lexicon(store.session.conn)
-    writes: list[int] = []
+    before = store.session.generation
 
     def run(dry_run: bool) -> DedupReport:
-        return dups.dedup(
-            store.session.connection,
-            store.session.transaction,
-            lambda: writes.append(1),
-            lexicon,
-            store.settings,
-            "default",
-            dups.Vectors(
-                None, lambda embedder: None, lambda dim: VectorIndex(store.session.conn, "-", dim)
-            ),
-            dry_run=dry_run,
-        )
+        return dups.dedup(store.session, "default", dry_run=dry_run)
 
-    assert len(run(True).pairs) == 1 and writes == []
+    assert len(run(True).pairs) == 1 and store.session.generation == before
     report = run(False)
-    assert (report.checked, len(report.pairs), writes) == (3, 1, [1])
+    assert (report.checked, len(report.pairs), store.session.generation) == (3, 1, before + 1)
     assert store.count() == 2 and store.count(namespace="default/duplicates") == 1
 
 

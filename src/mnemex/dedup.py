@@ -559,22 +559,17 @@ def remember_row(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> A
 
 
 def dedup(
-    connection: Connect,
-    transaction: Connect,
-    after_write: Callable[[], None],
-    lexicon: Lexicon,
-    settings: Settings,
+    session: SqliteSession,
     namespace: str,
-    vectors: Vectors,
     *,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> DedupReport:
     """Merge each memory of the namespace that repeats an older one into it, one
-    transaction each (``after_write`` follows every merge); see :meth:`mnemex.Store.dedup`."""
-    moved_to = f"{namespace}/duplicates"
-    index = _stored_index(vectors, connection)
-    with connection() as conn:
+    transaction each (each merge a write of its own); see :meth:`mnemex.Store.dedup`."""
+    moved_to, settings = f"{namespace}/duplicates", session.settings
+    index = _stored_index(Vectors.of(session), session.connection)
+    with session.connection() as conn:
         rows = conn.execute(
             "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
             "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
@@ -584,14 +579,14 @@ def dedup(
     for count, row in enumerate(rows, start=1):
         if progress is not None and count % 100 == 0:
             progress(100)
-        with transaction() as conn:
-            pair = _older_copy(conn, lexicon, settings, namespace, row, index)
+        with session.transaction() as conn:
+            pair = _older_copy(conn, session.lexicon, settings, namespace, row, index)
             if pair is not None and not dry_run:
                 _fold(conn, pair, row, moved_to, settings.max_content_bytes)
         if pair is not None:
             pairs.append(DuplicatePair(pair.id, row[1], pair.similarity, pair.by))
             if not dry_run:
-                after_write()
+                session.after_write()
     if progress is not None and len(rows) % 100:
         progress(len(rows) % 100)
     return DedupReport(namespace, len(rows), tuple(pairs), dry_run, moved_to)

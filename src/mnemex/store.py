@@ -20,18 +20,16 @@ from mnemex import timeline as timelines
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
-    MAX_SEARCH_LIMIT,
     RecallOptions,
     SearchOptions,
     Settings,
-    check_count,
     load_settings,
 )
 from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
 from mnemex.engine import NamespaceArg
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import WRITE_CHUNK, Conflict, SqliteSession
+from mnemex.engine.sqlite import Conflict, SqliteSession
 from mnemex.index.fts import Filters
 from mnemex.memories import UNSET
 from mnemex.models import (
@@ -49,12 +47,8 @@ from mnemex.models import (
     TimelineEntry,
     WorkspaceStatus,
 )
-from mnemex.rows import check_items, prepare, prepare_chunks
-from mnemex.text import (
-    clean_query,
-    parse_time,
-    utcnow,
-)
+from mnemex.rows import prepare
+from mnemex.text import echo, parse_time, utcnow
 
 
 def open_store(
@@ -91,7 +85,7 @@ class Store:
         self.namespace = self.session.namespace
         self.path = self.session.path
 
-    # -- lifecycle and the session surface (see mnemex.engine.sqlite) ------------------
+    # -- lifecycle (the session: mnemex.engine.sqlite) ---------------------------------
 
     def close(self) -> None:
         self.session.close()
@@ -268,17 +262,8 @@ class Store:
         is in :attr:`last_embedding_error`, and the next write or
         :meth:`embed` catches up.
         """
-        ns, session, max_bytes = self._own(namespace), self.session, self.settings.max_content_bytes
-        items = check_items(items)
-        if not items:
-            return []
-        with session.connection():
-            chunks = prepare_chunks(items, ns, keep_namespaces, max_bytes, WRITE_CHUNK)
-            _, ids, seqs = session.insert_chunks(chunks, on_conflict)
-        session.after_write()
-        if embed:
-            session.embedding.embed_new(seqs)
-        return ids
+        ns = self._own(namespace)
+        return memories.add_many(self.session, items, ns, keep_namespaces, on_conflict, embed)
 
     def update(
         self,
@@ -336,13 +321,7 @@ class Store:
         ``dry_run`` only the pairs are reported. ``progress`` is called with
         the number of memories checked since the last call.
         """
-        s, ns = self.session, self._own(namespace)
-        return dups.dedup(
-            *(s.connection, s.transaction, s.after_write, s.lexicon, s.settings, ns),
-            dups.Vectors.of(s),
-            dry_run=dry_run,
-            progress=progress,
-        )
+        return dups.dedup(self.session, self._own(namespace), dry_run=dry_run, progress=progress)
 
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
@@ -434,7 +413,7 @@ class Store:
         return timelines.timeline(
             self.session.connection,
             filters,
-            limit=check_count("limit", limit, 1, MAX_SEARCH_LIMIT) if around is None else limit,
+            limit=limit,
             oldest_first=oldest_first,
             around=around,
             before=before,
@@ -498,9 +477,14 @@ class Store:
             mmr=mmr,
         )
         embedder = self.embedder if options.wants_vectors else None
-        flags = (raw, explain, snippets)
         request = Request.of(
-            query, filters, options, self.settings, embedder is not None, flags, now
+            query,
+            filters,
+            options,
+            self.settings,
+            embedder is not None,
+            (raw, explain, snippets),
+            now,
         )
         started = time.perf_counter()
         notes, stale = self._freshen(filters.namespace)
@@ -516,7 +500,7 @@ class Store:
             took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,
-            query=_echo(result.query),
+            query=echo(result.query),
             notes=(*notes, *result.notes),
             stale=stale,
             relations=tuple(found),
@@ -572,7 +556,7 @@ class Store:
         )
         with self.session.connection() as conn:
             bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
-        echoed = _echo(task if isinstance(task, str) else found.query)
+        echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
@@ -704,23 +688,12 @@ class Store:
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """Before a search: sync the workspaces it reads that changed, within
-        ``sync_timeout``. Returns notes and whether the results may be stale."""
+        ``sync_timeout``. Returns notes and whether the results may be stale.
+        Most stores have no workspace: they skip the import of its module."""
         where, params = ("WHERE namespace = ?", (namespace,)) if namespace is not None else ("", ())
-        with (
-            self.session.connection() as conn
-        ):  # most stores have no workspace: skip the module's import
+        with self.session.connection() as conn:
             if conn.execute(f"SELECT 1 FROM workspaces {where} LIMIT 1", params).fetchone() is None:
                 return [], False
         from mnemex.ingest import workspace as spaces
 
         return spaces.freshen(self, namespace)
-
-
-def _echo(given: str) -> str:
-    """A query or task as given, or as searched when it is not valid Unicode text (a
-    lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
-    try:
-        given.encode("utf-8")
-    except UnicodeEncodeError:
-        return clean_query(given)
-    return given

@@ -282,6 +282,16 @@ _id_lock = threading.Lock()
 _id_state = [0, 0]  # last millisecond, last random part
 
 
+def echo(given: str) -> str:
+    """A query or task as given, or as searched when it is not valid Unicode text (a
+    lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
+    try:
+        given.encode("utf-8")
+    except UnicodeEncodeError:
+        return clean_query(given)
+    return given
+
+
 def new_id() -> str:
     """A 16-character id: 48-bit millisecond time then 32 bits, sortable, monotonic per process."""
     with _id_lock:
