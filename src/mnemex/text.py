@@ -417,25 +417,19 @@ def _parse_time(value: object, what: str, now: datetime | None) -> datetime:
 
 def summarize(text: str, width: int = 100) -> str:
     """One line of at most ``width`` characters, cut at a word boundary when possible."""
-    line = _WS.sub(" ", text).strip()
-    if len(line) <= width:
-        return line
-    cut = line[: width - 1]
-    space = cut.rfind(" ")
-    if space >= width * 0.6:
-        cut = cut[:space]
-    return cut.rstrip(" ,;:.-") + "…"
+    return clip(_WS.sub(" ", text).strip(), width, " ,;:.-")
 
 
-def clip(text: str, max_chars: int) -> str:
-    """Cut ``text`` to ``max_chars`` characters at a word boundary, marking the cut."""
+def clip(text: str, max_chars: int, trailing: str | None = None) -> str:
+    """Cut ``text`` to ``max_chars`` characters at a word boundary, marking the cut; the
+    ``trailing`` characters (default: white space) are dropped before the mark."""
     if len(text) <= max_chars:
         return text
     cut = text[: max_chars - 1]
     space = cut.rfind(" ")
     if space >= max_chars * 0.6:
         cut = cut[:space]
-    return cut.rstrip() + "…"
+    return cut.rstrip(trailing) + "…"
 
 
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
