@@ -108,11 +108,8 @@ def add_many(
 def update(
     transaction: Connect, ns: str, id: str, given: Mapping[str, Any], max_bytes: int
 ) -> tuple[Memory, int | None]:
-    """Change the fields of one memory that ``given`` does not leave :data:`UNSET`.
-
-    Returns the memory as stored, and its seq when its content changed (to embed it
-    again). Unknown ids raise; so does new content for a chunk of a workspace file.
-    """
+    """Change the fields ``given`` does not leave :data:`UNSET`: the memory as stored, and
+    its seq when its content changed (to embed it again); see :meth:`mnemex.Store.update`."""
     ident = clean_id(id)
     sets = _changes(given, max_bytes)
     assignments = ", ".join(f"{k} = ?" for k in sets)

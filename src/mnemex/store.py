@@ -687,9 +687,8 @@ class Store:
         )
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
-        """Before a search: sync the workspaces it reads that changed, within
-        ``sync_timeout``. Returns notes and whether the results may be stale.
-        Most stores have no workspace: they skip the import of its module."""
+        """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
+        (most stores): then not even its module is imported."""
         where, params = ("WHERE namespace = ?", (namespace,)) if namespace is not None else ("", ())
         with self.session.connection() as conn:
             if conn.execute(f"SELECT 1 FROM workspaces {where} LIMIT 1", params).fetchone() is None:
