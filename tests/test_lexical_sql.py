@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters, exact_sql, lexical_sql, plan, plan_raw, retrieve, shaped_sql
 from mnemex.store import Store
 
@@ -119,6 +120,15 @@ def test_filters_become_conditions_on_the_memories(filled: Store) -> None:
     sql, params = shaped_sql('"a"', '"b"', Filters("work"), 7)
     assert flat(sql) == SHAPED.format(where=" AND m.namespace = ?")
     assert params == ['"a"', '("a") AND ("a" OR "b")', "work", 7]
+
+
+def test_filters_of_checks_what_a_caller_gave() -> None:
+    given = Filters.of("work", ["note", "note", "fact"], "b", "2026-01-02", None)
+    since = datetime(2026, 1, 2, tzinfo=UTC)
+    assert given == Filters("work", kinds=("note", "fact"), tags=("b",), since=since)
+    assert Filters.of(None, None, None, None, None) == Filters(None)
+    with pytest.raises(InvalidInput, match="until"):
+        Filters.of("work", None, None, None, "not a time")
 
 
 def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
