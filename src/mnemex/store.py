@@ -477,15 +477,8 @@ class Store:
             mmr=mmr,
         )
         embedder = self.embedder if options.wants_vectors else None
-        request = Request.of(
-            query,
-            filters,
-            options,
-            self.settings,
-            embedder is not None,
-            (raw, explain, snippets),
-            now,
-        )
+        flags, vectors = (raw, explain, snippets), embedder is not None
+        request = Request.of(query, filters, options, self.settings, vectors, flags, now)
         started = time.perf_counter()
         notes, stale = self._freshen(filters.namespace)
         took = (time.perf_counter() - started) * 1000
@@ -494,8 +487,7 @@ class Store:
             result = run_search(
                 Engine(conn, session.lexicon, self.settings, embedder, session.vectors), request
             )
-            started, ns = time.perf_counter(), filters.namespace
-            ask = relations_db.search_relations
+            started, ask = time.perf_counter(), relations_db.search_relations
             found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
             took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
