@@ -62,7 +62,7 @@ def build(path: Path, namespace: str, texts: list[str]) -> None:
                 ],
                 embed=False,
             )
-        conn = store.conn
+        conn = store.session.conn
         rows = conn.execute("SELECT seq, content_hash FROM memories ORDER BY seq").fetchall()
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(

@@ -90,7 +90,7 @@ def build(path: Path, texts: list[str], vectors: np.ndarray, model_id: str) -> f
                 [{"content": t, "tags": ["bench"]} for t in texts[start : start + BATCH]],
                 embed=False,
             )
-        conn = store.conn
+        conn = store.session.conn
         seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
         hashes = [r[0] for r in conn.execute("SELECT content_hash FROM memories ORDER BY seq")]
         for start in range(0, len(seqs), BATCH):

@@ -105,8 +105,8 @@ def run(size: int, texts: list[str], qs: list[str], tmp: Path) -> dict[str, obje
     for q in warm:
         shaped.search(q, LIMIT)
         exact.search(q, LIMIT)
-        fts5_alone(shaped.conn, q)
-    fts_ms, _ = timed(lambda q: fts5_alone(shaped.conn, q), qs)
+        fts5_alone(shaped.session.conn, q)
+    fts_ms, _ = timed(lambda q: fts5_alone(shaped.session.conn, q), qs)
     shaped_ms, shaped_res = timed(lambda q: [h.id for h in shaped.search(q, LIMIT).hits], qs)
     exact_ms, exact_res = timed(lambda q: [h.id for h in exact.search(q, LIMIT).hits], qs)
     agree = [
@@ -150,7 +150,7 @@ def add_relations(store: mnemex.Store, texts: list[str]) -> None:
         )
         for i in range(RELATIONS)
     ]
-    with write_transaction(store.conn) as conn:
+    with write_transaction(store.session.conn) as conn:
         relations.upsert(conn, rows)
 
 

@@ -192,7 +192,10 @@ def _vector_found(
     found: dict[str, dict[str, list[float]]] = {}
     for ns, ws in written.items():
         ids = [
-            r[0] for r in store.conn.execute("SELECT id FROM memories WHERE namespace = ?", (ns,))
+            r[0]
+            for r in store.session.conn.execute(
+                "SELECT id FROM memories WHERE namespace = ?", (ns,)
+            )
         ]
         memories = store.get(ids, namespace=ns).memories
         docs = {m.id: m.content for m in memories}

@@ -77,7 +77,7 @@ def build(path: Path, groups: dict[str, list[dict[str, Any]]]) -> mnemex.Store:
 
 
 def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[str, Query]:
-    conn, lexicon, emb = store.conn, store.session.lexicon, embedder()
+    conn, lexicon, emb = store.session.conn, store.session.lexicon, embedder()
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
     texts = [clean_query(t) for _, t, _ in queries]
     vectors = emb.embed(texts)

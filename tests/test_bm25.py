@@ -30,7 +30,7 @@ WORDS = [
 
 def fts5_scores(store: Store, match: str) -> dict[int, float]:
     return dict(
-        store.conn.execute(
+        store.session.conn.execute(
             f"SELECT rowid, -{_BM25} FROM memories_fts WHERE memories_fts MATCH ?", (match,)
         ).fetchall()
     )
@@ -41,8 +41,8 @@ def check(store: Store, query: str) -> None:
     if lexical.empty:
         return
     expected = fts5_scores(store, lexical.match)
-    seqs = [r[0] for r in store.conn.execute("SELECT seq FROM memories")]
-    got = bm25_of(store.conn, store.session.lexicon, lexical, seqs)
+    seqs = [r[0] for r in store.session.conn.execute("SELECT seq FROM memories")]
+    got = bm25_of(store.session.conn, store.session.lexicon, lexical, seqs)
     assert got.keys() == {s for s, v in expected.items() if v > 0}
     for seq, value in got.items():
         assert value == pytest.approx(expected[seq], rel=1e-9, abs=1e-12)
@@ -85,12 +85,12 @@ def test_a_repeated_word_counts_as_fts5_counts_it(
         store.add_many(memories)
         typed = fts5_scores(store, " OR ".join(f'"{w}"' for w in query))
         lexical = plan(store.session.lexicon, " ".join(query))
-        seqs = [r[0] for r in store.conn.execute("SELECT seq FROM memories")]
-        got = bm25_of(store.conn, store.session.lexicon, lexical, seqs)
+        seqs = [r[0] for r in store.session.conn.execute("SELECT seq FROM memories")]
+        got = bm25_of(store.session.conn, store.session.lexicon, lexical, seqs)
         assert got.keys() == {s for s, v in typed.items() if v > 0}
         for seq, value in got.items():
             assert value == pytest.approx(typed[seq], rel=1e-9, abs=1e-12)
-        found = retrieve(store.conn, lexical, Filters(None), 100, 0).candidates
+        found = retrieve(store.session.conn, lexical, Filters(None), 100, 0).candidates
         assert {c.seq: c.raw for c in found} == pytest.approx(typed)
 
 
@@ -106,10 +106,10 @@ def test_real_text_and_a_subset_of_rows(store: Store) -> None:
     for query in ("slow invoice deploys", "redis sessions", "增值税发票", "fly token invoice"):
         check(store, query)
     lexical = plan(store.session.lexicon, "invoice deploys")
-    assert set(bm25_of(store.conn, store.session.lexicon, lexical, [1, 2])) == {1}
-    assert bm25_of(store.conn, store.session.lexicon, lexical, []) == {}
+    assert set(bm25_of(store.session.conn, store.session.lexicon, lexical, [1, 2])) == {1}
+    assert bm25_of(store.session.conn, store.session.lexicon, lexical, []) == {}
     raw = plan_raw(store.session.lexicon, "invoice NEAR(deploys worker)")
-    assert set(bm25_of(store.conn, store.session.lexicon, raw, [1, 2, 3, 4])) == {4}
+    assert set(bm25_of(store.session.conn, store.session.lexicon, raw, [1, 2, 3, 4])) == {4}
 
 
 def test_varints() -> None:

@@ -150,14 +150,16 @@ def test_cli_add_reports_dedup_and_the_dedup_command(tmp_path: Path) -> None:
 
 
 def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
-    lexicon = Lexicon(store.conn)
+    lexicon = Lexicon(store.session.conn)
     row = prepare(BASE, "default", datetime(2026, 1, 1, tzinfo=UTC), False, 1000)
-    match, seq, _ = dups.remember(store.connection, store.transaction, lexicon, store.settings, row)
+    match, seq, _ = dups.remember(
+        store.session.connection, store.session.transaction, lexicon, store.settings, row
+    )
     assert match is None and store.get(row[0]).memories[0].content == BASE
     again = prepare(BASE, "default", datetime(2026, 2, 1, tzinfo=UTC), False, 1000)
     lexicon.invalidate()
     match, seq, _ = dups.remember(
-        store.connection, store.transaction, lexicon, store.settings, again
+        store.session.connection, store.session.transaction, lexicon, store.settings, again
     )
     assert match is not None and (match.id, match.by, seq) == (row[0], "exact", 0)
     assert store.count() == 1 and store.get(again[0]).missing == (again[0],)
@@ -165,26 +167,14 @@ def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
 
 def test_the_dedup_pass_notes_each_merge(store: Store) -> None:
     store.add_many([BASE, "the queue holds 17 jobs", BASE])
-    lexicon = Lexicon(store.conn)
-    writes: list[int] = []
+    before = store.session.generation
 
     def run(dry_run: bool) -> DedupReport:
-        return dups.dedup(
-            store.connection,
-            store.transaction,
-            lambda: writes.append(1),
-            lexicon,
-            store.settings,
-            "default",
-            dups.Vectors(
-                None, lambda embedder: None, lambda dim: VectorIndex(store.conn, "-", dim)
-            ),
-            dry_run=dry_run,
-        )
+        return dups.dedup(store.session, "default", dry_run=dry_run)
 
-    assert len(run(True).pairs) == 1 and writes == []
+    assert len(run(True).pairs) == 1 and store.session.generation == before
     report = run(False)
-    assert (report.checked, len(report.pairs), writes) == (3, 1, [1])
+    assert (report.checked, len(report.pairs), store.session.generation) == (3, 1, before + 1)
     assert store.count() == 2 and store.count(namespace="default/duplicates") == 1
 
 
@@ -196,15 +186,15 @@ def test_new_vector_reuses_a_stored_vector(
     vectors = dups.Vectors(
         fake_embedder,
         lambda embedder: None,
-        lambda dim: VectorIndex(vector_store.conn, fake_embedder.model_id, dim),
+        lambda dim: VectorIndex(vector_store.session.conn, fake_embedder.model_id, dim),
     )
 
     def new(text: str, given: dups.Vectors = vectors) -> tuple[Any, Any]:
-        return dups.new_vector(given, vector_store.connection, text, content_hash(text))
+        return dups.new_vector(given, vector_store.session.connection, text, content_hash(text))
 
     vector, index = new("alpha beta gamma")
     assert fake_embedder.calls == calls and index is not None
-    with vector_store.connection() as conn:
+    with vector_store.session.connection() as conn:
         (stored,) = conn.execute("SELECT vector FROM embeddings").fetchone()
     assert vector is not None and vector.tobytes() == stored
     fake_embedder.fail = True

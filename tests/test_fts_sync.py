@@ -69,7 +69,7 @@ class FtsSync(RuleBasedStateMachine):
     def teardown(self) -> None:
         report = self.store.check()
         assert report["ok"], report["problems"]
-        conn = self.store.conn
+        conn = self.store.session.conn
         fts_docs = conn.execute(
             "SELECT count(*) FROM (SELECT DISTINCT rowid FROM memories_fts WHERE memories_fts MATCH ?)",
             ('"a" OR "b" OR "c" OR "d" OR "e" OR "f" OR "g" OR "h" OR "i" OR "j" OR "数" OR "사"',),

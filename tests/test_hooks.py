@@ -203,7 +203,7 @@ def test_capture_twice_stores_nothing_new(tmp_path: Path, project: Path) -> None
     again = capture(store, "claude-code", s.session_id, s.path)
     assert (again.turns, again.stored) == (0, 0)
     # Even with the capture state lost, the ids make a re-read store nothing.
-    store.conn.execute("DELETE FROM meta WHERE key LIKE 'hooks:%'")
+    store.session.conn.execute("DELETE FROM meta WHERE key LIKE 'hooks:%'")
     assert capture(store, "claude-code", s.session_id, s.path).stored == 0
     s.turn("And the retry count?", "Five retries, then the dead-letter queue.")
     later = capture(store, "claude-code", s.session_id, s.path)

@@ -113,10 +113,10 @@ def test_a_year_before_1000_is_stored_so_that_it_reads_back(store: Store) -> Non
 def test_a_year_stored_unpadded_still_reads_back(store: Store) -> None:
     """Earlier versions wrote year 999 as ``999-01-01T...``."""
     ident = store.add("an old memory")
-    store.conn.execute(
+    store.session.conn.execute(
         "UPDATE memories SET created_at = '999-01-01T00:00:00.000Z' WHERE id = ?", (ident,)
     )
-    store.after_write()
+    store.session.after_write()
     assert store.get(ident).memories[0].created_at.year == 999
     assert [e.id for e in store.timeline()] == [ident]
     assert store.stats().oldest is not None
@@ -568,8 +568,8 @@ def test_a_full_disk_is_one_error_and_the_store_works_once_there_is_room(
 ) -> None:
     kept = store.add("stored before the disk filled")
     store.relate("api", "uses", "postgres")
-    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
-    store.conn.execute(f"PRAGMA max_page_count = {pages + 1}")  # as if the disk were full
+    pages = store.session.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.session.conn.execute(f"PRAGMA max_page_count = {pages + 1}")  # as if the disk were full
     big = ["lorem ipsum dolor sit amet " * 40 + str(i) for i in range(500)]
     lines = [json.dumps({"content": text}) for text in big]
     for call in (
@@ -583,7 +583,7 @@ def test_a_full_disk_is_one_error_and_the_store_works_once_there_is_room(
             call()
         store.search("lorem ipsum")  # reads keep working meanwhile
     assert store.get(kept).memories and store.neighbors("api")
-    store.conn.execute("PRAGMA max_page_count = 1073741823")  # room again
+    store.session.conn.execute("PRAGMA max_page_count = 1073741823")  # room again
     added = store.add_many(big[:50])
     assert store.search("lorem ipsum", limit=5).hits and store.get(added).memories
     assert store.remember("one more memory after the disk was freed").id

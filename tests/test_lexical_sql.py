@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters, exact_sql, lexical_sql, plan, plan_raw, retrieve, shaped_sql
 from mnemex.store import Store
 
@@ -73,7 +74,7 @@ def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str)
     lexical = plan(filled.session.lexicon, query)
     if match == '""':  # nothing stored matches: no SQL runs at all
         assert lexical.empty
-        assert retrieve(filled.conn, lexical, ALL, 10, 100).candidates == []
+        assert retrieve(filled.session.conn, lexical, ALL, 10, 100).candidates == []
         return
     assert lexical.match == match
     sql, params = lexical_sql(lexical, ALL, 10, 100)
@@ -96,8 +97,8 @@ def test_a_long_query_is_shaped_on_its_rare_terms(filled: Store) -> None:
         sql, params = lexical_sql(lexical, ALL, pool=10, budget=budget)
         assert flat(sql) == EXACT.format(where="") and params == [lexical.match, 10]
     # The SQL built is the SQL run: a shaped search scores as the exact one does.
-    shaped = retrieve(filled.conn, lexical, ALL, 3, 3)
-    exact = {c.seq: c.raw for c in retrieve(filled.conn, lexical, ALL, 100, 0).candidates}
+    shaped = retrieve(filled.session.conn, lexical, ALL, 3, 3)
+    exact = {c.seq: c.raw for c in retrieve(filled.session.conn, lexical, ALL, 100, 0).candidates}
     assert shaped.shaped and len(shaped.candidates) == 3
     assert [c.raw for c in shaped.candidates] == pytest.approx(sorted(exact.values())[::-1][:3])
     assert all(c.raw == pytest.approx(exact[c.seq]) for c in shaped.candidates)
@@ -119,6 +120,15 @@ def test_filters_become_conditions_on_the_memories(filled: Store) -> None:
     sql, params = shaped_sql('"a"', '"b"', Filters("work"), 7)
     assert flat(sql) == SHAPED.format(where=" AND m.namespace = ?")
     assert params == ['"a"', '("a") AND ("a" OR "b")', "work", 7]
+
+
+def test_filters_of_checks_what_a_caller_gave() -> None:
+    given = Filters.of("work", ["note", "note", "fact"], "b", "2026-01-02", None)
+    since = datetime(2026, 1, 2, tzinfo=UTC)
+    assert given == Filters("work", kinds=("note", "fact"), tags=("b",), since=since)
+    assert Filters.of(None, None, None, None, None) == Filters(None)
+    with pytest.raises(InvalidInput, match="until"):
+        Filters.of("work", None, None, None, "not a time")
 
 
 def test_a_raw_expression_is_used_as_is(filled: Store) -> None:

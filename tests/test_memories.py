@@ -24,12 +24,12 @@ def test_id_list_cleans_and_keeps_the_first_of_each() -> None:
 def test_get_and_forget_past_one_in_list(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(IN_CHUNK + 20)])
     asked = [*reversed(ids), "nope"]
-    found = memories.get(store.connection, "default", asked)
+    found = memories.get(store.session.connection, "default", asked)
     assert [m.id for m in found.memories] == asked[:-1] and found.missing == ("nope",)
-    assert memories.get(store.connection, "other", ids[:2]).missing == tuple(ids[:2])
-    gone = memories.forget(store.transaction, "default", [*ids[: IN_CHUNK + 1], "nope"])
+    assert memories.get(store.session.connection, "other", ids[:2]).missing == tuple(ids[:2])
+    gone = memories.forget(store.session.transaction, "default", [*ids[: IN_CHUNK + 1], "nope"])
     assert gone.forgotten == tuple(ids[: IN_CHUNK + 1]) and gone.missing == ("nope",)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         assert memories.count(conn, "default") == 19
         assert memories.count(conn, None) == 19
 
@@ -37,7 +37,7 @@ def test_get_and_forget_past_one_in_list(store: Store) -> None:
 def test_delete_ids_deletes_in_the_namespace_only(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(2 * IN_CHUNK + 1)])
     other = store.add("elsewhere", namespace="other")
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         assert delete_ids(conn, "memories", "default", [*ids, other]) == set(ids)
         assert delete_ids(conn, "memories", "default", [other]) == set()
     assert store.count(namespace="other") == 1 and store.count() == 0
@@ -47,12 +47,12 @@ def test_update_sets_only_what_is_given(store: Store) -> None:
     ident = store.add("the cache holds an hour", tags=["cache"], source="chat")
     given = dict.fromkeys(("content", "kind", "tags", "source"), memories.UNSET)
     memory, seq = memories.update(
-        store.transaction, "default", ident, {**given, "kind": "decision"}, 1000
+        store.session.transaction, "default", ident, {**given, "kind": "decision"}, 1000
     )
     assert seq is None  # the content did not change: nothing to embed again
     assert (memory.kind, memory.tags, memory.source) == ("decision", ("cache",), "chat")
     memory, seq = memories.update(
-        store.transaction,
+        store.session.transaction,
         "default",
         ident,
         {"content": "the cache holds a day", "source": None, "tags": ["ttl"]},
@@ -62,17 +62,17 @@ def test_update_sets_only_what_is_given(store: Store) -> None:
     assert (memory.source, memory.tags) == (None, ("ttl",))
     assert [h.id for h in store.search("day").hits] == [ident]
     with pytest.raises(UnknownMemory):
-        memories.update(store.transaction, "other", ident, {"kind": "note"}, 1000)
+        memories.update(store.session.transaction, "other", ident, {"kind": "note"}, 1000)
     with pytest.raises(InvalidInput, match="confidence"):
-        memories.update(store.transaction, "default", ident, {"confidence": 7}, 1000)
+        memories.update(store.session.transaction, "default", ident, {"confidence": 7}, 1000)
 
 
 def test_iterate_checks_batch_when_read(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(7)])
     store.add("elsewhere", namespace="other")
-    assert [m.id for m in memories.iterate(store.connection, "default", 3)] == ids
-    assert len(list(memories.iterate(store.connection, None, 100))) == 8
-    lazy = memories.iterate(store.connection, "default", 0)
+    assert [m.id for m in memories.iterate(store.session.connection, "default", 3)] == ids
+    assert len(list(memories.iterate(store.session.connection, None, 100))) == 8
+    lazy = memories.iterate(store.session.connection, "default", 0)
     with pytest.raises(InvalidInput, match="batch must be an integer between 1 and 100000"):
         next(lazy)
 
@@ -81,7 +81,7 @@ def test_stats_of_a_namespace_and_of_all(vector_store: Store, fake_embedder: Fak
     vector_store.add_many(["alpha one", "beta two"])
     vector_store.add("gamma three", namespace="other", kind="decision")
     vector_store.relate("alpha", "knows", "beta")
-    with vector_store.connection() as conn:
+    with vector_store.session.connection() as conn:
         mine = memories.stats(conn, "default", fake_embedder, vector_store.path)
         every = memories.stats(conn, None, None, vector_store.path)
     assert (mine.memories, mine.total_memories, mine.vectors, mine.pending_vectors) == (2, 3, 2, 0)

@@ -133,7 +133,7 @@ def test_namespace_stats_follow_every_write(tmp_path: Path) -> None:
         for _ in range(120)
     ]
     store.add("w " * 17_000, namespace="a", dedup=False)  # a 3-byte length varint
-    conn = store.conn
+    conn = store.session.conn
 
     def stats() -> dict[str, tuple[int, int]]:
         return {
@@ -164,7 +164,7 @@ def test_a_store_from_before_the_statistics_is_backfilled(tmp_path: Path) -> Non
     rnd = random.Random(9)
     for _ in range(50):
         store.add(_text(rnd), namespace=rnd.choice("pq"), dedup=False)
-    expected = _stats_from_index(store.conn)
+    expected = _stats_from_index(store.session.conn)
     store.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE namespace_stats")
@@ -175,7 +175,7 @@ def test_a_store_from_before_the_statistics_is_backfilled(tmp_path: Path) -> Non
     with mnemex.open(path, embedder="none") as reopened:
         got = {
             ns: (docs, tokens)
-            for ns, docs, tokens in reopened.conn.execute(
+            for ns, docs, tokens in reopened.session.conn.execute(
                 "SELECT namespace, docs, tokens FROM namespace_stats"
             )
         }

@@ -39,7 +39,11 @@ DEPLOYS = [
 def engine_of(store: Store) -> Engine:
     """The pipeline's view of a store (as ``Store.search`` builds it)."""
     return Engine(
-        store.conn, store.session.lexicon, store.settings, store.embedder, store.session.vectors
+        store.session.conn,
+        store.session.lexicon,
+        store.settings,
+        store.embedder,
+        store.session.vectors,
     )
 
 
@@ -94,7 +98,7 @@ def test_plan_decides_the_mode_once(store: Store, hybrid: Store) -> None:
 def test_each_stage_returns_what_the_next_reads(hybrid: Store, name: str) -> None:
     engine = engine_of(hybrid)
     asked = request("blue deploy script", fusion_name=name, explain=True)
-    with hybrid.connection():
+    with hybrid.session.connection():
         planned = plan_arms(engine, asked)
         arms = retrieve_arms(engine, asked, planned)
         assert arms.mode == "hybrid" and arms.query_vector is not None
@@ -134,7 +138,7 @@ def test_a_single_arm_keeps_its_own_scores(hybrid: Store) -> None:
     engine = engine_of(hybrid)
     for mode in ("lexical", "vector"):
         asked = request("deploy script", mode=mode)
-        with hybrid.connection():
+        with hybrid.session.connection():
             arms = retrieve_arms(engine, asked, plan_arms(engine, asked))
             scores = complete_scores(engine, asked, arms)
             fused = fuse(asked, arms, scores)
@@ -154,7 +158,7 @@ def test_an_embedder_that_fails_leaves_the_lexical_arm(hybrid: Store) -> None:
     hybrid.embedder.fail = True
     engine = engine_of(hybrid)
     asked = request("deploy script")
-    with hybrid.connection():
+    with hybrid.session.connection():
         planned = plan_arms(engine, asked)
         arms = retrieve_arms(engine, asked, planned)
     assert planned.mode == "hybrid" and arms.mode == "lexical"
@@ -168,7 +172,7 @@ def test_the_floor_and_thresholds_say_why_nothing_is_left(hybrid: Store) -> None
     engine = engine_of(hybrid)
     strict = Ranking(confidence=False, min_text_score=2.0, min_vector_score=2.0)
     asked = request("deploy script", ranking=strict)
-    with hybrid.connection():
+    with hybrid.session.connection():
         arms = retrieve_arms(engine, asked, plan_arms(engine, asked))
         scores = complete_scores(engine, asked, arms)
         fused = fuse(asked, arms, scores)

@@ -69,7 +69,7 @@ def test_two_processes_create_the_store_at_once(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
     with mnemex.open(db) as store:
         assert store.count() == 2000
-        applied = store.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        applied = store.session.conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
         assert applied == LATEST
 
 
@@ -82,11 +82,11 @@ items = [f"batch memory {i} with some words to index" for i in range(200_000)]
 announced = False
 def inside():
     global announced
-    if not announced and store.conn.in_transaction:
+    if not announced and store.session.conn.in_transaction:
         announced = True
         print("inside", flush=True)
     return 0
-store.conn.set_progress_handler(inside, 20_000)
+store.session.conn.set_progress_handler(inside, 20_000)
 store.add_many(items)
 print("finished", flush=True)
 """

@@ -41,7 +41,7 @@ TEAM = [
 
 
 def search(store: Store, text: str, namespace: str | None = NS, limit: int = 10) -> list[Relation]:
-    return search_relations(store.conn, store.session.lexicon, text, namespace, limit)
+    return search_relations(store.session.conn, store.session.lexicon, text, namespace, limit)
 
 
 def triples(found: list[Relation]) -> list[tuple[str, str, str]]:
@@ -51,7 +51,7 @@ def triples(found: list[Relation]) -> list[tuple[str, str, str]]:
 @pytest.fixture
 def team(store: Store) -> Store:
     for subject, predicate, obj in TEAM:
-        relate(store.conn, NS, subject, predicate, obj)
+        relate(store.session.conn, NS, subject, predicate, obj)
     return store
 
 
@@ -60,7 +60,7 @@ def team(store: Store) -> Store:
 
 def test_relate_stores_a_relation(store: Store) -> None:
     now = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
-    rel = relate(store.conn, NS, " Jared ", "works_on", "engram", 0.9, now=now)
+    rel = relate(store.session.conn, NS, " Jared ", "works_on", "engram", 0.9, now=now)
     assert (rel.subject, rel.predicate, rel.object, rel.confidence) == (
         "Jared",
         "works_on",
@@ -80,43 +80,43 @@ def test_relate_stores_a_relation(store: Store) -> None:
         "created_at": "2025-11-27T10:00:00.000Z",
         "updated_at": "2025-11-27T10:00:00.000Z",
     }
-    assert relate(store.conn, NS, "a", "b", "c").confidence == 0.8
-    assert count_relations(store.conn, NS) == 2
+    assert relate(store.session.conn, NS, "a", "b", "c").confidence == 0.8
+    assert count_relations(store.session.conn, NS) == 2
 
 
 def test_relating_the_same_triple_again_updates_it(store: Store) -> None:
     first_time = datetime(2025, 1, 1, tzinfo=UTC)
-    first = relate(store.conn, NS, "Jared", "works_on", "engram", 0.6, now=first_time)
+    first = relate(store.session.conn, NS, "Jared", "works_on", "engram", 0.6, now=first_time)
     later = first_time + timedelta(days=3)
     # Same triple: names compared ignoring case, predicates in one snake_case spelling.
-    again = relate(store.conn, NS, "JARED", "worksOn", "Engram", 0.9, now=later)
+    again = relate(store.session.conn, NS, "JARED", "worksOn", "Engram", 0.9, now=later)
     assert again.id == first.id
     assert (again.subject, again.predicate, again.object) == ("Jared", "works_on", "engram")
     assert again.confidence == 0.9
     assert again.created_at == first_time and again.updated_at == later
-    weaker = relate(store.conn, NS, "jared", "works on", "engram", 0.1, now=later)
+    weaker = relate(store.session.conn, NS, "jared", "works on", "engram", 0.1, now=later)
     assert weaker.id == first.id and weaker.confidence == 0.9
-    assert relate(store.conn, NS, "jared", "Works-On", "engram").id == first.id
-    assert count_relations(store.conn, NS) == 1
+    assert relate(store.session.conn, NS, "jared", "Works-On", "engram").id == first.id
+    assert count_relations(store.session.conn, NS) == 1
     assert [r.id for r in search(store, "engram")] == [first.id]
 
 
 def test_source_memory_must_exist_and_is_cleared_when_the_memory_goes(store: Store) -> None:
     memory = store.add("Jared has been working on engram since March")
-    rel = relate(store.conn, NS, "Jared", "works_on", "engram", source_memory=memory)
+    rel = relate(store.session.conn, NS, "Jared", "works_on", "engram", source_memory=memory)
     assert rel.source_memory == memory
     with pytest.raises(UnknownMemory):
-        relate(store.conn, NS, "Jared", "likes", "pizza", source_memory="0000000000000000")
+        relate(store.session.conn, NS, "Jared", "likes", "pizza", source_memory="0000000000000000")
     with pytest.raises(UnknownMemory):
-        relate(store.conn, "elsewhere", "Jared", "likes", "pizza", source_memory=memory)
-    assert count_relations(store.conn, None) == 1  # nothing written by the refused calls
+        relate(store.session.conn, "elsewhere", "Jared", "likes", "pizza", source_memory=memory)
+    assert count_relations(store.session.conn, None) == 1  # nothing written by the refused calls
     store.forget(memory)
-    (kept,) = neighbors(store.conn, "Jared", NS)
+    (kept,) = neighbors(store.session.conn, "Jared", NS)
     assert kept.id == rel.id and kept.source_memory is None
 
 
 def test_forget_relations(team: Store) -> None:
-    conn = team.conn
+    conn = team.session.conn
     (pizza,) = search(team, "pizza")
     result = forget_relations(conn, [pizza.id, "0000000000000000", pizza.id], NS)
     assert result.forgotten == (pizza.id,) and result.missing == ("0000000000000000",)
@@ -131,8 +131,8 @@ def test_forget_relations(team: Store) -> None:
 
 def test_seed_002_works_on_outranks_likes(store: Store) -> None:
     """The seed's example: a LIKE match gave both relations the constant 0.5."""
-    relate(store.conn, NS, "Jared", "likes", "pizza")
-    relate(store.conn, NS, "Jared", "works_on", "engram")
+    relate(store.session.conn, NS, "Jared", "likes", "pizza")
+    relate(store.session.conn, NS, "Jared", "works_on", "engram")
     found = search(store, "what projects does Jared work on")
     assert triples(found) == [("Jared", "works_on", "engram"), ("Jared", "likes", "pizza")]
     assert found[0].score is not None and found[1].score is not None
@@ -159,9 +159,9 @@ def test_relations_ranked_by_relevance(team: Store) -> None:
 
 
 def test_score_is_bm25_times_confidence(store: Store) -> None:
-    relate(store.conn, NS, "Ann", "knows", "Bob", 0.9)
-    relate(store.conn, NS, "Bob", "knows", "Ann", 0.3)
-    relate(store.conn, NS, "Carl", "likes", "tea", 0.5)
+    relate(store.session.conn, NS, "Ann", "knows", "Bob", 0.9)
+    relate(store.session.conn, NS, "Bob", "knows", "Ann", 0.3)
+    relate(store.session.conn, NS, "Carl", "likes", "tea", 0.5)
     strong, weak = search(store, "who knows Ann")
     assert (strong.subject, weak.subject) == ("Ann", "Bob")
     assert strong.score is not None and weak.score is not None
@@ -175,10 +175,17 @@ def test_top_results_are_exact_when_confidences_differ(store: Store) -> None:
     yet their normalized BM25 saturates, so sparser rows of full confidence score higher.
     """
     for i in range(100):
-        relate(store.conn, NS, f"team {i}", "owns", f"repo {i}")
+        relate(store.session.conn, NS, f"team {i}", "owns", f"repo {i}")
     for i in range(12):
-        relate(store.conn, NS, f"fly {i}", "deploys_to", "fly fly fly", 0.3)
-        relate(store.conn, NS, f"the old billing service {i} in the cluster", "runs_on", "fly", 1.0)
+        relate(store.session.conn, NS, f"fly {i}", "deploys_to", "fly fly fly", 0.3)
+        relate(
+            store.session.conn,
+            NS,
+            f"the old billing service {i} in the cluster",
+            "runs_on",
+            "fly",
+            1.0,
+        )
     everything = search(store, "deploys to fly", limit=1000)
     assert len(everything) == 24
     assert [r.predicate for r in everything] == ["runs_on"] * 12 + ["deploys_to"] * 12
@@ -190,7 +197,7 @@ def test_top_results_are_exact_when_confidences_differ(store: Store) -> None:
 def test_predicates_are_searchable_as_words(team: Store) -> None:
     assert ("Jared", "lives_in", "Denver") in triples(search(team, "lives in"))
     assert ("Jared", "lives_in", "Denver") in triples(search(team, "where does Jared live"))
-    relate(team.conn, NS, "Ana", "isMemberOf", "platform-team")
+    relate(team.session.conn, NS, "Ana", "isMemberOf", "platform-team")
     assert triples(search(team, "member of platform team")) == [
         ("Ana", "is_member_of", "platform-team")
     ]
@@ -200,16 +207,19 @@ def test_nothing_matches_nothing_returned(team: Store) -> None:
     assert search(team, "quantum chromodynamics") == []
     assert search(team, "") == []
     assert search(team, "the of and") == []  # stop words present in no relation
-    assert search_relations(team.conn, team.session.lexicon, "pizza", "empty-namespace", 5) == []
+    assert (
+        search_relations(team.session.conn, team.session.lexicon, "pizza", "empty-namespace", 5)
+        == []
+    )
 
 
 def test_cjk_relations(store: Store) -> None:
-    relate(store.conn, NS, "张伟", "喜欢", "咖啡")
-    relate(store.conn, NS, "李娜", "在", "北京工作")
+    relate(store.session.conn, NS, "张伟", "喜欢", "咖啡")
+    relate(store.session.conn, NS, "李娜", "在", "北京工作")
     assert triples(search(store, "谁喜欢咖啡")) == [("张伟", "喜欢", "咖啡")]
     assert triples(search(store, "北京")) == [("李娜", "在", "北京工作")]
-    assert triples(neighbors(store.conn, "张伟", NS)) == [("张伟", "喜欢", "咖啡")]
-    relate(store.conn, NS, "민수", "좋아한다", "사과")
+    assert triples(neighbors(store.session.conn, "张伟", NS)) == [("张伟", "喜欢", "咖啡")]
+    relate(store.session.conn, NS, "민수", "좋아한다", "사과")
     assert triples(search(store, "민수는 사과를 좋아해?")) == [("민수", "좋아한다", "사과")]
 
 
@@ -217,8 +227,8 @@ def test_cjk_relations(store: Store) -> None:
 
 
 def test_neighbors_in_both_directions_ignoring_case(team: Store) -> None:
-    relate(team.conn, NS, "Jared", "mentors", "Ana", 0.95)
-    found = neighbors(team.conn, "jARED", NS)
+    relate(team.session.conn, NS, "Jared", "mentors", "Ana", 0.95)
+    found = neighbors(team.session.conn, "jARED", NS)
     assert found[0].predicate == "mentors"  # most confident first
     assert {(r.subject, r.predicate, r.object) for r in found} == {
         ("Jared", "likes", "pizza"),
@@ -229,18 +239,18 @@ def test_neighbors_in_both_directions_ignoring_case(team: Store) -> None:
         ("Jared", "mentors", "Ana"),
     }
     # Equal confidence: the newest first.
-    assert triples(neighbors(team.conn, "  BILLING   service ", NS)) == [
+    assert triples(neighbors(team.session.conn, "  BILLING   service ", NS)) == [
         ("billing service", "uses", "PostgreSQL"),
         ("Maria", "works_on", "billing service"),
     ]
-    assert len(neighbors(team.conn, "jared", NS, limit=2)) == 2
-    assert neighbors(team.conn, "Jar", NS) == []  # whole names only
-    relate(team.conn, NS, "Straße", "near", "river")
-    assert [r.subject for r in neighbors(team.conn, "STRASSE", NS)] == ["Straße"]
+    assert len(neighbors(team.session.conn, "jared", NS, limit=2)) == 2
+    assert neighbors(team.session.conn, "Jar", NS) == []  # whole names only
+    relate(team.session.conn, NS, "Straße", "near", "river")
+    assert [r.subject for r in neighbors(team.session.conn, "STRASSE", NS)] == ["Straße"]
 
 
 def test_namespaces_are_isolated(store: Store) -> None:
-    conn = store.conn
+    conn = store.session.conn
     mine = relate(conn, "alice", "Jared", "works_on", "engram")
     theirs = relate(conn, "bob", "Jared", "works_on", "engram")
     assert mine.id != theirs.id
@@ -290,7 +300,7 @@ def matching(conn: sqlite3.Connection, word: str) -> int:
 
 
 def test_index_follows_inserts_updates_and_deletes(team: Store) -> None:
-    conn = team.conn
+    conn = team.session.conn
     index_matches_table(conn)
     assert matching(conn, "jared") == 5 and matching(conn, "work") == 2
     relate(conn, NS, "Jared", "works_on", "engram", 1.0)  # an upsert changes no text
@@ -341,21 +351,21 @@ def test_bad_relations_are_refused(
     store: Store, subject: object, predicate: object, obj: object, confidence: object, message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message) as caught:
-        relate(store.conn, NS, subject, predicate, obj, confidence)  # type: ignore[arg-type]
+        relate(store.session.conn, NS, subject, predicate, obj, confidence)  # type: ignore[arg-type]
     assert len(str(caught.value)) < 300
-    assert count_relations(store.conn, None) == 0
+    assert count_relations(store.session.conn, None) == 0
 
 
 def test_bad_namespace_and_limits(team: Store) -> None:
     with pytest.raises(InvalidInput, match="namespace"):
-        relate(team.conn, "", "a", "b", "c")
+        relate(team.session.conn, "", "a", "b", "c")
     for limit in (0, -1, 10_000, True):
         with pytest.raises(InvalidInput, match="limit"):
             search(team, "jared", limit=limit)
         with pytest.raises(InvalidInput, match="limit"):
-            neighbors(team.conn, "jared", NS, limit=limit)
+            neighbors(team.session.conn, "jared", NS, limit=limit)
     with pytest.raises(InvalidInput, match="entity is empty"):
-        neighbors(team.conn, " ", NS)
+        neighbors(team.session.conn, " ", NS)
 
 
 @pytest.mark.parametrize(
@@ -386,7 +396,7 @@ def test_any_query_text_is_safe(team: Store, text: str) -> None:
 def prop_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     store = mnemex.open(tmp_path_factory.mktemp("relations") / "prop.db", embedder=None)
     for subject, predicate, obj in [*TEAM, ("张伟", "喜欢", "咖啡"), ("NEAR", "AND", "OR")]:
-        relate(store.conn, NS, subject, predicate, obj)
+        relate(store.session.conn, NS, subject, predicate, obj)
     yield store
     store.close()
 
@@ -422,7 +432,7 @@ def test_a_version_2_store_gains_relations(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.undo()
 
     with mnemex.open(path, embedder=None) as store:
-        conn = store.conn
+        conn = store.session.conn
         assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST >= 3
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
         assert versions == list(range(1, LATEST + 1))

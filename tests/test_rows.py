@@ -128,9 +128,9 @@ def test_a_row_read_back_is_the_memory(store: Store) -> None:
         False,
         1000,
     )
-    with store.transaction() as conn:
+    with store.session.transaction() as conn:
         conn.execute(f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})", row)
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         stored = conn.execute(f"SELECT {FIELDS} FROM memories").fetchone()
     read = memory(stored)
     assert (read.id, read.content, read.tags, read.metadata) == (

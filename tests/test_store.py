@@ -335,7 +335,7 @@ def test_closed_store_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_connection_settings(store: Store) -> None:
-    conn = store.conn
+    conn = store.session.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 60_000

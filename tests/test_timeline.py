@@ -33,7 +33,7 @@ def ids(store: Store) -> list[str]:
 
 
 def test_latest_orders_by_time_then_seq(store: Store, ids: list[str]) -> None:
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         newest = latest(conn, Filters("default"), 3, False)
         oldest = latest(conn, Filters("default", kinds=("decision",)), 10, True)
         elsewhere = latest(conn, Filters("nowhere"), 10, False)
@@ -53,7 +53,7 @@ def test_latest_orders_by_time_then_seq(store: Store, ids: list[str]) -> None:
 def test_around_anchor_is_oldest_first_with_the_anchor_always_in(
     store: Store, ids: list[str]
 ) -> None:
-    with store.connection() as conn:
+    with store.session.connection() as conn:
         rows = around_anchor(conn, Filters("default"), ids[4], 2, 1)
         tagged = around_anchor(conn, Filters("default", tags=("even",)), ids[3], 1, 1)
         with pytest.raises(UnknownMemory):
@@ -69,7 +69,7 @@ def test_timeline_reads_in_one_block_and_checks_before_it(store: Store, ids: lis
     @contextlib.contextmanager
     def counted() -> Iterator[sqlite3.Connection]:
         opened.append(True)
-        with store.connection() as conn:
+        with store.session.connection() as conn:
             yield conn
 
     entries = timeline(counted, Filters("default"), limit=2)

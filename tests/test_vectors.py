@@ -29,7 +29,9 @@ DOCS = [
 
 
 def vectors(store: Store) -> list[tuple[int, str, int]]:
-    return store.conn.execute("SELECT seq, model, dim FROM embeddings ORDER BY seq").fetchall()
+    return store.session.conn.execute(
+        "SELECT seq, model, dim FROM embeddings ORDER BY seq"
+    ).fetchall()
 
 
 def test_add_embeds_and_stamps_the_model(vector_store: Store, fake_embedder: FakeEmbedder) -> None:
@@ -123,7 +125,7 @@ def test_update_reembeds_only_changed_content(
     vector_store.update(ident, content="memcached cache for sessions")
     assert fake_embedder.texts == 2
     assert vector_store.search("memcached", mode="vector").hits[0].id == ident
-    (row,) = vector_store.conn.execute("SELECT content_hash FROM embeddings").fetchall()
+    (row,) = vector_store.session.conn.execute("SELECT content_hash FROM embeddings").fetchall()
     assert row[0] == vector_store.get(ident).memories[0].content_hash
 
 
@@ -459,7 +461,7 @@ def test_a_stale_or_broken_vector_snapshot_is_never_used(
                 ["Kafka consumers lag behind on Mondays"] * (1 if damage == "ahead" else 9)
             )
             if damage == "ahead":  # same lineage, but fewer vectors than the snapshot saw
-                store.conn.execute(
+                store.session.conn.execute(
                     "UPDATE meta SET value = ? WHERE key = 'created_at'",
                     (
                         json.loads(saved[16 : 16 + int.from_bytes(saved[8:16], "little")])[

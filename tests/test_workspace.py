@@ -74,7 +74,7 @@ def wstore(make_store: Callable[..., Store], fake_embedder: FakeEmbedder) -> Sto
 
 def indexed(store: Store) -> set[tuple[str, int, int, str]]:
     """(path, start, end, content) of every chunk in the store."""
-    rows = store.conn.execute(
+    rows = store.session.conn.execute(
         """SELECT f.path, c.start_line, c.end_line, m.content FROM chunks AS c
            JOIN files AS f ON f.id = c.file_id JOIN memories AS m ON m.seq = c.seq"""
     ).fetchall()
@@ -100,14 +100,14 @@ def expected(
 
 def fts_hits(store: Store, term: str) -> int:
     return int(
-        store.conn.execute(
+        store.session.conn.execute(
             "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (f'"{term}"',)
         ).fetchone()[0]
     )
 
 
 def chunk_ids(store: Store) -> dict[tuple[str, int], str]:
-    rows = store.conn.execute(
+    rows = store.session.conn.execute(
         """SELECT f.path, c.position, m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
            JOIN memories AS m ON m.seq = c.seq"""
     ).fetchall()
@@ -117,7 +117,7 @@ def chunk_ids(store: Store) -> dict[tuple[str, int], str]:
 def consistent(store: Store, root: Path) -> None:
     assert indexed(store) == expected(root)
     assert store.check()["ok"], store.check()["problems"]
-    files_rows = store.conn.execute("SELECT count(*) FROM files").fetchone()[0]
+    files_rows = store.session.conn.execute("SELECT count(*) FROM files").fetchone()[0]
     assert files_rows == len(
         files.scan(root, ("MEMORY.md", "memory.md", "memory/**/*.md"), ("**/.*",)).files
     )
@@ -132,7 +132,7 @@ def test_first_sync_indexes_memory_md_and_daily_notes(wstore: Store, root: Path)
     consistent(wstore, root)
     paths = {p for p, *_ in indexed(wstore)}
     assert paths == {"MEMORY.md", "memory/2025-11-27.md", "memory/projects/search.md"}
-    kinds = wstore.conn.execute("SELECT DISTINCT kind FROM memories").fetchall()
+    kinds = wstore.session.conn.execute("SELECT DISTINCT kind FROM memories").fetchall()
     assert kinds == [("chunk",)]
     hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
     assert hit.location is not None and hit.location.label == "memory/projects/search.md:1-3"
@@ -173,18 +173,18 @@ def test_edit_delete_rename_add_between_syncs(
     consistent(wstore, root)
     assert fts_hits(wstore, "standup") == 0
     assert wstore.get(list(daily.values())).missing == tuple(daily.values())
-    assert wstore.conn.execute("SELECT count(*) FROM embeddings").fetchone()[0] == len(
+    assert wstore.session.conn.execute("SELECT count(*) FROM embeddings").fetchone()[0] == len(
         indexed(wstore)
     )
 
     # rename: rows move, nothing is embedded again
-    seqs = wstore.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall()
+    seqs = wstore.session.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall()
     embedded = fake_embedder.texts
     (root / "memory/projects/search.md").rename(root / "memory/projects/hybrid.md")
     report = wstore.sync(root)
     assert (report.renamed, report.added, report.deleted, report.embedded) == (1, 0, 0, 0)
     assert fake_embedder.texts == embedded
-    assert wstore.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall() == seqs
+    assert wstore.session.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall() == seqs
     consistent(wstore, root)
     hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
     assert hit.location is not None and hit.location.path == "memory/projects/hybrid.md"
@@ -234,7 +234,7 @@ def test_unchanged_files_are_skipped_by_size_and_mtime(
     report = wstore.sync(root)
     assert (report.unchanged, report.changed, report.chunks_added, report.embedded) == (3, 0, 0, 0)
     assert fake_embedder.calls == calls
-    mtime = wstore.conn.execute(
+    mtime = wstore.session.conn.execute(
         "SELECT mtime_ns FROM files WHERE path = 'memory/projects/search.md'"
     ).fetchone()[0]
     assert mtime == target.stat().st_mtime_ns
@@ -556,7 +556,10 @@ def test_changing_chunk_sizes_rechunks(make_store: Callable[..., Store], root: P
     small = make_store("sizes.db", chunk_tokens=100, chunk_overlap=20)
     report = small.sync(root)
     assert report.changed == 2  # the short file is one chunk at either size
-    assert small.conn.execute("SELECT chunking FROM workspaces").fetchone()[0] == "md-v2 100/20"
+    assert (
+        small.session.conn.execute("SELECT chunking FROM workspaces").fetchone()[0]
+        == "md-v2 100/20"
+    )
     assert small.sync(root).touched == 0
     assert report.chunks == sum(
         len(chunk_markdown((root / p).read_text(), 100, 20))

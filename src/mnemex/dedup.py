@@ -42,22 +42,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import Settings
+from mnemex.engine import logger
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
 from mnemex.index.stopwords import STOPWORDS
-from mnemex.models import DedupReport, DuplicatePair
+from mnemex.models import Added, DedupReport, DuplicatePair
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import marks, read_transaction
 from mnemex.storage.connect import Connect
 from mnemex.text import format_time, tags_columns, utcnow
 
 if TYPE_CHECKING:
-    import logging
-
     import numpy as np
 
     from mnemex.embed import Embedder
+    from mnemex.engine.sqlite import SqliteSession
     from mnemex.index.vectors import VectorIndex
 
 NEGATIONS = frozenset(
@@ -445,6 +445,10 @@ class Vectors:
     check_dimension: Callable[[Embedder], None]  # raises IndexMismatch on other dimensions
     index: Callable[[int], VectorIndex]  # the in-process index of vectors of a dimension
 
+    @classmethod
+    def of(cls, session: SqliteSession) -> Vectors:
+        return cls(session.embedder, session.embedding.check_dimension, session.vectors)
+
 
 def new_vector(
     vectors: Vectors, connection: Connect, text: str, digest: str
@@ -475,14 +479,8 @@ def new_vector(
         return vector, vectors.index(int(vector.shape[0]))
     except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
         # The write that follows reports the embedder's failure; it is not said twice.
-        _logger().debug("duplicate check without vectors: %s", exc)
+        logger().debug("duplicate check without vectors: %s", exc)
         return None, None
-
-
-def _logger() -> logging.Logger:
-    import logging
-
-    return logging.getLogger("mnemex")
 
 
 def remember(
@@ -544,23 +542,34 @@ def remember(
     return match, 0, vector
 
 
+def remember_row(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
+    """:func:`remember` in the session (comparing vectors when ``embed``), then the new
+    memory embedded; see :meth:`mnemex.Store.remember`."""
+    vectors = Vectors.of(session) if embed else None
+    match, seq, vector = remember(
+        session.connection, session.transaction, session.lexicon, session.settings, row, vectors
+    )
+    session.after_write()
+    if match is not None:
+        logger().info("merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity)
+        return Added(match.id, True, match.similarity, match.by)
+    if embed:
+        session.embedding.embed_new([seq], primed=None if vector is None else {row[3]: vector})
+    return Added(row[0])
+
+
 def dedup(
-    connection: Connect,
-    transaction: Connect,
-    after_write: Callable[[], None],
-    lexicon: Lexicon,
-    settings: Settings,
+    session: SqliteSession,
     namespace: str,
-    vectors: Vectors,
     *,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> DedupReport:
     """Merge each memory of the namespace that repeats an older one into it, one
-    transaction each (``after_write`` follows every merge); see :meth:`mnemex.Store.dedup`."""
-    moved_to = f"{namespace}/duplicates"
-    index = _stored_index(vectors, connection)
-    with connection() as conn:
+    transaction each (each merge a write of its own); see :meth:`mnemex.Store.dedup`."""
+    moved_to, settings = f"{namespace}/duplicates", session.settings
+    index = _stored_index(Vectors.of(session), session.connection)
+    with session.connection() as conn:
         rows = conn.execute(
             "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
             "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
@@ -570,14 +579,14 @@ def dedup(
     for count, row in enumerate(rows, start=1):
         if progress is not None and count % 100 == 0:
             progress(100)
-        with transaction() as conn:
-            pair = _older_copy(conn, lexicon, settings, namespace, row, index)
+        with session.transaction() as conn:
+            pair = _older_copy(conn, session.lexicon, settings, namespace, row, index)
             if pair is not None and not dry_run:
                 _fold(conn, pair, row, moved_to, settings.max_content_bytes)
         if pair is not None:
             pairs.append(DuplicatePair(pair.id, row[1], pair.similarity, pair.by))
             if not dry_run:
-                after_write()
+                session.after_write()
     if progress is not None and len(rows) % 100:
         progress(len(rows) % 100)
     return DedupReport(namespace, len(rows), tuple(pairs), dry_run, moved_to)
@@ -594,7 +603,7 @@ def _stored_index(vectors: Vectors, connection: Connect) -> VectorIndex | None:
             vectors.check_dimension(embedder)
         return vectors.index(embedder.dim)
     except IndexMismatch as exc:
-        _logger().warning("dedup without vectors: %s", exc)
+        logger().warning("dedup without vectors: %s", exc)
         return None
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex import relations
+from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import ForgetResult, GetResult, Memory, Stats
-from mnemex.rows import FIELDS, clean_source, memory
+from mnemex.rows import FIELDS, check_items, clean_source, memory, prepare_chunks
 from mnemex.search.pipeline import locations
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
 from mnemex.storage.connect import Connect
@@ -37,6 +38,7 @@ from mnemex.text import (
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
+    from mnemex.engine.sqlite import SqliteSession
 
 UNSET: Final = object()
 """The default of a field :func:`update` leaves as it is."""
@@ -81,14 +83,33 @@ def forget(transaction: Connect, ns: str, ids: Iterable[str] | str) -> ForgetRes
     )
 
 
+def add_many(
+    session: SqliteSession,
+    items: Iterable[Mapping[str, Any] | str],
+    ns: str,
+    keep_namespaces: bool,
+    on_conflict: Conflict,
+    embed: bool,
+) -> list[str]:
+    """Insert ``items`` in one transaction, then embed them; see :meth:`mnemex.Store.add_many`."""
+    items = check_items(items)
+    if not items:
+        return []
+    max_bytes = session.settings.max_content_bytes
+    with session.connection():
+        chunks = prepare_chunks(items, ns, keep_namespaces, max_bytes, WRITE_CHUNK)
+        _, ids, seqs = session.insert_chunks(chunks, on_conflict)
+    session.after_write()
+    if embed:
+        session.embedding.embed_new(seqs)
+    return ids
+
+
 def update(
     transaction: Connect, ns: str, id: str, given: Mapping[str, Any], max_bytes: int
 ) -> tuple[Memory, int | None]:
-    """Change the fields of one memory that ``given`` does not leave :data:`UNSET`.
-
-    Returns the memory as stored, and its seq when its content changed (to embed it
-    again). Unknown ids raise; so does new content for a chunk of a workspace file.
-    """
+    """Change the fields ``given`` does not leave :data:`UNSET`: the memory as stored, and
+    its seq when its content changed (to embed it again); see :meth:`mnemex.Store.update`."""
     ident = clean_id(id)
     sets = _changes(given, max_bytes)
     assignments = ", ".join(f"{k} = ?" for k in sets)

@@ -124,10 +124,6 @@ def _fts_text(stored: str, indexed: str) -> str | None:
     return None if text == stored else text
 
 
-def _check_limit(limit: object) -> int:
-    return check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
-
-
 def _optional_namespace(namespace: str | None) -> str | None:
     return None if namespace is None else clean_namespace(namespace)
 
@@ -160,13 +156,8 @@ def relate(
     source_memory: str | None = None,
     now: datetime | None = None,
 ) -> Relation:
-    """Store ``subject -[predicate]-> object``, or strengthen it if the namespace has it.
-
-    Relating a known triple again (names compared case-insensitively) keeps
-    one row: its confidence becomes the higher of the two, ``updated_at``
-    moves to ``now``, and the first spelling and source memory stay.
-    ``source_memory`` must be a memory of the namespace.
-    """
+    """Store the triple, or strengthen it (``updated_at`` moves to ``now``, the first
+    spelling and source memory stay); see :meth:`mnemex.Store.relate`."""
     row = relation_row(namespace, subject, predicate, object, confidence, source_memory, now)
     with write_transaction(conn):
         return upsert(conn, [row])[0]
@@ -306,7 +297,7 @@ def neighbors(
         f"""SELECT {_COLUMNS} FROM relations
             WHERE (subject_key = ? OR object_key = ?){where}
             ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?""",
-        [key, key, *params, _check_limit(limit)],
+        [key, key, *params, check_count("limit", limit, 1, MAX_SEARCH_LIMIT)],
     ).fetchall()
     return [_relation(r) for r in rows]
 
@@ -327,7 +318,7 @@ def search_relations(
     other words match nothing.
     """
     ns = _optional_namespace(namespace)
-    count = _check_limit(limit)
+    count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
     where, params = _namespace_sql(ns)
     if (
         not count

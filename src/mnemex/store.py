@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
-    from mnemex.search.pipeline import Request
 
 from mnemex import dedup as dups
 from mnemex import memories
@@ -23,22 +20,16 @@ from mnemex import timeline as timelines
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
-    MAX_SEARCH_LIMIT,
     RecallOptions,
     SearchOptions,
     Settings,
-    check_count,
-    check_patterns,
     load_settings,
 )
 from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
-from mnemex.engine import NamespaceArg, logger
+from mnemex.engine import NamespaceArg
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import WRITE_CHUNK, Conflict, SqliteSession
-from mnemex.errors import (
-    InvalidInput,
-)
+from mnemex.engine.sqlite import Conflict, SqliteSession
 from mnemex.index.fts import Filters
 from mnemex.memories import UNSET
 from mnemex.models import (
@@ -56,16 +47,8 @@ from mnemex.models import (
     TimelineEntry,
     WorkspaceStatus,
 )
-from mnemex.rows import check_items, prepare, prepare_chunks
-from mnemex.search.rank import Ranking
-from mnemex.text import (
-    clean_label,
-    clean_query,
-    clean_tags,
-    listed,
-    parse_time,
-    utcnow,
-)
+from mnemex.rows import prepare
+from mnemex.text import echo, parse_time, utcnow
 
 
 def open_store(
@@ -102,7 +85,7 @@ class Store:
         self.namespace = self.session.namespace
         self.path = self.session.path
 
-    # -- lifecycle and the session surface (see mnemex.engine.sqlite) ------------------
+    # -- lifecycle (the session: mnemex.engine.sqlite) ---------------------------------
 
     def close(self) -> None:
         self.session.close()
@@ -116,30 +99,15 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, namespace={self.namespace!r})"
 
-    @property
-    def conn(self) -> sqlite3.Connection:
-        return self.session.conn
-
-    def connection(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """The connection, for this thread alone, with errors translated."""
-        return self.session.connection()
-
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """:meth:`connection` inside one write transaction: all or nothing."""
-        return self.session.transaction()
-
-    @property
-    def generation(self) -> int:
-        """How many times this process has written: see :attr:`SqliteSession.generation`."""
-        return self.session.generation
-
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
         return self.session.resolve_namespace(namespace, allow_all=allow_all)
 
-    def after_write(self) -> None:
-        """Note a write by this process: see :meth:`SqliteSession.after_write`."""
-        self.session.after_write()
+    def _own(self, namespace: str | None) -> str:
+        """The one namespace a write names (``None``: the store's own)."""
+        ns = self.session.resolve_namespace(namespace)
+        assert ns is not None
+        return ns
 
     # -- embeddings (see mnemex.engine.embedding) ------------------------------------------
 
@@ -193,23 +161,6 @@ class Store:
         only reads.
         """
         return self.session.embedding.reindex(progress=progress, force=force, prune=prune)
-
-    def embed_new(
-        self,
-        seqs: Sequence[int],
-        primed: dict[str, Any] | None = None,
-        *,
-        deadline: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> EmbedReport | None:
-        """Embed memories just written. On failure they stay stored, marked pending.
-
-        ``primed`` maps texts to vectors already computed (by the duplicate check).
-        With a ``deadline`` (``time.monotonic()``), embedding stops once it has
-        passed; what is left stays pending for the next sync or ``embed``.
-        Returns what was done (``None`` without an embedder or memories).
-        """
-        return self.session.embedding.embed_new(seqs, primed, deadline=deadline, progress=progress)
 
     # -- writes ----------------------------------------------------------------
 
@@ -285,28 +236,8 @@ class Store:
         check = self.settings.dedup if dedup is None else bool(dedup)
         if not check or id is not None:
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        row = self.prepare_row(item, ns, utcnow(), False)
-        vectors = (
-            dups.Vectors(
-                self.embedder, self.session.embedding.check_dimension, self.session.vectors
-            )
-            if embed
-            else None
-        )
-        match, seq, vector = dups.remember(
-            self.connection, self.transaction, self.session.lexicon, self.settings, row, vectors
-        )
-        self.after_write()
-        if match is not None:
-            logger().info(
-                "merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity
-            )
-            return Added(match.id, True, match.similarity, match.by)
-        if embed:
-            self.embed_new([seq], primed=None if vector is None else {row[3]: vector})
-        return Added(row[0])
+        row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
+        return dups.remember_row(self.session, row, embed)
 
     def add_many(
         self,
@@ -331,41 +262,8 @@ class Store:
         is in :attr:`last_embedding_error`, and the next write or
         :meth:`embed` catches up.
         """
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        items = check_items(items)
-        if not items:
-            return []
-        max_bytes = self.settings.max_content_bytes
-        with self.connection():
-            chunks = prepare_chunks(items, ns, keep_namespaces, max_bytes, WRITE_CHUNK)
-            _, ids, seqs = self.session.insert_chunks(chunks, on_conflict)
-        self.after_write()
-        if embed:
-            self.embed_new(seqs)
-        return ids
-
-    def prepare_row(
-        self,
-        item: Mapping[str, Any] | str,
-        ns: str,
-        now: datetime,
-        keep_namespaces: bool,
-        now_text: str | None = None,
-    ) -> tuple[Any, ...]:
-        """Validate one item into a row of :data:`mnemex.rows.ROW_COLUMNS`."""
-        max_bytes = self.settings.max_content_bytes
-        return prepare(item, ns, now, keep_namespaces, max_bytes, now_text)
-
-    def insert_prepared(
-        self, rows: Sequence[tuple[Any, ...]], on_conflict: Conflict
-    ) -> tuple[int, list[int]]:
-        """See :meth:`SqliteSession.insert_prepared`."""
-        return self.session.insert_prepared(rows, on_conflict)
-
-    def insert_rows(self, rows: list[tuple[Any, ...]]) -> list[int]:
-        """See :meth:`SqliteSession.insert_rows`."""
-        return self.session.insert_rows(rows)
+        ns = self._own(namespace)
+        return memories.add_many(self.session, items, ns, keep_namespaces, on_conflict, embed)
 
     def update(
         self,
@@ -388,8 +286,6 @@ class Store:
         embedder is configured and ``embed`` is true). The content of a chunk
         of a workspace file cannot be changed here: its file is the truth.
         """
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
         given = {
             "content": content,
             "kind": kind,
@@ -400,12 +296,13 @@ class Store:
             "metadata": metadata,
             "created_at": created_at,
         }
+        session, max_bytes = self.session, self.settings.max_content_bytes
         memory, seq = memories.update(
-            self.transaction, ns, id, given, self.settings.max_content_bytes
+            session.transaction, self._own(namespace), id, given, max_bytes
         )
-        self.after_write()
+        session.after_write()
         if seq is not None and embed:
-            self.embed_new([seq])
+            session.embedding.embed_new([seq])
         return memory
 
     def dedup(
@@ -424,28 +321,12 @@ class Store:
         ``dry_run`` only the pairs are reported. ``progress`` is called with
         the number of memories checked since the last call.
         """
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        return dups.dedup(
-            self.connection,
-            self.transaction,
-            self.after_write,
-            self.session.lexicon,
-            self.settings,
-            ns,
-            dups.Vectors(
-                self.embedder, self.session.embedding.check_dimension, self.session.vectors
-            ),
-            dry_run=dry_run,
-            progress=progress,
-        )
+        return dups.dedup(self.session, self._own(namespace), dry_run=dry_run, progress=progress)
 
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        result = memories.forget(self.transaction, ns, ids)
-        self.after_write()
+        result = memories.forget(self.session.transaction, self._own(namespace), ids)
+        self.session.after_write()
         return result
 
     # -- relations -------------------------------------------------------------
@@ -468,9 +349,8 @@ class Store:
         the higher of the two. ``source_memory`` names the memory the
         relation was read from; it must be in the namespace.
         """
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        with self.connection() as conn:
+        ns = self._own(namespace)
+        with self.session.connection() as conn:
             return relations_db.relate(
                 conn, ns, subject, predicate, object, confidence, source_memory
             )
@@ -481,28 +361,27 @@ class Store:
         """Relations with ``entity`` (a whole name, any case) as subject or object,
         most confident first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection() as conn:
+        with self.session.connection() as conn:
             return relations_db.neighbors(conn, entity, ns, limit)
 
     def forget_relations(
         self, ids: Iterable[str] | str, *, namespace: str | None = None
     ) -> ForgetResult:
         """Delete relations by id; ids not in the namespace are reported in ``missing``."""
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        with self.connection() as conn:
+        ns = self._own(namespace)
+        with self.session.connection() as conn:
             return relations_db.forget_relations(conn, ids, ns)
 
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        yield from relations_db.iterate(self.connection, ns)
+        yield from relations_db.iterate(self.session.connection, ns)
 
     # -- reads -----------------------------------------------------------------
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
-        return memories.get(self.connection, self.resolve_namespace(namespace), ids)
+        return memories.get(self.session.connection, self.resolve_namespace(namespace), ids)
 
     def timeline(
         self,
@@ -528,11 +407,13 @@ class Store:
         """
         start = None if start is None else parse_time(start, what="start")
         end = None if end is None else parse_time(end, what="end")
-        filters = self._filters(namespace, kinds, tags, start, end)
+        filters = Filters.of(
+            self.resolve_namespace(namespace, allow_all=True), kinds, tags, start, end
+        )
         return timelines.timeline(
-            self.connection,
+            self.session.connection,
             filters,
-            limit=_check_limit(limit) if around is None else limit,
+            limit=limit,
             oldest_first=oldest_first,
             around=around,
             before=before,
@@ -578,9 +459,10 @@ class Store:
         ``raw`` the query is an FTS5 expression (syntax errors raise
         :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Engine, run_search
+        from mnemex.search.pipeline import Engine, Request, run_search
 
-        filters = self._filters(namespace, kinds, tags, since, until)
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        filters = Filters.of(ns, kinds, tags, since, until)
         options = SearchOptions.of(
             self.settings,
             weights,
@@ -595,7 +477,8 @@ class Store:
             mmr=mmr,
         )
         embedder = self.embedder if options.wants_vectors else None
-        request = self._request(query, filters, options, embedder, (raw, explain, snippets), now)
+        flags, vectors = (raw, explain, snippets), embedder is not None
+        request = Request.of(query, filters, options, self.settings, vectors, flags, now)
         started = time.perf_counter()
         notes, stale = self._freshen(filters.namespace)
         took = (time.perf_counter() - started) * 1000
@@ -604,59 +487,16 @@ class Store:
             result = run_search(
                 Engine(conn, session.lexicon, self.settings, embedder, session.vectors), request
             )
-            started, ns = time.perf_counter(), filters.namespace
-            ask = relations_db.search_relations
+            started, ask = time.perf_counter(), relations_db.search_relations
             found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
             took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,
-            query=_echo(result.query),
+            query=echo(result.query),
             notes=(*notes, *result.notes),
             stale=stale,
             relations=tuple(found),
             took_ms=result.took_ms + took,
-        )
-
-    def _request(
-        self,
-        query: str,
-        filters: Filters,
-        options: SearchOptions,
-        embedder: Embedder | None,
-        flags: tuple[bool, bool, bool],
-        now: datetime | str | None,
-    ) -> Request:
-        """What the pipeline runs: the options, with ``auto`` resolved by whether there is
-        an ``embedder``, and the (raw, explain, snippets) ``flags``."""
-        from mnemex.search.pipeline import Request
-
-        s, threshold, (raw, explain, snippets) = self.settings, options.threshold, flags
-        ranking = Ranking(
-            decay=options.decay,
-            half_life_days=s.half_life_days,
-            confidence=options.confidence,
-            mmr=options.mmr,
-            mmr_lambda=s.mmr_lambda,
-            mmr_similarity=s.mmr_similarity,
-            min_text_score=s.min_text_score if threshold else 0.0,
-            min_vector_score=s.min_vector_score if threshold else -1.0,
-            floor=s.relevance_floor and threshold,
-        )
-        return Request(
-            query=query,
-            limit=options.limit,
-            filters=filters,
-            mode=options.mode_for(embedder is not None),
-            fusion=options.fusion,
-            rrf_k=options.rrf_k,
-            vector_weight=options.vector_weight,
-            text_weight=options.text_weight,
-            raw=raw,
-            explain=explain,
-            snippets=snippets,
-            ranking=ranking,
-            expand=options.expand,
-            now=None if now is None else parse_time(now, what="now"),
         )
 
     def recall(
@@ -706,9 +546,9 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        with self.connection() as conn:
+        with self.session.connection() as conn:
             bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
-        echoed = _echo(task if isinstance(task, str) else found.query)
+        echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
@@ -727,11 +567,11 @@ class Store:
     ) -> Iterator[Memory]:
         """Every memory of the namespace (or all), oldest first, read in batches."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        yield from memories.iterate(self.connection, ns, batch)
+        yield from memories.iterate(self.session.connection, ns, batch)
 
     def count(self, *, namespace: NamespaceArg = None) -> int:
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.connection() as conn:
+        with self.session.connection() as conn:
             return memories.count(conn, ns)
 
     def check(self) -> dict[str, Any]:
@@ -771,17 +611,9 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        root = spaces.resolve_root(directory)
+        ns = self._own(namespace)
         return spaces.sync_folder(
-            self,
-            root,
-            ns,
-            None if globs is None else _patterns(globs, "globs"),
-            None if ignore is None else _patterns(ignore, "ignore", empty=True),
-            embed=embed,
-            progress=progress,
+            self, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
     def remove_workspace(
@@ -794,9 +626,7 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        return spaces.remove(self, spaces.resolve_root(directory, must_exist=False), ns)
+        return spaces.remove(self, directory, self._own(namespace))
 
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
@@ -825,20 +655,9 @@ class Store:
         synced is synced first."""
         from mnemex.ingest import workspace as spaces
 
-        ns = self.resolve_namespace(namespace)
-        assert ns is not None
-        root = spaces.resolve_root(directory)
-        label = None if kind is None else clean_label(kind, "kind", 40)
-        when = utcnow() if created_at is None else parse_time(created_at, what="created_at")
-        try:
-            when.astimezone()  # the daily file is named by the local date
-        except OverflowError:
-            raise InvalidInput(
-                f"created_at {created_at!r} has no local date: times must fall in the years "
-                "1 to 9999 in local time too"
-            ) from None
+        ns = self._own(namespace)
         return spaces.write_through(
-            self, root, ns, content, kind=label, tags=clean_tags(tags), when=when
+            self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
     def watch(
@@ -856,67 +675,16 @@ class Store:
         from mnemex.ingest import watch
 
         watch.watch(
-            self,
-            directory,
-            debounce=self.settings.watch_debounce if debounce is None else debounce,
-            stop=stop,
-            on_sync=on_sync,
-            namespace=namespace,
+            self, directory, debounce=debounce, stop=stop, on_sync=on_sync, namespace=namespace
         )
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
-        """Before a search: sync the workspaces it reads that changed, within
-        ``sync_timeout``. Returns notes and whether the results may be stale."""
+        """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
+        (most stores): then not even its module is imported."""
         where, params = ("WHERE namespace = ?", (namespace,)) if namespace is not None else ("", ())
-        with self.connection() as conn:  # most stores have no workspace: skip the module's import
+        with self.session.connection() as conn:
             if conn.execute(f"SELECT 1 FROM workspaces {where} LIMIT 1", params).fetchone() is None:
                 return [], False
         from mnemex.ingest import workspace as spaces
 
         return spaces.freshen(self, namespace)
-
-    def _filters(
-        self,
-        namespace: NamespaceArg,
-        kinds: Iterable[str] | str | None,
-        tags: Iterable[str] | str | None,
-        since: datetime | str | None,
-        until: datetime | str | None,
-    ) -> Filters:
-        return Filters(
-            namespace=self.resolve_namespace(namespace, allow_all=True),
-            kinds=tuple(
-                dict.fromkeys(
-                    clean_label(k, "kind", 40)
-                    for k in (() if kinds is None else listed(kinds, "kinds"))
-                )
-            ),
-            tags=clean_tags(tags),
-            since=None if since is None else parse_time(since, what="since"),
-            until=None if until is None else parse_time(until, what="until"),
-        )
-
-
-def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) -> tuple[str, ...]:
-    items = [values] if isinstance(values, str) else list(values)
-    try:
-        patterns = check_patterns(items, what)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from None
-    if not patterns and not empty:
-        raise InvalidInput(f"{what} needs at least one pattern, such as memory/**/*.md")
-    return patterns
-
-
-def _echo(given: str) -> str:
-    """A query or task as given, or as searched when it is not valid Unicode text (a
-    lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
-    try:
-        given.encode("utf-8")
-    except UnicodeEncodeError:
-        return clean_query(given)
-    return given
-
-
-def _check_limit(limit: int) -> int:
-    return check_count("limit", limit, 1, MAX_SEARCH_LIMIT)

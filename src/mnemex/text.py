@@ -282,6 +282,16 @@ _id_lock = threading.Lock()
 _id_state = [0, 0]  # last millisecond, last random part
 
 
+def echo(given: str) -> str:
+    """A query or task as given, or as searched when it is not valid Unicode text (a
+    lone surrogate from undecodable command-line bytes would make invalid UTF-8)."""
+    try:
+        given.encode("utf-8")
+    except UnicodeEncodeError:
+        return clean_query(given)
+    return given
+
+
 def new_id() -> str:
     """A 16-character id: 48-bit millisecond time then 32 bits, sortable, monotonic per process."""
     with _id_lock:
@@ -407,25 +417,19 @@ def _parse_time(value: object, what: str, now: datetime | None) -> datetime:
 
 def summarize(text: str, width: int = 100) -> str:
     """One line of at most ``width`` characters, cut at a word boundary when possible."""
-    line = _WS.sub(" ", text).strip()
-    if len(line) <= width:
-        return line
-    cut = line[: width - 1]
-    space = cut.rfind(" ")
-    if space >= width * 0.6:
-        cut = cut[:space]
-    return cut.rstrip(" ,;:.-") + "…"
+    return clip(_WS.sub(" ", text).strip(), width, " ,;:.-")
 
 
-def clip(text: str, max_chars: int) -> str:
-    """Cut ``text`` to ``max_chars`` characters at a word boundary, marking the cut."""
+def clip(text: str, max_chars: int, trailing: str | None = None) -> str:
+    """Cut ``text`` to ``max_chars`` characters at a word boundary, marking the cut; the
+    ``trailing`` characters (default: white space) are dropped before the mark."""
     if len(text) <= max_chars:
         return text
     cut = text[: max_chars - 1]
     space = cut.rfind(" ")
     if space >= max_chars * 0.6:
         cut = cut[:space]
-    return cut.rstrip() + "…"
+    return cut.rstrip(trailing) + "…"
 
 
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

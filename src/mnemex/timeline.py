@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
-from mnemex.config import MAX_SEARCH_LIMIT
-from mnemex.errors import InvalidInput, UnknownMemory
+from mnemex.config import MAX_SEARCH_LIMIT, check_count
+from mnemex.errors import UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import TimelineEntry
 from mnemex.storage import read_transaction
@@ -33,18 +33,12 @@ def timeline(
     newest, or with ``around`` (a memory id) that memory with up to ``before``
     memories created just before it and ``after`` just after it."""
     if around is None:
+        limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
         with connection() as conn:
             return [entry(r) for r in latest(conn, filters, limit, oldest_first)]
     anchor_id = clean_id(around)
     for name, value in (("before", before), ("after", after)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or not 0 <= value <= MAX_SEARCH_LIMIT
-        ):
-            raise InvalidInput(
-                f"{name} must be an integer between 0 and {MAX_SEARCH_LIMIT}, got {value!r}"
-            )
+        check_count(name, value, 0, MAX_SEARCH_LIMIT)
     with connection() as conn, read_transaction(conn):
         rows = around_anchor(conn, filters, anchor_id, before, after)
     return [entry(r) for r in (rows if oldest_first else reversed(rows))]

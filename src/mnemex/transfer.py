@@ -21,6 +21,7 @@ from mnemex.engine import NamespaceArg
 from mnemex.engine.sqlite import Conflict
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.models import ImportReport, LineError
+from mnemex.rows import prepare
 from mnemex.store import Store
 from mnemex.text import clean_namespace, parse_time, utcnow
 
@@ -66,7 +67,7 @@ def import_jsonl(
     """
     ns = store.resolve_namespace(namespace)
     assert ns is not None
-    now = utcnow()
+    now, max_bytes = utcnow(), store.settings.max_content_bytes
     rows: list[tuple[Any, ...]] = []
     errors: list[LineError] = []
     imported = 0
@@ -87,7 +88,7 @@ def import_jsonl(
             if item is not None and kind == "relation":
                 relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
             elif item is not None and kind == "memory":
-                rows.append(store.prepare_row(item, ns, now, keep_namespaces))
+                rows.append(prepare(item, ns, now, keep_namespaces, max_bytes))
             elif item is not None:
                 raise InvalidInput(f"type must be memory or relation, got {kind!r}")
         except _BAD_LINE as exc:

@@ -176,7 +176,13 @@ class Embedding:
         deadline: float | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> EmbedReport | None:
-        """See :meth:`mnemex.store.Store.embed_new`."""
+        """Embed memories just written. On failure they stay stored, marked pending.
+
+        ``primed`` maps texts to vectors already computed (by the duplicate check).
+        With a ``deadline`` (``time.monotonic()``), embedding stops once it has
+        passed; what is left stays pending for the next sync or ``embed``.
+        Returns what was done (``None`` without an embedder or memories).
+        """
         embedder = self.embedder
         if embedder is None or not seqs:
             return None

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.errors import InvalidInput
+from mnemex.storage import IN_CHUNK, marks
+from mnemex.text import batched
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,11 +89,10 @@ class CachedEmbedder:
         found: dict[bytes, np.ndarray] = {}
         with self._lock:
             unique = list(dict.fromkeys(keys))
-            for start in range(0, len(unique), 500):
-                chunk = unique[start : start + 500]
+            for chunk in batched(unique, IN_CHUNK):
                 for key, dim, blob in self._conn.execute(
                     "SELECT sha256, dim, vector FROM vectors WHERE model = ? AND sha256 IN "
-                    f"({','.join('?' * len(chunk))})",
+                    f"({marks(len(chunk))})",
                     [model, *chunk],
                 ):
                     found[key] = np.frombuffer(blob, dtype=np.float32, count=dim)

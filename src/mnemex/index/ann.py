@@ -135,7 +135,3 @@ class HnswIndex:
         meta_tmp = self.path.with_name(self.path.name + f".{os.getpid()}.json.tmp")
         meta_tmp.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(meta_tmp, self.path.with_suffix(self.path.suffix + ".json"))
-
-    def remove_files(self) -> None:
-        for path in (self.path, self.path.with_suffix(self.path.suffix + ".json")):
-            path.unlink(missing_ok=True)

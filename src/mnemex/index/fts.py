@@ -51,7 +51,16 @@ from mnemex.index.query import (
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.migrations import TOKENIZER
-from mnemex.text import cjk_pattern, format_time, starts_cjk, unsegment
+from mnemex.text import (
+    cjk_pattern,
+    clean_label,
+    clean_tags,
+    format_time,
+    listed,
+    parse_time,
+    starts_cjk,
+    unsegment,
+)
 
 TAGS_WEIGHT = 1.0  # bm25 weight of the tags column (content is 1.0)
 DF_CACHE_DRIFT = 0.02  # drop cached document frequencies when the row count moves by 2 %
@@ -89,6 +98,20 @@ class Filters:
     tags: tuple[str, ...] = ()  # a memory must carry every one
     since: datetime | None = None  # inclusive
     until: datetime | None = None  # exclusive
+
+    @classmethod
+    def of(
+        cls, namespace: str | None, kinds: object, tags: object, since: object, until: object
+    ) -> Filters:
+        """The filters a caller gave, checked: kinds and tags cleaned, times parsed."""
+        labels = () if kinds is None else listed(kinds, "kinds")
+        return cls(
+            namespace=namespace,
+            kinds=tuple(dict.fromkeys(clean_label(k, "kind", 40) for k in labels)),
+            tags=clean_tags(tags),
+            since=None if since is None else parse_time(since, what="since"),
+            until=None if until is None else parse_time(until, what="until"),
+        )
 
     def sql(self, alias: str = "m") -> tuple[str, list[object]]:
         """``AND ...`` conditions on the memories table and their parameters."""

@@ -88,7 +88,7 @@ def watch(
     store: Store,
     directory: str | os.PathLike[str],
     *,
-    debounce: float,
+    debounce: float | None = None,
     stop: threading.Event | None = None,
     on_sync: Callable[[SyncReport], None] | None = None,
     namespace: str | None = None,
@@ -102,6 +102,7 @@ def watch(
         raise MissingExtra("watch", "mnemex watch", "watchdog") from None
 
     stop = stop or threading.Event()
+    debounce = store.settings.watch_debounce if debounce is None else debounce
     first = store.sync(directory, namespace=namespace)
     reported: set[tuple[str, str]] = set()
     _log(first, "initial sync", reported)

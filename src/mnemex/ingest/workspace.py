@@ -47,11 +47,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from mnemex.config import CHUNK_KIND
+from mnemex.config import CHUNK_KIND, check_patterns
 from mnemex.errors import InvalidInput, MnemexError, StoreLocked
 from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
 from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
+from mnemex.rows import prepare
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import (
     batched,
@@ -61,6 +62,7 @@ from mnemex.text import (
     content_hash,
     format_time,
     parse_stored_time,
+    parse_time,
     utcnow,
 )
 
@@ -192,16 +194,19 @@ def register(
 
 def sync_folder(
     store: Store,
-    root: str,
+    directory: str | os.PathLike[str],
     namespace: str,
-    globs: Sequence[str] | None,
-    ignore: Sequence[str] | None,
+    globs: Iterable[str] | str | None,
+    ignore: Iterable[str] | str | None,
     *,
     embed: bool = True,
     progress: Progress | None = None,
 ) -> SyncReport:
-    """Register ``root`` as a workspace of ``namespace`` (patterns ``None``: those it has,
-    or the settings' for a new one), then :func:`sync` it."""
+    """Register ``directory`` as a workspace of ``namespace`` (patterns ``None``: those it
+    has, or the settings' for a new one), then :func:`sync` it."""
+    root = resolve_root(directory)
+    globs = None if globs is None else _patterns(globs, "globs")
+    ignore = None if ignore is None else _patterns(ignore, "ignore", empty=True)
     settings = store.settings
     chunking = chunking_key(settings.chunk_tokens, settings.chunk_overlap)
     with store.session.transaction() as conn:
@@ -224,8 +229,20 @@ def sync_folder(
         )
 
 
-def remove(store: Store, root: str, namespace: str) -> int:
+def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) -> tuple[str, ...]:
+    items = [values] if isinstance(values, str) else list(values)
+    try:
+        patterns = check_patterns(items, what)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if not patterns and not empty:
+        raise InvalidInput(f"{what} needs at least one pattern, such as memory/**/*.md")
+    return patterns
+
+
+def remove(store: Store, directory: str | os.PathLike[str], namespace: str) -> int:
     """Delete a workspace, its files and their chunks (never the files); how many chunks."""
+    root = resolve_root(directory, must_exist=False)
     with store.session.transaction() as conn:
         ws = find(conn, root, namespace)
         if ws is None:
@@ -659,7 +676,7 @@ class _Writer:
             )
         now = utcnow()
         rows = [
-            store.prepare_row(
+            prepare(
                 {
                     "id": None if ident in taken else ident,  # taken: by a row about to move
                     "content": c.content,
@@ -672,6 +689,7 @@ class _Writer:
                 ws.namespace,
                 now,
                 False,
+                store.settings.max_content_bytes,
                 self.now,
             )
             for ident, c in zip(ids, fresh, strict=True)
@@ -1106,15 +1124,26 @@ def entry_labels(title: str) -> tuple[str, tuple[str, ...]]:
 
 def write_through(
     store: Store,
-    root: str,
+    directory: str | os.PathLike[str],
     namespace: str,
     content: str,
     *,
     kind: str | None,
-    tags: Sequence[str],
-    when: datetime,
+    tags: Iterable[str] | None,
+    created_at: datetime | str | None,
 ) -> Appended:
-    """:func:`append` to the workspace at ``root``, synced first when it is new."""
+    """:func:`append` to the workspace at ``directory``, synced first when it is new."""
+    root = resolve_root(directory)
+    label = None if kind is None else clean_label(kind, "kind", 40)
+    when = utcnow() if created_at is None else parse_time(created_at, what="created_at")
+    try:
+        when.astimezone()  # the daily file is named by the local date
+    except OverflowError:
+        raise InvalidInput(
+            f"created_at {created_at!r} has no local date: times must fall in the years "
+            "1 to 9999 in local time too"
+        ) from None
+    labels = clean_tags(tags)
     with store.session.connection() as conn:
         ws = find(conn, root, namespace)
     if ws is None:
@@ -1123,7 +1152,7 @@ def write_through(
             ws = find(conn, root, namespace)
         assert ws is not None
     with store.session.errors():
-        return append(store, ws, content, kind=kind, tags=tags, when=when)
+        return append(store, ws, content, kind=label, tags=labels, when=when)
 
 
 def append(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mnemex.config import SNIPPET_MAX_CHARS, Settings
+from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index import fts
@@ -48,7 +48,7 @@ from mnemex.search.floor import floor_for, relevant_hit, relevant_query
 from mnemex.search.fusion import Fused
 from mnemex.search.rank import Ranking
 from mnemex.storage import IN_CHUNK, marks, read_transaction
-from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
+from mnemex.text import clean_query, clip, parse_stored_time, parse_time, summarize, utcnow
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -135,6 +135,48 @@ class Request:
     ranking: Ranking = field(default_factory=Ranking)
     expand: bool = True  # query expansion (mnemex.index.query.expand_terms)
     now: datetime | None = None  # the time ages are measured from (default: now)
+
+    @classmethod
+    def of(
+        cls,
+        query: str,
+        filters: Filters,
+        options: SearchOptions,
+        settings: Settings,
+        vectors: bool,
+        flags: tuple[bool, bool, bool],
+        now: datetime | str | None,
+    ) -> Request:
+        """What the pipeline runs: the ``options``, with ``auto`` resolved by whether
+        there are ``vectors``, and the (raw, explain, snippets) ``flags``."""
+        s, threshold, (raw, explain, snippets) = settings, options.threshold, flags
+        ranking = Ranking(
+            decay=options.decay,
+            half_life_days=s.half_life_days,
+            confidence=options.confidence,
+            mmr=options.mmr,
+            mmr_lambda=s.mmr_lambda,
+            mmr_similarity=s.mmr_similarity,
+            min_text_score=s.min_text_score if threshold else 0.0,
+            min_vector_score=s.min_vector_score if threshold else -1.0,
+            floor=s.relevance_floor and threshold,
+        )
+        return cls(
+            query=query,
+            limit=options.limit,
+            filters=filters,
+            mode=options.mode_for(vectors),
+            fusion=options.fusion,
+            rrf_k=options.rrf_k,
+            vector_weight=options.vector_weight,
+            text_weight=options.text_weight,
+            raw=raw,
+            explain=explain,
+            snippets=snippets,
+            ranking=ranking,
+            expand=options.expand,
+            now=None if now is None else parse_time(now, what="now"),
+        )
 
 
 @dataclass
