@@ -22,8 +22,7 @@ from mnemex.search.rank import (
     word_set,
 )
 from mnemex.store import Store
-
-from .conftest import FakeEmbedder
+from tests.conftest import FakeEmbedder
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

@@ -19,8 +19,7 @@ import pytest
 from mnemex import MissingExtra
 from mnemex.models import SyncReport
 from mnemex.store import Store
-
-from .conftest import PYTHON, python_env
+from tests.conftest import PYTHON, python_env
 
 WAIT = 30.0  # seconds to wait for a sync the test caused (the machine may be busy)
 

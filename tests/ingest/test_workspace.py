@@ -25,8 +25,7 @@ from mnemex.ingest.chunk import chunk_markdown
 from mnemex.ingest.workspace import chunk_id
 from mnemex.storage.migrations import LATEST
 from mnemex.store import ALL, Store
-
-from .conftest import PYTHON, FakeEmbedder, python_env
+from tests.conftest import PYTHON, FakeEmbedder, python_env
 
 HOUR_NS = 3_600 * 1_000_000_000
 

@@ -8,8 +8,7 @@ import numpy as np
 import mnemex
 from mnemex.index import ann
 from mnemex.index.vectors import VectorIndex
-
-from .conftest import FakeEmbedder
+from tests.conftest import FakeEmbedder
 
 WORDS = (
     "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, python_env
+from tests.conftest import PYTHON, python_env
 
 
 def mnemex(

@@ -12,8 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from mnemex.cli import cli
-
-from .conftest import PYTHON, python_env
+from tests.conftest import PYTHON, python_env
 
 
 @pytest.fixture
@@ -194,7 +193,7 @@ def test_help_lists_every_command() -> None:
 
 
 def test_every_command_is_in_the_readme() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for command in cli.commands:
         assert f"mnemex {command}" in readme, f"README does not show `mnemex {command}`"
 

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 from mnemex.cli import cli
 from mnemex.config import DEFAULT_SEARCH_LIMIT, RECALL_BUDGET_TOKENS, RECALL_MAX_MEMORIES
-
-from .conftest import PYTHON, python_env
+from tests.conftest import PYTHON, python_env
 
 
 def mnemex(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

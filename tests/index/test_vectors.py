@@ -16,8 +16,7 @@ import pytest
 import mnemex
 from mnemex import EmbeddingError, IndexMismatch
 from mnemex.store import Store
-
-from .conftest import FakeEmbedder
+from tests.conftest import FakeEmbedder
 
 DOCS = [
     "PostgreSQL connection pool exhausted during the nightly billing run",

@@ -17,9 +17,8 @@ import pytest
 import mnemex
 from mnemex.embed import Unavailable
 from mnemex.embed.sentence_transformers import SentenceTransformerEmbedder
-
-from .conftest import FakeEmbedder
-from .test_openai import Server, cli
+from tests.conftest import FakeEmbedder
+from tests.test_openai import Server, cli
 
 
 @pytest.fixture

@@ -17,19 +17,18 @@ from typing import Any
 import httpx2
 import pytest
 from click.testing import CliRunner
-from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 import mnemex
+from mcp import Client
 from mnemex.cli import cli
 from mnemex.config import load_settings
 from mnemex.mcp import transport
 from mnemex.mcp.server import MAX_IDS, MAX_TEXT_CHARS, build_server
 from mnemex.store import Store
-
-from .conftest import PYTHON, FakeEmbedder, python_env
+from tests.conftest import PYTHON, FakeEmbedder, python_env
 
 NAMESPACE = "agent"
 TOOLS = {
