@@ -191,6 +191,28 @@ def fuzz_calls(
     }
 
 
+def calls_in_own_store(seed_value: int, calls: int, seconds: float) -> dict[str, Any]:
+    """:func:`fuzz_calls` on a fresh store of its own, with its own seed."""
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-fuzz-") as tmp,
+        mnemex.open(Path(tmp) / "fuzz.db", embedder=None) as store,
+    ):
+        seed(store)
+        return fuzz_calls(store, random.Random(seed_value), calls, seconds)
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several :func:`fuzz_calls` runs, added up."""
+    total: dict[str, Any] = {"kinds": {}, "examples": []}
+    for part in parts:
+        for key in ("calls", "mnemex_errors", "undocumented", "broken"):
+            total[key] = total.get(key, 0) + part[key]
+        for kind, count in part["kinds"].items():
+            total["kinds"][kind] = total["kinds"].get(kind, 0) + count
+        total["examples"] += part["examples"]
+    return total
+
+
 def _bad_line(rng: random.Random, good: str) -> str | bytes:
     roll = rng.randrange(5)
     if roll == 0:
@@ -275,7 +297,7 @@ def report(
         "## Fuzzed API calls and imports",
         "",
         f"`python benchmarks/stress_fuzz.py --calls {args.calls} --seconds {args.seconds:g} "
-        f"--imports {args.imports} --seed {args.seed}` on {machine()}.",
+        f"--imports {args.imports} --seed {args.seed} --jobs {args.jobs}` on {machine()}.",
         "Random calls of the public `Store` methods (the generators of "
         "`tests/test_hostile.py`, plain `random`, lexical only), each parameter of the right "
         "type 3 times in 4 and hostile otherwise; import files of good lines with 1-12 "
@@ -305,17 +327,31 @@ def main() -> None:
     parser.add_argument("--imports", type=int, default=200, help="import files")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument(
+        "--jobs", type=int, default=1, help="processes, each with its own store and seed"
+    )
+    parser.add_argument(
         "--no-write", action="store_true", help="print, do not touch RELIABILITY.md"
     )
     args = parser.parse_args()
-    rng = random.Random(args.seed)
     began = time.time()
-    with tempfile.TemporaryDirectory(prefix="mnemex-fuzz-") as tmp:
-        with mnemex.open(Path(tmp) / "fuzz.db", embedder=None) as store:
-            seed(store)
-            calls = fuzz_calls(store, rng, args.calls, args.seconds)
-        with mnemex.open(Path(tmp) / "import.db", embedder=None) as store:
-            imports = fuzz_imports(store, rng, args.imports)
+    jobs = max(1, args.jobs)
+    shares = [
+        (args.seed + i, args.calls // jobs + (i < args.calls % jobs), args.seconds)
+        for i in range(jobs)
+    ]
+    if jobs == 1:
+        calls = calls_in_own_store(*shares[0])
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            calls = merged(list(pool.map(calls_in_own_store, *zip(*shares, strict=True))))
+    rng = random.Random(args.seed)
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-fuzz-") as tmp,
+        mnemex.open(Path(tmp) / "import.db", embedder=None) as store,
+    ):
+        imports = fuzz_imports(store, rng, args.imports)
     body = report(args, calls, imports, time.time() - began)
     print(body)
     if not args.no_write:
