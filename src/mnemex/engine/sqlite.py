@@ -204,8 +204,13 @@ class SqliteSession:
         from mnemex.index import ann
         from mnemex.index.vectors import snapshot_path
 
-        ann.sidecar(self.path, model_id).unlink(missing_ok=True)
-        snapshot_path(self.path, model_id).unlink(missing_ok=True)
+        graph = ann.sidecar(self.path, model_id)
+        for path in (
+            graph,
+            graph.with_suffix(graph.suffix + ".json"),
+            snapshot_path(self.path, model_id),
+        ):
+            path.unlink(missing_ok=True)
         if self._vector_index is not None:
             self._vector_index.ann = None
 
