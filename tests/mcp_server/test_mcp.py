@@ -17,12 +17,12 @@ from typing import Any
 import httpx2
 import pytest
 from click.testing import CliRunner
+from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 import mnemex
-from mcp import Client
 from mnemex.cli import cli
 from mnemex.config import load_settings
 from mnemex.mcp import transport
