@@ -6,14 +6,14 @@ import dataclasses
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from mnemex import relations
 from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import ForgetResult, GetResult, Memory, Stats
-from mnemex.rows import FIELDS, check_items, clean_source, memory, prepare_chunks
+from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
 from mnemex.search.pipeline import locations
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
 from mnemex.storage.connect import Connect
@@ -39,9 +39,6 @@ from mnemex.text import (
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
     from mnemex.engine.sqlite import SqliteSession
-
-UNSET: Final = object()
-"""The default of a field :func:`update` leaves as it is."""
 
 
 def id_list(ids: Iterable[str] | str) -> list[str]:

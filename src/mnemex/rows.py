@@ -29,6 +29,8 @@ from mnemex.text import (
     utcnow,
 )
 
+UNSET: Final = object()  # a field update() leaves as it is (None is a value: "no source")
+
 FIELDS: Final = (
     "id, namespace, kind, content, tags, source, confidence, pinned, "
     "created_at, updated_at, content_hash, metadata"

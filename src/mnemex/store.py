@@ -13,10 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
 
-from mnemex import dedup as dups
-from mnemex import memories
 from mnemex import relations as relations_db
-from mnemex import timeline as timelines
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
@@ -31,7 +28,6 @@ from mnemex.engine import NamespaceArg
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import Conflict, SqliteSession
 from mnemex.index.fts import Filters
-from mnemex.memories import UNSET
 from mnemex.models import (
     Added,
     Appended,
@@ -47,7 +43,7 @@ from mnemex.models import (
     TimelineEntry,
     WorkspaceStatus,
 )
-from mnemex.rows import prepare
+from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
 
 
@@ -113,13 +109,9 @@ class Store:
 
     @property
     def embedder(self) -> Embedder | None:
-        """The embedder in use (resolved on first use), or ``None``: lexical only.
-
-        The one the store records it was indexed with unless another is configured
-        (then, until :meth:`reindex` or :meth:`embed` switches the store, an
-        :class:`~mnemex.embed.Unavailable` that says so); see
-        :func:`mnemex.embed.settle`.
-        """
+        """The embedder in use, or ``None``: lexical only. The store's recorded one, unless
+        another is configured (then an :class:`~mnemex.embed.Unavailable` until
+        :meth:`reindex` or :meth:`embed` switches the store; :func:`mnemex.embed.settle`)."""
         return self.session.embedding.embedder
 
     @property
@@ -150,15 +142,10 @@ class Store:
     ) -> EmbedReport | None:
         """Rebuild the full-text index and embed what lacks a vector for the configured model.
 
-        ``force`` re-embeds everything; ``prune`` deletes vectors of other models.
-        The embedder configured becomes the store's (recorded once its vectors
-        are stored); with none configured, the store's own is used.
-        Returns the embedding report, or ``None`` when no embedder is configured.
-
-        The full-text index is compared with a rebuild first, without the
-        write lock, and rebuilt (under the lock) only when they differ: the
-        triggers keep it in step, so beside other writers a reindex mostly
-        only reads.
+        ``force`` re-embeds everything; ``prune`` deletes vectors of other models. The
+        embedder configured becomes the store's once its vectors are stored (none
+        configured: the store's own). Returns the report (``None``: no embedder). The
+        index is rebuilt, under the write lock, only when it differs from a rebuild.
         """
         return self.session.embedding.reindex(progress=progress, force=force, prune=prune)
 
@@ -237,6 +224,8 @@ class Store:
         if not check or id is not None:
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
         row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
+        from mnemex import dedup as dups
+
         return dups.remember_row(self.session, row, embed)
 
     def add_many(
@@ -263,6 +252,8 @@ class Store:
         :meth:`embed` catches up.
         """
         ns = self._own(namespace)
+        from mnemex import memories
+
         return memories.add_many(self.session, items, ns, keep_namespaces, on_conflict, embed)
 
     def update(
@@ -297,6 +288,8 @@ class Store:
             "created_at": created_at,
         }
         session, max_bytes = self.session, self.settings.max_content_bytes
+        from mnemex import memories
+
         memory, seq = memories.update(
             session.transaction, self._own(namespace), id, given, max_bytes
         )
@@ -321,10 +314,14 @@ class Store:
         ``dry_run`` only the pairs are reported. ``progress`` is called with
         the number of memories checked since the last call.
         """
+        from mnemex import dedup as dups
+
         return dups.dedup(self.session, self._own(namespace), dry_run=dry_run, progress=progress)
 
     def forget(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> ForgetResult:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
+        from mnemex import memories
+
         result = memories.forget(self.session.transaction, self._own(namespace), ids)
         self.session.after_write()
         return result
@@ -381,6 +378,8 @@ class Store:
 
     def get(self, ids: Iterable[str] | str, *, namespace: str | None = None) -> GetResult:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
+        from mnemex import memories
+
         return memories.get(self.session.connection, self.resolve_namespace(namespace), ids)
 
     def timeline(
@@ -410,6 +409,8 @@ class Store:
         filters = Filters.of(
             self.resolve_namespace(namespace, allow_all=True), kinds, tags, start, end
         )
+        from mnemex import timeline as timelines
+
         return timelines.timeline(
             self.session.connection,
             filters,
@@ -560,6 +561,8 @@ class Store:
         """
         ns = self.resolve_namespace(namespace, allow_all=True)
         with self.session.read() as conn:
+            from mnemex import memories
+
             return memories.stats(conn, ns, self.embedder, self.path)
 
     def iter_memories(
@@ -567,11 +570,15 @@ class Store:
     ) -> Iterator[Memory]:
         """Every memory of the namespace (or all), oldest first, read in batches."""
         ns = self.resolve_namespace(namespace, allow_all=True)
+        from mnemex import memories
+
         yield from memories.iterate(self.session.connection, ns, batch)
 
     def count(self, *, namespace: NamespaceArg = None) -> int:
         ns = self.resolve_namespace(namespace, allow_all=True)
         with self.session.connection() as conn:
+            from mnemex import memories
+
             return memories.count(conn, ns)
 
     def check(self) -> dict[str, Any]:

@@ -26,8 +26,8 @@ evaluation reports record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 RRF_VERSION = "rrf-v1"
 WEIGHTED_VERSION = "weighted-tanh-bm25-cosine-v1"
@@ -98,8 +98,7 @@ def ranked(scores: Mapping[int, float]) -> list[int]:
     return sorted(scores, key=lambda key: (-scores[key], key))
 
 
-@dataclass(frozen=True, slots=True)
-class Arms:
+class Arms(NamedTuple):
     """What a fusion reads: each candidate's score in each arm (normalized BM25, cosine),
     each arm's own order (best first) and the configured parameters."""
 
@@ -112,8 +111,7 @@ class Arms:
     rrf_k: int = 60
 
 
-@dataclass(frozen=True, slots=True)
-class Fused:
+class Fused(NamedTuple):
     """Fused scores, their order, the formula with this query's parameters and its version
     (both ``None`` when a single arm answered)."""
 
@@ -123,8 +121,7 @@ class Fused:
     version: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Formula:
+class Formula(NamedTuple):
     """A fusion: its version, whether it needs every candidate's score in both arms (the
     pipeline completes them first), and the function giving the scores and their label."""
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
 from mnemex.embed import Embedder, embed_checked
@@ -190,8 +190,7 @@ class Engine:
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     """What a search runs, decided once: the query text, the mode, the lexical plan, the
     query's vector on its way (``None``: lexical only) and why the mode changed."""
 
@@ -203,8 +202,7 @@ class Plan:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Arms:
+class Arms(NamedTuple):
     """Each arm's candidates, best first, and the mode that answered."""
 
     mode: str
@@ -215,16 +213,14 @@ class Arms:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Scores:
+class Scores(NamedTuple):
     """Each candidate's score in each arm: normalized BM25 and cosine."""
 
     text: dict[int, float]
     cosine: dict[int, float]
 
 
-@dataclass(frozen=True, slots=True)
-class Ranked:
+class Ranked(NamedTuple):
     """The candidates the ranking kept, best first, their scores and their trace."""
 
     order: list[int]
