@@ -1,4 +1,5 @@
-"""The store: one SQLite file, scoped reads and writes, the public API of mnemex."""
+"""The store: one SQLite file or PostgreSQL database, scoped reads and writes, the public
+API of mnemex."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from mnemex.config import (
 )
 from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
-from mnemex.engine import NamespaceArg
+from mnemex.engine import NamespaceArg, engine_of, open_session, sqlite_only
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import Conflict, SqliteSession
+from mnemex.engine.sqlite import Conflict
 from mnemex.index.fts import Filters
 from mnemex.models import (
     Added,
@@ -66,17 +67,18 @@ def open_store(
 
 
 class Store:
-    """A memory store in one SQLite file.
+    """A memory store in one SQLite file, or in a PostgreSQL database (``db`` a
+    ``postgresql://`` URL; features it lacks raise :class:`~mnemex.errors.Unsupported`).
 
     Every read and write is scoped to one namespace: the store's own
     (``settings.namespace``) unless a call names another. Safe to share
-    between threads; several processes may use the same file at once.
+    between threads; several processes may use the same store at once.
     """
 
     def __init__(
         self, settings: Settings, *, embedder: Embedder | object | None = FROM_SETTINGS
     ) -> None:
-        self.session = SqliteSession(settings, embedder=embedder)
+        self.session = open_session(settings, embedder)
         self.settings = settings
         self.namespace = self.session.namespace
         self.path = self.session.path
@@ -224,9 +226,9 @@ class Store:
         if not check or id is not None:
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
         row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
-        from mnemex import dedup as dups
+        from mnemex import memories
 
-        return dups.remember_row(self.session, row, embed)
+        return memories.remember(self.session, row, embed)
 
     def add_many(
         self,
@@ -290,14 +292,13 @@ class Store:
         session, max_bytes = self.session, self.settings.max_content_bytes
         from mnemex import memories
 
-        memory, seq = memories.update(
-            session.transaction, self._own(namespace), id, given, max_bytes
-        )
+        memory, seq = memories.update(session, self._own(namespace), id, given, max_bytes)
         session.after_write()
         if seq is not None and embed:
             session.embedding.embed_new([seq])
         return memory
 
+    @sqlite_only("dedup of a namespace")
     def dedup(
         self,
         *,
@@ -322,12 +323,11 @@ class Store:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
         from mnemex import memories
 
-        result = memories.forget(self.session.transaction, self._own(namespace), ids)
-        self.session.after_write()
-        return result
+        return memories.forget(self.session, self._own(namespace), ids)
 
     # -- relations -------------------------------------------------------------
 
+    @sqlite_only("relations")
     def relate(
         self,
         subject: str,
@@ -352,6 +352,7 @@ class Store:
                 conn, ns, subject, predicate, object, confidence, source_memory
             )
 
+    @sqlite_only("relations")
     def neighbors(
         self, entity: str, *, limit: int = 50, namespace: NamespaceArg = None
     ) -> list[Relation]:
@@ -361,6 +362,7 @@ class Store:
         with self.session.connection() as conn:
             return relations_db.neighbors(conn, entity, ns, limit)
 
+    @sqlite_only("relations")
     def forget_relations(
         self, ids: Iterable[str] | str, *, namespace: str | None = None
     ) -> ForgetResult:
@@ -372,7 +374,8 @@ class Store:
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        yield from relations_db.iterate(self.session.connection, ns)
+        if engine_of(self.session) == "SQLite":  # none on PostgreSQL yet
+            yield from relations_db.iterate(self.session.connection, ns)
 
     # -- reads -----------------------------------------------------------------
 
@@ -380,8 +383,9 @@ class Store:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
         from mnemex import memories
 
-        return memories.get(self.session.connection, self.resolve_namespace(namespace), ids)
+        return memories.get(self.session, self.resolve_namespace(namespace), ids)
 
+    @sqlite_only("the timeline")
     def timeline(
         self,
         start: datetime | str | None = None,
@@ -460,7 +464,7 @@ class Store:
         ``raw`` the query is an FTS5 expression (syntax errors raise
         :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Engine, Request, run_search
+        from mnemex.search.pipeline import Request, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
@@ -480,14 +484,12 @@ class Store:
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
-        started = time.perf_counter()
-        notes, stale = self._freshen(filters.namespace)
+        started, sqlite = time.perf_counter(), engine_of(self.session) == "SQLite"
+        notes, stale = self._freshen(filters.namespace) if sqlite else ([], False)
         took = (time.perf_counter() - started) * 1000
-        session, wanted = self.session, options.relations
+        session, wanted = self.session, options.relations if sqlite else 0
         with session.connection() as conn:
-            result = run_search(
-                Engine(conn, session.lexicon, self.settings, embedder, session.vectors), request
-            )
+            result = run_search(self._retriever(conn, embedder), request)
             started, ask = time.perf_counter(), relations_db.search_relations
             found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
             took += (time.perf_counter() - started) * 1000
@@ -547,8 +549,9 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        with self.session.connection() as conn:
-            bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
+        from mnemex import memories
+
+        bodies = memories.bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 
@@ -560,10 +563,9 @@ class Store:
         describe the whole file.
         """
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.session.read() as conn:
-            from mnemex import memories
+        from mnemex import memories
 
-            return memories.stats(conn, ns, self.embedder, self.path)
+        return memories.stats(self.session, ns, self.embedder)
 
     def iter_memories(
         self, *, namespace: NamespaceArg = None, batch: int = 1000
@@ -572,15 +574,15 @@ class Store:
         ns = self.resolve_namespace(namespace, allow_all=True)
         from mnemex import memories
 
-        yield from memories.iterate(self.session.connection, ns, batch)
+        yield from memories.iterate(self.session, ns, batch)
 
     def count(self, *, namespace: NamespaceArg = None) -> int:
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.session.connection() as conn:
-            from mnemex import memories
+        from mnemex import memories
 
-            return memories.count(conn, ns)
+        return memories.count(self.session, ns)
 
+    @sqlite_only("check")
     def check(self) -> dict[str, Any]:
         """Verify the store: SQLite and FTS5 integrity, and that the full-text index
         holds exactly what a rebuild from the memories table would (no ghost rows).
@@ -593,6 +595,7 @@ class Store:
 
     # -- markdown workspaces ------------------------------------------------------
 
+    @sqlite_only("markdown workspaces")
     def sync(
         self,
         directory: str | os.PathLike[str],
@@ -623,6 +626,7 @@ class Store:
             self, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
+    @sqlite_only("markdown workspaces")
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
     ) -> int:
@@ -635,6 +639,7 @@ class Store:
 
         return spaces.remove(self, directory, self._own(namespace))
 
+    @sqlite_only("markdown workspaces")
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
     ) -> tuple[WorkspaceStatus, ...]:
@@ -645,6 +650,7 @@ class Store:
 
         return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
+    @sqlite_only("markdown workspaces")
     def add_to_workspace(
         self,
         content: str,
@@ -667,6 +673,7 @@ class Store:
             self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
+    @sqlite_only("markdown workspaces")
     def watch(
         self,
         directory: str | os.PathLike[str],
@@ -684,6 +691,17 @@ class Store:
         watch.watch(
             self, directory, debounce=debounce, stop=stop, on_sync=on_sync, namespace=namespace
         )
+
+    def _retriever(self, conn: Any, embedder: Embedder | None) -> Any:
+        """What a search reads (:class:`mnemex.search.pipeline.Retriever`) on ``conn``."""
+        if engine_of(self.session) != "SQLite":
+            from mnemex.engine.postgres.search import PostgresEngine
+
+            return PostgresEngine(conn, self.settings, embedder)
+        from mnemex.search.pipeline import Engine
+
+        session = self.session
+        return Engine(conn, session.lexicon, self.settings, embedder, session.vectors)
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
