@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex import relations
+from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine import engine_of
 from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import Added, ForgetResult, GetResult, Memory, Stats
+from mnemex.models import Added, ForgetResult, GetResult, Memory, Stats, TimelineEntry
 from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
 from mnemex.search.pipeline import locations
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
@@ -305,3 +306,46 @@ def bodies(session: SqliteSession, ids: list[str]) -> dict[str, tuple[str, float
 
     with session.connection() as conn:
         return packing.read_bodies(conn, ids)
+
+
+def check(session: SqliteSession) -> dict[str, Any]:
+    """See :meth:`mnemex.Store.check`."""
+    pg = postgres(session)
+    if pg is not None:
+        return pg.check(session)  # type: ignore[no-any-return]
+    from mnemex.engine.check import check as check_sqlite
+
+    return check_sqlite(session)
+
+
+def timeline(
+    session: SqliteSession,
+    filters: Filters,
+    *,
+    limit: int,
+    oldest_first: bool = False,
+    around: str | None = None,
+    before: int = 5,
+    after: int = 5,
+) -> list[TimelineEntry]:
+    """See :meth:`mnemex.Store.timeline` and :func:`mnemex.timeline.timeline`."""
+    pg = postgres(session)
+    if pg is None:
+        from mnemex import timeline as timelines
+
+        return timelines.timeline(
+            session.connection,
+            filters,
+            limit=limit,
+            oldest_first=oldest_first,
+            around=around,
+            before=before,
+            after=after,
+        )
+    if around is None:
+        limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+        return pg.timeline(session, filters, limit, oldest_first, None)  # type: ignore[no-any-return]
+    for name, value in (("before", before), ("after", after)):
+        check_count(name, value, 0, MAX_SEARCH_LIMIT)
+    anchor = (clean_id(around), before, after)
+    return pg.timeline(session, filters, limit, oldest_first, anchor)  # type: ignore[no-any-return]

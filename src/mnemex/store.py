@@ -385,7 +385,6 @@ class Store:
 
         return memories.get(self.session, self.resolve_namespace(namespace), ids)
 
-    @sqlite_only("the timeline")
     def timeline(
         self,
         start: datetime | str | None = None,
@@ -413,10 +412,10 @@ class Store:
         filters = Filters.of(
             self.resolve_namespace(namespace, allow_all=True), kinds, tags, start, end
         )
-        from mnemex import timeline as timelines
+        from mnemex import memories
 
-        return timelines.timeline(
-            self.session.connection,
+        return memories.timeline(
+            self.session,
             filters,
             limit=limit,
             oldest_first=oldest_first,
@@ -582,16 +581,15 @@ class Store:
 
         return memories.count(self.session, ns)
 
-    @sqlite_only("check")
     def check(self) -> dict[str, Any]:
         """Verify the store: SQLite and FTS5 integrity, and that the full-text index
         holds exactly what a rebuild from the memories table would (no ghost rows).
 
         Reads every row: meant for ``mnemex check`` and tests, not hot paths.
         """
-        from mnemex.engine.check import check
+        from mnemex import memories
 
-        return check(self.session)
+        return memories.check(self.session)
 
     # -- markdown workspaces ------------------------------------------------------
 

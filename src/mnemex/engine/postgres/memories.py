@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from mnemex.engine.postgres.schema import read_meta, schema_version
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.models import Added, Memory, Stats
-from mnemex.text import format_time, parse_stored_time, tags_columns, utcnow
+from mnemex.index.fts import Filters
+from mnemex.models import Added, Memory, Stats, TimelineEntry
+from mnemex.text import format_time, parse_stored_time, summarize, tags_columns, utcnow
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
@@ -199,7 +200,7 @@ def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -
         newest=newest.astimezone(UTC) if newest else None,
         size_bytes=int(size),
         schema_version=version,
-        tokenizer=meta.get("terms", ""),
+        tokenizer=meta.get("terms", "").removeprefix("fts5 "),
         embedder=model,
         vectors=vectors,
         pending_vectors=total - vectors if model else 0,
@@ -261,3 +262,84 @@ def _merge(conn: Any, seq: int, row: tuple[Any, ...]) -> None:
             "UPDATE memories SET lex = %s::tsvector, lex_len = %s WHERE seq = %s",
             (lex, length, seq),
         )
+
+
+def check(session: PostgresSession) -> dict[str, Any]:
+    """The lexical index and its statistics against a rebuild from the rows
+    (:func:`mnemex.engine.postgres.bm25.check`), as :meth:`mnemex.Store.check` reports."""
+    from mnemex.engine.postgres.bm25 import check as check_index
+
+    with session.connection() as conn:
+        problems = check_index(conn)
+        rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+    return {"ok": not problems, "memories": rows, "problems": problems}
+
+
+_ENTRY = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namespace"
+
+
+def timeline(
+    session: PostgresSession,
+    filters: Filters,
+    limit: int,
+    oldest_first: bool,
+    around: tuple[str, int, int] | None,
+) -> list[TimelineEntry]:
+    """:func:`mnemex.timeline.timeline` (arguments checked there): the ``limit`` newest
+    (or oldest) within the filters, or ``around`` = (id, before, after)."""
+    from mnemex.engine.postgres.search import conditions
+
+    parts, params = conditions(filters)
+    if filters.namespace is not None:
+        parts.append("m.namespace = %(f_ns)s")
+        params["f_ns"] = filters.namespace
+    where = "".join(f" AND {p}" for p in parts)
+    with session.read() as conn:
+        if around is None:
+            order = "ASC" if oldest_first else "DESC"
+            rows = conn.execute(
+                f"SELECT {_ENTRY} FROM memories AS m WHERE true{where} "
+                f"ORDER BY m.created_at {order}, m.seq {order} LIMIT %(limit)s".encode(),
+                {**params, "limit": limit},
+            ).fetchall()
+            return [_entry(r) for r in rows]
+        rows = _around(conn, filters.namespace, where, params, around)
+    return [_entry(r) for r in (rows if oldest_first else reversed(rows))]
+
+
+def _around(
+    conn: Any, ns: str | None, where: str, params: dict[str, Any], around: tuple[str, int, int]
+) -> list[Sequence[Any]]:
+    ident, before, after = around
+    in_ns = "" if ns is None else " AND m.namespace = %(ns)s"
+    anchor = conn.execute(
+        f"SELECT m.seq, {_ENTRY} FROM memories AS m WHERE m.id = %(id)s{in_ns}".encode(),
+        {"id": ident, "ns": ns},
+    ).fetchone()
+    if anchor is None:
+        raise UnknownMemory([ident], ns or "*")
+    at = {**params, "seq": anchor[0], "at": anchor[2]}
+    older = conn.execute(
+        f"""SELECT {_ENTRY} FROM memories AS m
+            WHERE (m.created_at, m.seq) < (%(at)s, %(seq)s){where}
+            ORDER BY m.created_at DESC, m.seq DESC LIMIT %(n)s""".encode(),
+        {**at, "n": before},
+    ).fetchall()
+    newer = conn.execute(
+        f"""SELECT {_ENTRY} FROM memories AS m
+            WHERE (m.created_at, m.seq) > (%(at)s, %(seq)s){where}
+            ORDER BY m.created_at ASC, m.seq ASC LIMIT %(n)s""".encode(),
+        {**at, "n": after},
+    ).fetchall()
+    return [*reversed(older), anchor[1:], *newer]
+
+
+def _entry(row: Sequence[Any]) -> TimelineEntry:
+    return TimelineEntry(
+        id=row[0],
+        created_at=row[1].astimezone(UTC),
+        kind=row[2],
+        tags=tuple(row[3]),
+        summary=summarize(row[4]),
+        namespace=row[5],
+    )

@@ -67,6 +67,15 @@ class Found:
 def filter_sql(filters: Filters, alias: str) -> tuple[str, dict[str, Any]]:
     """``JOIN memories ... WHERE ...`` restricting rows of ``alias`` (a table with a
     ``seq``) by the filters beyond the namespace, and its parameters ('' when none)."""
+    parts, params = conditions(filters)
+    if not parts:
+        return "", {}
+    return f"JOIN memories AS m ON m.seq = {alias}.seq WHERE " + " AND ".join(parts), params
+
+
+def conditions(filters: Filters) -> tuple[list[str], dict[str, Any]]:
+    """Conditions on ``memories AS m`` for the filters beyond the namespace, and their
+    named parameters."""
     parts: list[str] = []
     params: dict[str, Any] = {}
     if filters.kinds:
@@ -81,9 +90,7 @@ def filter_sql(filters: Filters, alias: str) -> tuple[str, dict[str, Any]]:
     if filters.until is not None:
         parts.append("m.created_at < %(f_until)s")
         params["f_until"] = filters.until
-    if not parts:
-        return "", {}
-    return f"JOIN memories AS m ON m.seq = {alias}.seq WHERE " + " AND ".join(parts), params
+    return parts, params
 
 
 @dataclass
