@@ -13,22 +13,19 @@ the same one back, so nested calls use one connection and one transaction.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine import ALL, NamespaceArg
-from mnemex.engine.postgres.connect import pool, redact
+from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.write import Row, Written, insert_rows
 from mnemex.errors import DuplicateId, InvalidInput, StoreError, StoreLocked
 from mnemex.text import clean_namespace, parse_stored_time
 
 if TYPE_CHECKING:
-    import psycopg
-
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.postgres.embedding import PgEmbedding
@@ -53,13 +50,9 @@ class PostgresSession:
         self.path = redact(self.url)
         self.lock = threading.RLock()
         self._local = threading.local()
+        with connect(self.url) as conn:  # an unreachable server fails here, at once
+            migrate(conn)
         self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
-        try:
-            with self.connection() as conn:
-                migrate(conn)
-        except BaseException:
-            self._pool.close()
-            raise
         self._generation = 0
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
@@ -95,7 +88,7 @@ class PostgresSession:
             raise StoreLocked(f"the PostgreSQL store {self.path} is locked; retry") from None
         except pg_errors.OperationalError as exc:
             raise StoreError(
-                f"the PostgreSQL server at {self.path} failed: {str(exc).strip()}; "
+                f"the PostgreSQL server at {self.path} failed: {' '.join(str(exc).split())}; "
                 "check that it runs, and retry"
             ) from None
 
@@ -170,7 +163,7 @@ class PostgresSession:
         seqs: list[int] = []
         seen: set[str] = set()
         with self.transaction() as conn:
-            for rows in itertools.chain(chunks):
+            for rows in chunks:
                 if not rows:
                     continue
                 if on_conflict == "error":
@@ -228,9 +221,3 @@ def pg_row(row: Sequence[Any]) -> Row:
         content_hash=row[10],
         metadata=row[11],
     )
-
-
-def connection_type() -> type[psycopg.Connection[Any]]:
-    import psycopg
-
-    return psycopg.Connection
