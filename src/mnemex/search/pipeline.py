@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
 from mnemex.embed import Embedder, embed_checked
+from mnemex.engine import engine_of
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index import fts
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
@@ -283,6 +284,16 @@ class Engine:
             end=s.highlight_end,
             tokens=s.snippet_tokens,
         )
+
+
+def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
+    """What a search on ``conn``, a connection of ``session``, reads: :class:`Engine` for
+    SQLite, ``mnemex.engine.postgres.search.PostgresEngine`` for PostgreSQL."""
+    if engine_of(session) != "SQLite":
+        from mnemex.engine.postgres.search import PostgresEngine
+
+        return PostgresEngine(conn, session.settings, embedder)
+    return Engine(conn, session.lexicon, session.settings, embedder, session.vectors)
 
 
 class Plan(NamedTuple):
