@@ -96,6 +96,8 @@ def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -
         assert store.search("sign in OIDC", mode="hybrid", mmr=True).hits[0].id == b
         store.update(b, content="users sign in with passkeys now")
         assert store.stats().vectors == 2  # the new text was embedded again
+        report = store.embed(force=True)
+        assert (report.embedded, report.pending) == (2, 0) and store.stats().vectors == 2
 
 
 @postgres
