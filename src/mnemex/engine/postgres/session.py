@@ -51,7 +51,7 @@ class PostgresSession:
         self.lock = threading.RLock()
         self._local = threading.local()
         with connect(self.url) as conn:  # an unreachable server fails here, at once
-            migrate(conn)
+            _prepare(conn, self.path)
         self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
         self._generation = 0
         self.embedding: PgEmbedding = PgEmbedding(
@@ -181,6 +181,20 @@ class PostgresSession:
         """Insert one prepared row in the caller's transaction (its text already stored in
         the namespace: the stored memory, not inserted)."""
         return insert_rows(conn, [pg_row(row)])[0]
+
+
+def _prepare(conn: Conn, where: str) -> None:
+    """The schema brought up to date, or one error that says what the database lacks."""
+    import psycopg
+
+    try:
+        migrate(conn)
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot prepare the PostgreSQL database at {where}: {' '.join(str(exc).split())}; "
+            "mnemex needs the pgvector extension (CREATE EXTENSION vector) and a user "
+            "allowed to create tables in the database"
+        ) from None
 
 
 def _duplicate(ident: str) -> DuplicateId:
