@@ -61,7 +61,6 @@ def pg_url(pg_server: Any) -> Iterator[str]:
 
 # -- the backend-independent tests, on both engines ------------------------------------
 
-ENGINES = ("sqlite", "postgres")
 both_engines = pytest.mark.both_engines
 """A test that must hold on every engine: it runs once per engine (``[sqlite]``,
 ``[postgres]``), its ``store`` / ``make_store`` being a SQLite file or a PostgreSQL
@@ -76,7 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_engines"):
-        metafunc.parametrize("engine", ENGINES, indirect=True)
+        metafunc.parametrize(
+            "engine",
+            [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)],
+            indirect=True,
+        )
 
 
 @pytest.fixture
@@ -135,7 +138,6 @@ def store_place(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     if engine == "sqlite":
         yield lambda name: tmp_path / name
         return
-    request.applymarker(pytest.mark.postgres)
     databases: PgDatabases = request.getfixturevalue("pg_databases")
     urls: dict[str, str] = {}
 
