@@ -193,7 +193,7 @@ class Retriever(Protocol):
     """The seam between the pipeline and a storage engine: what a search reads.
 
     :class:`Engine` is SQLite's (FTS5 and the in-process vector index);
-    ``mnemex.engine.postgres.search.PostgresEngine`` is PostgreSQL's. Planning,
+    ``mnemex.engine.postgres.retrieval.PostgresEngine`` is PostgreSQL's. Planning,
     fusion, ranking and building hits are the pipeline's, shared by both.
     """
 
@@ -288,9 +288,9 @@ class Engine:
 
 def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
     """What a search on ``conn``, a connection of ``session``, reads: :class:`Engine` for
-    SQLite, ``mnemex.engine.postgres.search.PostgresEngine`` for PostgreSQL."""
+    SQLite, ``mnemex.engine.postgres.retrieval.PostgresEngine`` for PostgreSQL."""
     if engine_of(session) != "SQLite":
-        from mnemex.engine.postgres.search import PostgresEngine
+        from mnemex.engine.postgres.retrieval import PostgresEngine
 
         return PostgresEngine(conn, session.settings, embedder)
     return Engine(conn, session.lexicon, session.settings, embedder, session.vectors)

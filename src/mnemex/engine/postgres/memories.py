@@ -287,7 +287,7 @@ def timeline(
 ) -> list[TimelineEntry]:
     """:func:`mnemex.timeline.timeline` (arguments checked there): the ``limit`` newest
     (or oldest) within the filters, or ``around`` = (id, before, after)."""
-    from mnemex.engine.postgres.search import conditions
+    from mnemex.engine.postgres.retrieval import conditions
 
     parts, params = conditions(filters)
     if filters.namespace is not None:
