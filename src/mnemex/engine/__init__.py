@@ -26,6 +26,21 @@ ALL: Final = _AllNamespaces()
 NamespaceArg = str | _AllNamespaces | None
 
 
+def resolve_namespace(own: str, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
+    """The namespace a call names (``None``: the session's ``own``; ``ALL``: ``None``, if
+    allowed), cleaned."""
+    from mnemex.errors import InvalidInput
+    from mnemex.text import clean_namespace
+
+    if namespace is None:
+        return own
+    if namespace is ALL:
+        if not allow_all:
+            raise InvalidInput("this operation works on one namespace; name it")
+        return None
+    return clean_namespace(namespace)
+
+
 def logger() -> logging.Logger:
     """The ``mnemex`` logger (logging is imported when something is logged)."""
     import logging

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mnemex.engine import ALL, NamespaceArg
+from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.write import Row, Written, insert_rows
@@ -67,13 +67,7 @@ class PostgresSession:
 
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
-        if namespace is None:
-            return self.namespace
-        if namespace is ALL:
-            if not allow_all:
-                raise InvalidInput("this operation works on one namespace; name it")
-            return None
-        return clean_namespace(namespace)
+        return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
 
     # -- connections, errors, transactions ---------------------------------------------
 
