@@ -11,7 +11,7 @@ batches of ``BATCH``; then ``SINGLES`` further memories one call each. The
 test queries are searched in both lexical arms, 100 deep:
 - SQLite: ``mnemex.index.fts`` plan + retrieve, as the search pipeline runs it
   (query shaping at the default ``lexical_budget``), and exact (budget 0);
-- PostgreSQL: ``mnemex.engine.postgres.search`` (always exact), and the design
+- PostgreSQL: ``mnemex.engine.postgres.retrieval`` (always exact), and the design
   it was chosen over: a GIN index on the tsvector finding the rows, each
   scored from its tsvector;
 nDCG@10 and R@100 from ``mnemex.eval.metrics`` (ir-measures, as ``mnemex eval``),

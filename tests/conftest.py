@@ -13,7 +13,15 @@ import pytest
 
 import mnemex
 from mnemex.store import Store
-from tests.pg_fixtures import pg_server, pg_url  # noqa: F401  (fixtures of the postgres tests)
+from tests.pg_fixtures import (  # noqa: F401  (fixtures and hooks of the postgres tests)
+    engine,
+    pg_databases,
+    pg_server,
+    pg_url,
+    pytest_configure,
+    pytest_generate_tests,
+    store_place,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -75,11 +83,13 @@ def fake_embedder() -> FakeEmbedder:
 
 
 @pytest.fixture
-def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
+def make_store(store_place: Callable[[str], Any]) -> Iterator[Callable[..., Store]]:  # noqa: F811
+    """Open stores named ``name``: files in tmp_path, or, in a test marked ``both_engines``
+    run on PostgreSQL, a database each (see tests/pg_fixtures.py)."""
     opened: list[Store] = []
 
     def make(name: str = "memories.db", **settings: Any) -> Store:
-        store = mnemex.open(tmp_path / name, **settings)
+        store = mnemex.open(store_place(name), **settings)
         opened.append(store)
         return store
 

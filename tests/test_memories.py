@@ -10,6 +10,7 @@ from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.storage import IN_CHUNK
 from mnemex.storage.sql import delete_ids
 from mnemex.store import Store
+from tests.pg_fixtures import both_engines
 
 from .conftest import FakeEmbedder
 
@@ -21,17 +22,17 @@ def test_id_list_cleans_and_keeps_the_first_of_each() -> None:
         memories.id_list([])
 
 
+@both_engines
 def test_get_and_forget_past_one_in_list(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(IN_CHUNK + 20)])
     asked = [*reversed(ids), "nope"]
-    found = memories.get(store.session.connection, "default", asked)
+    found = memories.get(store.session, "default", asked)
     assert [m.id for m in found.memories] == asked[:-1] and found.missing == ("nope",)
-    assert memories.get(store.session.connection, "other", ids[:2]).missing == tuple(ids[:2])
-    gone = memories.forget(store.session.transaction, "default", [*ids[: IN_CHUNK + 1], "nope"])
+    assert memories.get(store.session, "other", ids[:2]).missing == tuple(ids[:2])
+    gone = memories.forget(store.session, "default", [*ids[: IN_CHUNK + 1], "nope"])
     assert gone.forgotten == tuple(ids[: IN_CHUNK + 1]) and gone.missing == ("nope",)
-    with store.session.connection() as conn:
-        assert memories.count(conn, "default") == 19
-        assert memories.count(conn, None) == 19
+    assert memories.count(store.session, "default") == 19
+    assert memories.count(store.session, None) == 19
 
 
 def test_delete_ids_deletes_in_the_namespace_only(store: Store) -> None:
@@ -43,16 +44,17 @@ def test_delete_ids_deletes_in_the_namespace_only(store: Store) -> None:
     assert store.count(namespace="other") == 1 and store.count() == 0
 
 
+@both_engines
 def test_update_sets_only_what_is_given(store: Store) -> None:
     ident = store.add("the cache holds an hour", tags=["cache"], source="chat")
     given = dict.fromkeys(("content", "kind", "tags", "source"), memories.UNSET)
     memory, seq = memories.update(
-        store.session.transaction, "default", ident, {**given, "kind": "decision"}, 1000
+        store.session, "default", ident, {**given, "kind": "decision"}, 1000
     )
     assert seq is None  # the content did not change: nothing to embed again
     assert (memory.kind, memory.tags, memory.source) == ("decision", ("cache",), "chat")
     memory, seq = memories.update(
-        store.session.transaction,
+        store.session,
         "default",
         ident,
         {"content": "the cache holds a day", "source": None, "tags": ["ttl"]},
@@ -62,17 +64,18 @@ def test_update_sets_only_what_is_given(store: Store) -> None:
     assert (memory.source, memory.tags) == (None, ("ttl",))
     assert [h.id for h in store.search("day").hits] == [ident]
     with pytest.raises(UnknownMemory):
-        memories.update(store.session.transaction, "other", ident, {"kind": "note"}, 1000)
+        memories.update(store.session, "other", ident, {"kind": "note"}, 1000)
     with pytest.raises(InvalidInput, match="confidence"):
-        memories.update(store.session.transaction, "default", ident, {"confidence": 7}, 1000)
+        memories.update(store.session, "default", ident, {"confidence": 7}, 1000)
 
 
+@both_engines
 def test_iterate_checks_batch_when_read(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(7)])
     store.add("elsewhere", namespace="other")
-    assert [m.id for m in memories.iterate(store.session.connection, "default", 3)] == ids
-    assert len(list(memories.iterate(store.session.connection, None, 100))) == 8
-    lazy = memories.iterate(store.session.connection, "default", 0)
+    assert [m.id for m in memories.iterate(store.session, "default", 3)] == ids
+    assert len(list(memories.iterate(store.session, None, 100))) == 8
+    lazy = memories.iterate(store.session, "default", 0)
     with pytest.raises(InvalidInput, match="batch must be an integer between 1 and 100000"):
         next(lazy)
 
@@ -81,9 +84,8 @@ def test_stats_of_a_namespace_and_of_all(vector_store: Store, fake_embedder: Fak
     vector_store.add_many(["alpha one", "beta two"])
     vector_store.add("gamma three", namespace="other", kind="decision")
     vector_store.relate("alpha", "knows", "beta")
-    with vector_store.session.connection() as conn:
-        mine = memories.stats(conn, "default", fake_embedder, vector_store.path)
-        every = memories.stats(conn, None, None, vector_store.path)
+    mine = memories.stats(vector_store.session, "default", fake_embedder)
+    every = memories.stats(vector_store.session, None, None)
     assert (mine.memories, mine.total_memories, mine.vectors, mine.pending_vectors) == (2, 3, 2, 0)
     assert mine.namespaces == {"default": 2, "other": 1} and mine.relations == 1
     assert (every.namespace, every.memories, every.embedder, every.vectors) == ("*", 3, None, 0)

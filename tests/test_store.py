@@ -10,8 +10,10 @@ import pytest
 import mnemex
 from mnemex import ALL, DuplicateId, InvalidInput, UnknownMemory
 from mnemex.store import Store
+from tests.pg_fixtures import both_engines
 
 
+@both_engines
 def test_add_get_roundtrip(store: Store) -> None:
     created = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
     ident = store.add(
@@ -40,6 +42,7 @@ def test_add_get_roundtrip(store: Store) -> None:
     assert len(memory.content_hash) == 64
 
 
+@both_engines
 def test_defaults(store: Store) -> None:
     ident = store.add("plain observation")
     (memory,) = store.get(ident).memories
@@ -50,6 +53,7 @@ def test_defaults(store: Store) -> None:
     assert memory.metadata == {}
 
 
+@both_engines
 def test_ids_are_unique_and_time_ordered(store: Store) -> None:
     ids = store.add_many([f"memory {i}" for i in range(500)])
     assert len(set(ids)) == 500
@@ -57,6 +61,7 @@ def test_ids_are_unique_and_time_ordered(store: Store) -> None:
     assert all(len(i) == 16 for i in ids)
 
 
+@both_engines
 def test_get_keeps_input_order_and_reports_unknown(store: Store) -> None:
     a = store.add("alpha")
     b = store.add("beta")
@@ -66,12 +71,14 @@ def test_get_keeps_input_order_and_reports_unknown(store: Store) -> None:
     assert result.missing == ("nope",)
 
 
+@both_engines
 def test_get_many_ids_uses_chunked_in_queries(store: Store) -> None:
     ids = store.add_many([f"item number {i}" for i in range(1200)])
     result = store.get(list(reversed(ids)))
     assert [m.id for m in result.memories] == list(reversed(ids))
 
 
+@both_engines
 def test_update_changes_fields_and_index(store: Store) -> None:
     ident = store.add("the cache uses redis", tags=["cache"])
     before = store.get(ident).memories[0]
@@ -87,11 +94,13 @@ def test_update_changes_fields_and_index(store: Store) -> None:
     assert store.check()["ok"]
 
 
+@both_engines
 def test_update_unknown_id_raises(store: Store) -> None:
     with pytest.raises(UnknownMemory, match="no memory with id 'missing'"):
         store.update("missing", content="x")
 
 
+@both_engines
 def test_update_other_namespace_is_unknown(store: Store) -> None:
     ident = store.add("secret plan", namespace="a")
     with pytest.raises(UnknownMemory):
@@ -99,6 +108,7 @@ def test_update_other_namespace_is_unknown(store: Store) -> None:
     assert store.get(ident, namespace="a").memories[0].content == "secret plan"
 
 
+@both_engines
 def test_forget(store: Store) -> None:
     a = store.add("forget me")
     b = store.add("keep me")
@@ -110,6 +120,7 @@ def test_forget(store: Store) -> None:
     assert store.check()["ok"]
 
 
+@both_engines
 def test_namespaces_are_isolated(store: Store) -> None:
     a = store.add("the deploy key rotates monthly", namespace="team-a")
     b = store.add("the deploy key rotates weekly", namespace="team-b")
@@ -125,6 +136,7 @@ def test_namespaces_are_isolated(store: Store) -> None:
     assert stats.namespaces == {"team-a": 1, "team-b": 1}
 
 
+@both_engines
 def test_store_level_namespace(make_store) -> None:  # type: ignore[no-untyped-def]
     s = make_store(namespace="agent-7")
     ident = s.add("scoped by default")
@@ -132,11 +144,13 @@ def test_store_level_namespace(make_store) -> None:  # type: ignore[no-untyped-d
     assert s.get(ident, namespace="default").missing == (ident,)
 
 
+@both_engines
 def test_all_namespaces_is_refused_for_writes(store: Store) -> None:
     with pytest.raises(InvalidInput, match="one namespace"):
         store.add("x", namespace=ALL)  # type: ignore[arg-type]
 
 
+@both_engines
 def test_timeline_filters_and_order(store: Store) -> None:
     base = datetime(2025, 1, 1, tzinfo=UTC)
     ids = store.add_many(
@@ -163,6 +177,7 @@ def test_timeline_filters_and_order(store: Store) -> None:
     assert store.timeline("2025-01-09") == store.timeline(start=base + timedelta(days=8))
 
 
+@both_engines
 def test_timeline_around_a_memory(store: Store) -> None:
     base = datetime(2025, 1, 1, tzinfo=UTC)
     ids = store.add_many(
@@ -199,6 +214,7 @@ def test_timeline_around_a_memory(store: Store) -> None:
         store.timeline(around=ids[0], after=True)
 
 
+@both_engines
 def test_search_result_shape(store: Store) -> None:
     ident = store.add(
         "The nightly reconciliation job compares Stripe payouts with invoices",
@@ -216,6 +232,7 @@ def test_search_result_shape(store: Store) -> None:
     assert len(hit.snippet) <= 700
 
 
+@both_engines
 def test_scores_are_ordered_and_distinct(store: Store) -> None:
     store.add_many(
         [
@@ -232,6 +249,7 @@ def test_scores_are_ordered_and_distinct(store: Store) -> None:
     assert all(0.0 < s < 1.0 for s in scores)
 
 
+@both_engines
 def test_search_filters(store: Store) -> None:
     base = datetime(2025, 6, 1, tzinfo=UTC)
     a = store.add(
@@ -253,6 +271,7 @@ def test_search_filters(store: Store) -> None:
     assert [h.id for h in store.search("redis", until=base + timedelta(days=5)).hits] == [a]
 
 
+@both_engines
 def test_filtered_search_finds_best_within_filter(store: Store) -> None:
     # Many strong matches outside the filter must not crowd out the one inside.
     store.add_many([f"deploy pipeline deploy step {i}" for i in range(300)])
@@ -260,6 +279,7 @@ def test_filtered_search_finds_best_within_filter(store: Store) -> None:
     assert [h.id for h in store.search("deploy", kinds=["gotcha"], limit=6).hits] == [inside]
 
 
+@both_engines
 def test_search_limit(store: Store) -> None:
     store.add_many([f"shared word number {i}" for i in range(30)])
     assert len(store.search("shared").hits) == 6  # default K
@@ -268,6 +288,7 @@ def test_search_limit(store: Store) -> None:
         store.search("shared", limit=0)
 
 
+@both_engines
 def test_search_tags_are_searchable(store: Store) -> None:
     ident = store.add("rotate the signing secret every quarter", tags=["security"])
     assert [h.id for h in store.search("security").hits] == [ident]
@@ -282,6 +303,7 @@ def test_raw_fts5_syntax(store: Store) -> None:
         store.search('unbalanced "quote AND (', raw=True)
 
 
+@both_engines
 def test_stop_words_only_match_when_needed(store: Store) -> None:
     ident = store.add("The Who played here")
     assert [h.id for h in store.search("the who").hits] == [ident]
@@ -289,6 +311,7 @@ def test_stop_words_only_match_when_needed(store: Store) -> None:
     assert [h.id for h in store.search("who is zzyzx").hits] == [ident]
 
 
+@both_engines
 def test_duplicate_ids(store: Store) -> None:
     store.add("one", id="fixed")
     with pytest.raises(DuplicateId, match="already exists"):
@@ -304,6 +327,7 @@ def test_duplicate_ids(store: Store) -> None:
     assert store.get("fixed").memories[0].content == "one"
 
 
+@both_engines
 def test_stats(store: Store) -> None:
     store.add("a", kind="fact")
     store.add("b", kind="fact")

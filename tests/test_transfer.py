@@ -12,8 +12,10 @@ import mnemex
 from mnemex import InvalidInput
 from mnemex.store import Store
 from mnemex.transfer import export_jsonl, export_lines, import_jsonl
+from tests.pg_fixtures import both_engines
 
 
+@both_engines
 def test_roundtrip_keeps_every_field(make_store) -> None:  # type: ignore[no-untyped-def]
     source: Store = make_store("a.db")
     source.add(
@@ -40,6 +42,7 @@ def test_roundtrip_keeps_every_field(make_store) -> None:  # type: ignore[no-unt
     assert target.check()["ok"]
 
 
+@both_engines
 def test_import_goes_to_the_current_namespace_by_default(make_store) -> None:  # type: ignore[no-untyped-def]
     store: Store = make_store()
     lines = [json.dumps({"content": "from elsewhere", "namespace": "theirs"})]
@@ -48,6 +51,7 @@ def test_import_goes_to_the_current_namespace_by_default(make_store) -> None:  #
     assert store.count(namespace="theirs") == 0
 
 
+@both_engines
 def test_bad_lines_are_reported_and_good_ones_kept(store: Store) -> None:
     lines: list[bytes] = [
         b'{"content": "good one"}',
@@ -68,6 +72,7 @@ def test_bad_lines_are_reported_and_good_ones_kept(store: Store) -> None:
     assert store.get(report.ids[1]).memories[0].tags == ("a", "b")
 
 
+@both_engines
 def test_strict_imports_nothing_on_a_bad_line(store: Store) -> None:
     lines = [json.dumps({"content": f"line {i}"}) for i in range(5000)] + ["oops"]
     with pytest.raises(InvalidInput, match="line 5001"):
@@ -77,6 +82,7 @@ def test_strict_imports_nothing_on_a_bad_line(store: Store) -> None:
     assert report.imported == 5000
 
 
+@both_engines
 def test_non_strict_imports_in_batches(store: Store) -> None:
     seen: list[int] = []
     lines = [json.dumps({"content": f"memory {i}"}) for i in range(4500)]
@@ -85,6 +91,7 @@ def test_non_strict_imports_in_batches(store: Store) -> None:
     assert seen == [2000, 2000, 500]
 
 
+@both_engines
 def test_existing_ids(store: Store) -> None:
     store.add("original", id="same")
     lines = [json.dumps({"id": "same", "content": "replacement"}), json.dumps({"content": "new"})]

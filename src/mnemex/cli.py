@@ -49,7 +49,7 @@ class Context:
 
             settings = self.settings()
             path = Path(settings.db_path)
-            if str(path) != ":memory:" and not path.exists():
+            if settings.db_url is None and str(path) != ":memory:" and not path.exists():
                 if not create:
                     _no_store(path, given=self.db is not None)
                 missing = [p for p in path.absolute().parents if not p.exists()]
@@ -207,10 +207,11 @@ def _read_text(value: str) -> str:
 def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False) -> None:
     """After a read found nothing: a note naming the namespaces, or the kinds, that exist
     when the namespace or a kind asked for has no memories (a typo, most often)."""
-    conn = store.session.conn
-    per_ns = dict(conn.execute("SELECT namespace, count(*) FROM memories GROUP BY namespace"))
-    related = conn.execute("SELECT 1 FROM relations WHERE namespace = ?", [store.namespace])
-    if not all_namespaces and store.namespace not in per_ns and related.fetchone() is None:
+    from mnemex.engine import ALL
+
+    everything, own = store.stats(namespace=ALL), store.stats()
+    per_ns = everything.namespaces
+    if not all_namespaces and store.namespace not in per_ns and not own.relations:
         where = f"the store has {_counts(per_ns)}" if per_ns else "the store has none yet"
         click.echo(
             f"note: no memories in the namespace {store.namespace!r}; {where} "
@@ -220,8 +221,7 @@ def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool =
         return
     if not kinds:
         return
-    scope, params = ("", []) if all_namespaces else (" WHERE namespace = ?", [store.namespace])
-    known = dict(conn.execute(f"SELECT kind, count(*) FROM memories{scope} GROUP BY kind", params))
+    known = (everything if all_namespaces else own).kinds
     unknown = [k for k in kinds if " ".join(k.split()).lower() not in known]
     if unknown:
         place = "the store" if all_namespaces else f"the namespace {store.namespace!r}"

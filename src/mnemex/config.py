@@ -89,8 +89,10 @@ class Settings:
 
     home: Path
     db_path: Path
+    db_url: str | None = None  # a PostgreSQL server (postgresql://...) in place of db_path
     namespace: str = DEFAULT_NAMESPACE
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    pool_size: int = 4  # PostgreSQL: connections each open store may hold (psycopg_pool)
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     search_limit: int = DEFAULT_SEARCH_LIMIT
     lexical_budget: int = DEFAULT_LEXICAL_BUDGET
@@ -150,7 +152,23 @@ class Settings:
 _ENV_PREFIX = "MNEMEX_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-_TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path")}
+_TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path", "db_url")}
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_url(db: object) -> bool:
+    """Whether a ``--db`` value names a PostgreSQL server rather than a file."""
+    return isinstance(db, str) and db.startswith(URL_SCHEMES)
+
+
+def _store_at(values: dict[str, Any], db: str | os.PathLike[str]) -> None:
+    """Record where the store is: a PostgreSQL URL, or a file path (the later one wins)."""
+    if is_url(db):
+        values["db_url"] = db
+        values.pop("db_path", None)
+    else:
+        values["db_path"] = Path(db).expanduser()
+        values.pop("db_url", None)
 
 
 def default_home() -> Path:
@@ -242,7 +260,7 @@ def load_settings(
             raise InvalidInput(f"cannot read config file {cfg_path}: {exc}") from None
         for key, value in data.items():
             if key == "db_path":
-                values["db_path"] = Path(str(value)).expanduser()
+                _store_at(values, str(value))
             elif key in _TUNABLES:
                 values[key] = _coerce(key, value, str(cfg_path))
             else:
@@ -255,7 +273,7 @@ def load_settings(
         if raw is not None and raw != "":
             values[key] = _coerce(key, raw, _ENV_PREFIX + key.upper())
     if env.get("MNEMEX_DB"):
-        values["db_path"] = Path(env["MNEMEX_DB"]).expanduser()
+        _store_at(values, env["MNEMEX_DB"])
 
     for key, value in overrides.items():
         if value is None:
@@ -265,7 +283,7 @@ def load_settings(
         values[key] = _coerce(key, value, "argument")
 
     if db is not None:
-        values["db_path"] = Path(db).expanduser()
+        _store_at(values, db)
     values.setdefault("db_path", home_path / DB_FILENAME)
     settings = Settings(home=home_path, **values)
     _validate(settings)
@@ -282,6 +300,7 @@ def _validate(s: Settings) -> None:
 def _check_storage_and_search(s: Settings) -> None:
     if s.busy_timeout < 0:
         raise InvalidInput("busy_timeout must be >= 0 seconds")
+    check_count("pool_size", s.pool_size, 1, 100)
     if s.max_content_bytes < 1:
         raise InvalidInput("max_content_bytes must be at least 1")
     check_count("search_limit", s.search_limit, 1, MAX_SEARCH_LIMIT)

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex import relations
+from mnemex.config import MAX_SEARCH_LIMIT, check_count
+from mnemex.engine import engine_of
 from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import ForgetResult, GetResult, Memory, Stats
+from mnemex.models import Added, ForgetResult, GetResult, Memory, Stats, TimelineEntry
 from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
 from mnemex.search.pipeline import locations
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
-from mnemex.storage.connect import Connect
 from mnemex.storage.sql import delete_ids
 from mnemex.text import (
     batched,
@@ -49,11 +50,35 @@ def id_list(ids: Iterable[str] | str) -> list[str]:
     return list(dict.fromkeys(cleaned))
 
 
-def get(connection: Connect, ns: str | None, ids: Iterable[str] | str) -> GetResult:
+def postgres(session: SqliteSession) -> Any:
+    """The PostgreSQL engine's operations (:mod:`mnemex.engine.postgres.memories`) when
+    the session is PostgreSQL's, else ``None``: the SQLite code below runs."""
+    if engine_of(session) == "SQLite":
+        return None
+    from mnemex.engine.postgres import memories as pg_memories
+
+    return pg_memories
+
+
+def get(session: SqliteSession, ns: str | None, ids: Iterable[str] | str) -> GetResult:
     """Full memories for ``ids`` (one ``IN`` query per ``IN_CHUNK`` ids), in the order asked."""
     wanted = id_list(ids)
     found: dict[str, Memory] = {}
-    with connection() as conn, read_transaction(conn):
+    pg = postgres(session)
+    if pg is not None:
+        found = pg.get(session, ns, wanted)
+    else:
+        _get(session, ns, wanted, found)
+    return GetResult(
+        memories=tuple(found[i] for i in wanted if i in found),
+        missing=tuple(i for i in wanted if i not in found),
+    )
+
+
+def _get(
+    session: SqliteSession, ns: str | None, wanted: list[str], found: dict[str, Memory]
+) -> None:
+    with session.connection() as conn, read_transaction(conn):
         for chunk in batched(wanted, IN_CHUNK):
             rows = conn.execute(
                 f"SELECT {FIELDS}, seq FROM memories WHERE namespace = ? AND id IN "
@@ -63,17 +88,18 @@ def get(connection: Connect, ns: str | None, ids: Iterable[str] | str) -> GetRes
             places = locations(conn, [row[-1] for row in rows])
             for row in rows:
                 found[row[0]] = dataclasses.replace(memory(row), location=places.get(row[-1]))
-    return GetResult(
-        memories=tuple(found[i] for i in wanted if i in found),
-        missing=tuple(i for i in wanted if i not in found),
-    )
 
 
-def forget(transaction: Connect, ns: str, ids: Iterable[str] | str) -> ForgetResult:
+def forget(session: SqliteSession, ns: str, ids: Iterable[str] | str) -> ForgetResult:
     """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
     wanted = id_list(ids)
-    with transaction() as conn:
-        gone = delete_ids(conn, "memories", ns, wanted)
+    pg = postgres(session)
+    if pg is not None:
+        gone = pg.forget(session, ns, wanted)
+    else:
+        with session.transaction() as conn:
+            gone = delete_ids(conn, "memories", ns, wanted)
+    session.after_write()
     return ForgetResult(
         forgotten=tuple(i for i in wanted if i in gone),
         missing=tuple(i for i in wanted if i not in gone),
@@ -103,14 +129,18 @@ def add_many(
 
 
 def update(
-    transaction: Connect, ns: str, id: str, given: Mapping[str, Any], max_bytes: int
+    session: SqliteSession, ns: str, id: str, given: Mapping[str, Any], max_bytes: int
 ) -> tuple[Memory, int | None]:
     """Change the fields ``given`` does not leave :data:`UNSET`: the memory as stored, and
     its seq when its content changed (to embed it again); see :meth:`mnemex.Store.update`."""
     ident = clean_id(id)
     sets = _changes(given, max_bytes)
+    pg = postgres(session)
+    if pg is not None:
+        stored, seq = pg.update(session, ns, ident, sets)
+        return stored, seq if "content" in sets else None
     assignments = ", ".join(f"{k} = ?" for k in sets)
-    with transaction() as conn:
+    with session.transaction() as conn:
         if "content" in sets:
             place = conn.execute(
                 "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
@@ -157,22 +187,29 @@ def _changes(given: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     return sets
 
 
-def count(conn: sqlite3.Connection, ns: str | None) -> int:
+def count(session: SqliteSession, ns: str | None) -> int:
     """Memories in the namespace (``None``: in every namespace)."""
+    pg = postgres(session)
+    if pg is not None:
+        return int(pg.count(session, ns))
     where, params = Filters(ns).sql()
-    return int(
-        conn.execute(f"SELECT count(*) FROM memories AS m WHERE 1{where}", params).fetchone()[0]
-    )
+    with session.connection() as conn:
+        sql = f"SELECT count(*) FROM memories AS m WHERE 1{where}"
+        return int(conn.execute(sql, params).fetchone()[0])
 
 
-def iterate(connection: Connect, ns: str | None, batch: int) -> Iterator[Memory]:
+def iterate(session: SqliteSession, ns: str | None, batch: int) -> Iterator[Memory]:
     """Every memory of the namespace (or all), oldest first, read ``batch`` at a time."""
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
         raise InvalidInput(f"batch must be an integer between 1 and 100000, got {batch!r}")
+    pg = postgres(session)
+    if pg is not None:
+        yield from pg.iterate(session, ns, batch)
+        return
     where, params = Filters(ns).sql()
     last = 0
     while True:
-        with connection() as conn:
+        with session.connection() as conn:
             rows = conn.execute(
                 f"SELECT seq, {FIELDS} FROM memories AS m WHERE seq > ?{where} "
                 "ORDER BY seq LIMIT ?",
@@ -185,9 +222,19 @@ def iterate(connection: Connect, ns: str | None, batch: int) -> Iterator[Memory]
         last = rows[-1][0]
 
 
-def stats(conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path) -> Stats:
-    """What the namespace holds (``None``: the whole store), read in the caller's
-    read transaction; see :meth:`mnemex.Store.stats`."""
+def stats(session: SqliteSession, ns: str | None, embedder: Embedder | None) -> Stats:
+    """What the namespace holds (``None``: the whole store), read in one read
+    transaction; see :meth:`mnemex.Store.stats`."""
+    pg = postgres(session)
+    if pg is not None:
+        return pg.stats(session, ns, embedder)  # type: ignore[no-any-return]
+    with session.read() as conn:
+        return _stats(conn, ns, embedder, session.path)
+
+
+def _stats(
+    conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path
+) -> Stats:
     per_ns = dict(
         conn.execute(
             "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
@@ -236,3 +283,69 @@ def stats(conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, p
         other_models=models,
         relations=relations.count_relations(conn, ns),
     )
+
+
+def remember(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
+    """One prepared row stored unless it repeats a memory of its namespace; see
+    :meth:`mnemex.Store.remember` (PostgreSQL: exact repeats only, see
+    :func:`mnemex.engine.postgres.memories.remember`)."""
+    pg = postgres(session)
+    if pg is not None:
+        return pg.remember(session, row, embed)  # type: ignore[no-any-return]
+    from mnemex import dedup as dups
+
+    return dups.remember_row(session, row, embed)
+
+
+def bodies(session: SqliteSession, ids: list[str]) -> dict[str, tuple[str, float]]:
+    """The whole content and the confidence of each memory (what recall packs)."""
+    pg = postgres(session)
+    if pg is not None:
+        return pg.bodies(session, ids)  # type: ignore[no-any-return]
+    from mnemex.search import recall as packing
+
+    with session.connection() as conn:
+        return packing.read_bodies(conn, ids)
+
+
+def check(session: SqliteSession) -> dict[str, Any]:
+    """See :meth:`mnemex.Store.check`."""
+    pg = postgres(session)
+    if pg is not None:
+        return pg.check(session)  # type: ignore[no-any-return]
+    from mnemex.engine.check import check as check_sqlite
+
+    return check_sqlite(session)
+
+
+def timeline(
+    session: SqliteSession,
+    filters: Filters,
+    *,
+    limit: int,
+    oldest_first: bool = False,
+    around: str | None = None,
+    before: int = 5,
+    after: int = 5,
+) -> list[TimelineEntry]:
+    """See :meth:`mnemex.Store.timeline` and :func:`mnemex.timeline.timeline`."""
+    pg = postgres(session)
+    if pg is None:
+        from mnemex import timeline as timelines
+
+        return timelines.timeline(
+            session.connection,
+            filters,
+            limit=limit,
+            oldest_first=oldest_first,
+            around=around,
+            before=before,
+            after=after,
+        )
+    if around is None:
+        limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+        return pg.timeline(session, filters, limit, oldest_first, None)  # type: ignore[no-any-return]
+    for name, value in (("before", before), ("after", after)):
+        check_count(name, value, 0, MAX_SEARCH_LIMIT)
+    anchor = (clean_id(around), before, after)
+    return pg.timeline(session, filters, limit, oldest_first, anchor)  # type: ignore[no-any-return]

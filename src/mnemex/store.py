@@ -1,4 +1,5 @@
-"""The store: one SQLite file, scoped reads and writes, the public API of mnemex."""
+"""The store: one SQLite file or PostgreSQL database, scoped reads and writes, the public
+API of mnemex."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from mnemex.config import (
 )
 from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
-from mnemex.engine import NamespaceArg
+from mnemex.engine import NamespaceArg, engine_of, open_session, sqlite_only
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import Conflict, SqliteSession
+from mnemex.engine.sqlite import Conflict
 from mnemex.index.fts import Filters
 from mnemex.models import (
     Added,
@@ -56,9 +57,9 @@ def open_store(
 ) -> Store:
     """Open (creating if needed) a store. ``db`` defaults to the data folder's ``memories.db``.
 
-    Keyword arguments override :class:`~mnemex.config.Settings` fields;
-    ``embedder`` is the ``embedder`` setting's name (``local``, ``none``, ...)
-    or an instance (or ``None`` for lexical only).
+    Keyword arguments override :class:`~mnemex.config.Settings` fields; ``embedder`` is the
+    ``embedder`` setting's name (``local``, ``none``, ...) or an instance (or ``None`` for lexical
+    only).
     """
     if isinstance(embedder, str):
         settings["embedder"], embedder = embedder, FROM_SETTINGS
@@ -66,17 +67,18 @@ def open_store(
 
 
 class Store:
-    """A memory store in one SQLite file.
+    """A memory store in one SQLite file, or in a PostgreSQL database (``db`` a
+    ``postgresql://`` URL; features it lacks raise :class:`~mnemex.errors.Unsupported`).
 
     Every read and write is scoped to one namespace: the store's own
     (``settings.namespace``) unless a call names another. Safe to share
-    between threads; several processes may use the same file at once.
+    between threads; several processes may use the same store at once.
     """
 
     def __init__(
         self, settings: Settings, *, embedder: Embedder | object | None = FROM_SETTINGS
     ) -> None:
-        self.session = SqliteSession(settings, embedder=embedder)
+        self.session = open_session(settings, embedder)
         self.settings = settings
         self.namespace = self.session.namespace
         self.path = self.session.path
@@ -124,12 +126,11 @@ class Store:
     ) -> EmbedReport:
         """Give every memory (all namespaces) a vector for the configured model.
 
-        Only memories without one are embedded unless ``force``, which first
-        drops the model's vectors (after a model file changed under the same
-        id). Raises :class:`~mnemex.errors.EmbeddingError` when embedding
-        fails; what was stored before the failure stays. A configured embedder
-        other than the store's becomes the store's once all is embedded; a
-        provider skipped after a recent failure is tried again at once.
+        Only memories without one are embedded unless ``force``, which first drops the model's
+        vectors (after a model file changed under the same id). Raises
+        :class:`~mnemex.errors.EmbeddingError` when embedding fails; what was stored before the
+        failure stays. A configured embedder other than the store's becomes the store's once all is
+        embedded; a provider skipped after a recent failure is tried again at once.
         """
         return self.session.embedding.embed(progress=progress, force=force)
 
@@ -142,10 +143,10 @@ class Store:
     ) -> EmbedReport | None:
         """Rebuild the full-text index and embed what lacks a vector for the configured model.
 
-        ``force`` re-embeds everything; ``prune`` deletes vectors of other models. The
-        embedder configured becomes the store's once its vectors are stored (none
-        configured: the store's own). Returns the report (``None``: no embedder). The
-        index is rebuilt, under the write lock, only when it differs from a rebuild.
+        ``force`` re-embeds everything; ``prune`` deletes vectors of other models. The embedder
+        configured becomes the store's once its vectors are stored (none configured: the store's
+        own). Returns the report (``None``: no embedder). The index is rebuilt, under the write
+        lock, only when it differs from a rebuild.
         """
         return self.session.embedding.reindex(progress=progress, force=force, prune=prune)
 
@@ -201,13 +202,13 @@ class Store:
     ) -> Added:
         """Store one memory unless it repeats one already in the namespace.
 
-        With ``dedup`` (default: the ``dedup`` setting, on) a memory that
-        repeats an existing one (same text, normalized BM25 above
-        ``dedup_text``, or cosine above ``dedup_cosine`` with embeddings; see
-        :mod:`mnemex.dedup`) is merged into it instead of inserted: the result
-        has the existing id and ``deduplicated=True``. A memory given its own
-        ``id`` is always inserted. Bulk writes (:meth:`add_many`, imports)
-        never deduplicate; run :meth:`dedup` after them.
+        With ``dedup`` (default: the ``dedup`` setting, on) a memory that repeats an existing one
+        (same text, normalized BM25 above ``dedup_text``, or cosine above ``dedup_cosine`` with
+        embeddings; see :mod:`mnemex.dedup`) is merged into it instead of inserted: the result has
+        the existing id and ``deduplicated=True``. A memory given its own ``id`` is always inserted.
+        Bulk writes (:meth:`add_many`, imports) never deduplicate; run :meth:`dedup` after them. On
+        PostgreSQL only exact repeats (same text) are merged, and always: the schema keeps one
+        memory per text and namespace, which two writers racing cannot break.
         """
         item: dict[str, Any] = {
             "content": content,
@@ -224,9 +225,9 @@ class Store:
         if not check or id is not None:
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
         row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
-        from mnemex import dedup as dups
+        from mnemex import memories
 
-        return dups.remember_row(self.session, row, embed)
+        return memories.remember(self.session, row, embed)
 
     def add_many(
         self,
@@ -239,17 +240,16 @@ class Store:
     ) -> list[str]:
         """Store many memories in one transaction: all of them, or none on any error.
 
-        Each item is the text of a memory or a mapping with the keyword
-        arguments of :meth:`add`. Ids given by the caller must be new unless
-        ``on_conflict="skip"``, which leaves existing ids untouched and
-        returns them as they are. With ``keep_namespaces`` an item's own
-        ``namespace`` key is honoured.
+        Each item is the text of a memory or a mapping with the keyword arguments of :meth:`add`.
+        Ids given by the caller must be new unless ``on_conflict="skip"``, which leaves existing ids
+        untouched and returns them as they are. With ``keep_namespaces`` an item's own ``namespace``
+        key is honoured. On PostgreSQL a text already stored in its namespace is not stored again:
+        its item's id is the stored memory's.
 
-        Once stored, new memories are embedded (when an embedder is
-        configured and ``embed`` is true), outside the write transaction. If
-        embedding fails the memories stay stored without vectors, the error
-        is in :attr:`last_embedding_error`, and the next write or
-        :meth:`embed` catches up.
+        Once stored, new memories are embedded (when an embedder is configured and ``embed`` is
+        true), outside the write transaction. If embedding fails the memories stay stored without
+        vectors, the error is in :attr:`last_embedding_error`, and the next write or :meth:`embed`
+        catches up.
         """
         ns = self._own(namespace)
         from mnemex import memories
@@ -273,9 +273,9 @@ class Store:
     ) -> Memory:
         """Change fields of one memory; returns it as stored. Unknown ids raise.
 
-        New content drops the memory's vectors and embeds it again (when an
-        embedder is configured and ``embed`` is true). The content of a chunk
-        of a workspace file cannot be changed here: its file is the truth.
+        New content drops the memory's vectors and embeds it again (when an embedder is configured
+        and ``embed`` is true). The content of a chunk of a workspace file cannot be changed here:
+        its file is the truth.
         """
         given = {
             "content": content,
@@ -290,14 +290,13 @@ class Store:
         session, max_bytes = self.session, self.settings.max_content_bytes
         from mnemex import memories
 
-        memory, seq = memories.update(
-            session.transaction, self._own(namespace), id, given, max_bytes
-        )
+        memory, seq = memories.update(session, self._own(namespace), id, given, max_bytes)
         session.after_write()
         if seq is not None and embed:
             session.embedding.embed_new([seq])
         return memory
 
+    @sqlite_only("dedup of a namespace")
     def dedup(
         self,
         *,
@@ -307,12 +306,11 @@ class Store:
     ) -> DedupReport:
         """Find memories that repeat an older one in the namespace and merge them.
 
-        Each duplicate is folded into the older memory as a write-time
-        duplicate would be (see :mod:`mnemex.dedup`), then moved, unchanged,
-        to the namespace ``<namespace>/duplicates`` with ``duplicate_of`` in
-        its metadata: it leaves searches but nothing is deleted. With
-        ``dry_run`` only the pairs are reported. ``progress`` is called with
-        the number of memories checked since the last call.
+        Each duplicate is folded into the older memory as a write-time duplicate would be (see
+        :mod:`mnemex.dedup`), then moved, unchanged, to the namespace ``<namespace>/duplicates``
+        with ``duplicate_of`` in its metadata: it leaves searches but nothing is deleted. With
+        ``dry_run`` only the pairs are reported. ``progress`` is called with the number of memories
+        checked since the last call.
         """
         from mnemex import dedup as dups
 
@@ -322,12 +320,11 @@ class Store:
         """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
         from mnemex import memories
 
-        result = memories.forget(self.session.transaction, self._own(namespace), ids)
-        self.session.after_write()
-        return result
+        return memories.forget(self.session, self._own(namespace), ids)
 
     # -- relations -------------------------------------------------------------
 
+    @sqlite_only("relations")
     def relate(
         self,
         subject: str,
@@ -340,11 +337,10 @@ class Store:
     ) -> Relation:
         """Store ``subject -[predicate]-> object`` in the namespace, or strengthen it.
 
-        Entity names are compared ignoring case and predicates spelled in
-        snake_case (``worksOn``, ``works on`` and ``works-on`` are one), so
-        relating a known triple again keeps one relation whose confidence is
-        the higher of the two. ``source_memory`` names the memory the
-        relation was read from; it must be in the namespace.
+        Entity names are compared ignoring case and predicates spelled in snake_case (``worksOn``,
+        ``works on`` and ``works-on`` are one), so relating a known triple again keeps one relation
+        whose confidence is the higher of the two. ``source_memory`` names the memory the relation
+        was read from; it must be in the namespace.
         """
         ns = self._own(namespace)
         with self.session.connection() as conn:
@@ -352,6 +348,7 @@ class Store:
                 conn, ns, subject, predicate, object, confidence, source_memory
             )
 
+    @sqlite_only("relations")
     def neighbors(
         self, entity: str, *, limit: int = 50, namespace: NamespaceArg = None
     ) -> list[Relation]:
@@ -361,6 +358,7 @@ class Store:
         with self.session.connection() as conn:
             return relations_db.neighbors(conn, entity, ns, limit)
 
+    @sqlite_only("relations")
     def forget_relations(
         self, ids: Iterable[str] | str, *, namespace: str | None = None
     ) -> ForgetResult:
@@ -372,7 +370,8 @@ class Store:
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        yield from relations_db.iterate(self.session.connection, ns)
+        if engine_of(self.session) == "SQLite":  # none on PostgreSQL yet
+            yield from relations_db.iterate(self.session.connection, ns)
 
     # -- reads -----------------------------------------------------------------
 
@@ -380,7 +379,7 @@ class Store:
         """Full memories for ``ids`` (one ``IN`` query per 500 ids), in the order asked."""
         from mnemex import memories
 
-        return memories.get(self.session.connection, self.resolve_namespace(namespace), ids)
+        return memories.get(self.session, self.resolve_namespace(namespace), ids)
 
     def timeline(
         self,
@@ -398,10 +397,9 @@ class Store:
     ) -> list[TimelineEntry]:
         """Memories created in ``[start, end)``, newest first: id, time, kind, tags, summary.
 
-        With ``around`` (a memory id) the result is that memory with up to
-        ``before`` memories created just before it and ``after`` just after
-        it (those within the filters), in place of the ``limit`` newest. An
-        ``around`` id not in the namespace raises
+        With ``around`` (a memory id) the result is that memory with up to ``before`` memories
+        created just before it and ``after`` just after it (those within the filters), in place of
+        the ``limit`` newest. An ``around`` id not in the namespace raises
         :class:`~mnemex.errors.UnknownMemory`.
         """
         start = None if start is None else parse_time(start, what="start")
@@ -409,10 +407,10 @@ class Store:
         filters = Filters.of(
             self.resolve_namespace(namespace, allow_all=True), kinds, tags, start, end
         )
-        from mnemex import timeline as timelines
+        from mnemex import memories
 
-        return timelines.timeline(
-            self.session.connection,
+        return memories.timeline(
+            self.session,
             filters,
             limit=limit,
             oldest_first=oldest_first,
@@ -447,20 +445,17 @@ class Store:
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
-        ``query`` is any natural-language text. An argument left ``None`` takes
-        its setting (:class:`~mnemex.config.SearchOptions` checks them all):
-        ``mode`` (``auto``: hybrid with an embedder, else lexical), ``fusion``
-        (``rrf``, ``weighted``, ``adaptive``) with ``weights`` = (vector, text),
-        the ranking stages of :mod:`mnemex.search.rank` (``decay`` by age from
-        ``now``, ``confidence``, ``mmr``, each arm's minimum score
-        ``threshold``), ``expand`` (query expansion) and ``relations``: the
-        most relations, ranked by BM25 · confidence, returned apart in
-        ``SearchResult.relations`` (the memory filters do not apply to them).
-        ``explain`` attaches each hit's rank and score in each arm; with
-        ``raw`` the query is an FTS5 expression (syntax errors raise
-        :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
+        ``query`` is any natural-language text. An argument left ``None`` takes its setting
+        (:class:`~mnemex.config.SearchOptions` checks them all): ``mode`` (``auto``: hybrid with an
+        embedder, else lexical), ``fusion`` (``rrf``, ``weighted``, ``adaptive``) with ``weights`` =
+        (vector, text), the ranking stages of :mod:`mnemex.search.rank` (``decay`` by age from
+        ``now``, ``confidence``, ``mmr``, each arm's minimum score ``threshold``), ``expand`` (query
+        expansion) and ``relations``: the most relations, ranked by BM25 · confidence, returned
+        apart in ``SearchResult.relations`` (the memory filters do not apply to them). ``explain``
+        attaches each hit's rank and score in each arm; with ``raw`` the query is an FTS5 expression
+        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Engine, Request, run_search
+        from mnemex.search.pipeline import Request, retriever, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
@@ -480,14 +475,12 @@ class Store:
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
-        started = time.perf_counter()
-        notes, stale = self._freshen(filters.namespace)
+        started, sqlite = time.perf_counter(), engine_of(self.session) == "SQLite"
+        notes, stale = self._freshen(filters.namespace) if sqlite else ([], False)
         took = (time.perf_counter() - started) * 1000
-        session, wanted = self.session, options.relations
+        session, wanted = self.session, options.relations if sqlite else 0
         with session.connection() as conn:
-            result = run_search(
-                Engine(conn, session.lexicon, self.settings, embedder, session.vectors), request
-            )
+            result = run_search(retriever(session, conn, embedder), request)
             started, ask = time.perf_counter(), relations_db.search_relations
             found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
             took += (time.perf_counter() - started) * 1000
@@ -519,14 +512,13 @@ class Store:
     ) -> RecallResult:
         """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
 
-        At most ``max_memories`` memories, best first, in at most ``budget_tokens``
-        tokens counted by ``token_counter``: ``chars`` (``len / 4``, one a CJK
-        character), ``wordpiece`` (the local model's tokenizer) or any callable
-        from text to a count; left ``None``, each is its setting (``recall_max``,
-        ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
-        not fit the room left is replaced by its excerpt, the lines around the
-        part that matches ``task`` best (``cut`` is then true), or skipped when
-        less than ``MIN_EXCERPT_TOKENS`` are left (see :mod:`mnemex.search.recall`).
+        At most ``max_memories`` memories, best first, in at most ``budget_tokens`` tokens counted
+        by ``token_counter``: ``chars`` (``len / 4``, one a CJK character), ``wordpiece`` (the local
+        model's tokenizer) or any callable from text to a count; left ``None``, each is its setting
+        (``recall_max``, ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
+        not fit the room left is replaced by its excerpt, the lines around the part that matches
+        ``task`` best (``cut`` is then true), or skipped when less than ``MIN_EXCERPT_TOKENS`` are
+        left (see :mod:`mnemex.search.recall`).
         """
         from mnemex.search import recall as packing
 
@@ -547,23 +539,22 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        with self.session.connection() as conn:
-            bodies = packing.read_bodies(conn, [hit.id for hit in found.hits])
+        from mnemex import memories
+
+        bodies = memories.bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 
     def stats(self, *, namespace: NamespaceArg = None) -> Stats:
         """What the namespace holds (or, with :data:`ALL`, the whole store).
 
-        ``vectors``, ``pending_vectors`` and ``other_models`` count the
-        namespace's memories; ``total_memories`` and ``namespaces`` always
-        describe the whole file.
+        ``vectors``, ``pending_vectors`` and ``other_models`` count the namespace's memories;
+        ``total_memories`` and ``namespaces`` always describe the whole file.
         """
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.session.read() as conn:
-            from mnemex import memories
+        from mnemex import memories
 
-            return memories.stats(conn, ns, self.embedder, self.path)
+        return memories.stats(self.session, ns, self.embedder)
 
     def iter_memories(
         self, *, namespace: NamespaceArg = None, batch: int = 1000
@@ -572,27 +563,27 @@ class Store:
         ns = self.resolve_namespace(namespace, allow_all=True)
         from mnemex import memories
 
-        yield from memories.iterate(self.session.connection, ns, batch)
+        yield from memories.iterate(self.session, ns, batch)
 
     def count(self, *, namespace: NamespaceArg = None) -> int:
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.session.connection() as conn:
-            from mnemex import memories
+        from mnemex import memories
 
-            return memories.count(conn, ns)
+        return memories.count(self.session, ns)
 
     def check(self) -> dict[str, Any]:
-        """Verify the store: SQLite and FTS5 integrity, and that the full-text index
-        holds exactly what a rebuild from the memories table would (no ghost rows).
+        """Verify the store: SQLite and FTS5 integrity, and that the full-text index holds exactly
+        what a rebuild from the memories table would (no ghost rows).
 
         Reads every row: meant for ``mnemex check`` and tests, not hot paths.
         """
-        from mnemex.engine.check import check
+        from mnemex import memories
 
-        return check(self.session)
+        return memories.check(self.session)
 
     # -- markdown workspaces ------------------------------------------------------
 
+    @sqlite_only("markdown workspaces")
     def sync(
         self,
         directory: str | os.PathLike[str],
@@ -605,16 +596,14 @@ class Store:
     ) -> SyncReport:
         """Index the markdown workspace in ``directory`` and keep it true to the files.
 
-        The first call registers the folder as a workspace of the namespace
-        with ``globs`` (default ``MEMORY.md``, ``memory.md``,
-        ``memory/**/*.md``) and ``ignore`` patterns (default hidden files and
-        folders); later calls reuse them unless given again. Unchanged files
-        are skipped by size and mtime, then by SHA-256; unchanged chunks keep
-        their ids and vectors; chunks of deleted files are removed; renamed
-        files move without re-embedding (see :mod:`mnemex.ingest.workspace`).
-        Files that cannot be indexed (not UTF-8, unreadable) are reported in
-        ``problems`` and the rest is indexed. ``progress(phase, done, total)``
-        is called while reading files and while embedding chunks.
+        The first call registers the folder as a workspace of the namespace with ``globs`` (default
+        ``MEMORY.md``, ``memory.md``, ``memory/**/*.md``) and ``ignore`` patterns (default hidden
+        files and folders); later calls reuse them unless given again. Unchanged files are skipped
+        by size and mtime, then by SHA-256; unchanged chunks keep their ids and vectors; chunks of
+        deleted files are removed; renamed files move without re-embedding (see
+        :mod:`mnemex.ingest.workspace`). Files that cannot be indexed (not UTF-8, unreadable) are
+        reported in ``problems`` and the rest is indexed. ``progress(phase, done, total)`` is called
+        while reading files and while embedding chunks.
         """
         from mnemex.ingest import workspace as spaces
 
@@ -623,28 +612,32 @@ class Store:
             self, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
+    @sqlite_only("markdown workspaces")
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
     ) -> int:
         """Stop indexing a workspace: delete its files' records and chunks (never the files).
 
-        Returns the number of chunks removed; raises when the folder is no
-        workspace of the namespace.
+        Returns the number of chunks removed; raises when the folder is no workspace of the
+        namespace.
         """
         from mnemex.ingest import workspace as spaces
 
         return spaces.remove(self, directory, self._own(namespace))
 
+    @sqlite_only("markdown workspaces")
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
     ) -> tuple[WorkspaceStatus, ...]:
-        """Each workspace of the namespace (or ``ALL``, or only ``directory``): files,
-        chunks, problems, pending vectors, the last sync, and how many files differ on
-        disk now (a scan of sizes and mtimes)."""
+        """Each workspace of the namespace (or ``ALL``, or only ``directory``): files, chunks,
+        problems, pending vectors, the last sync, and how many files differ on disk now (a scan
+        of sizes and mtimes).
+        """
         from mnemex.ingest import workspace as spaces
 
         return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
+    @sqlite_only("markdown workspaces")
     def add_to_workspace(
         self,
         content: str,
@@ -656,10 +649,10 @@ class Store:
         namespace: str | None = None,
     ) -> Appended:
         """Write a memory through to a workspace: append it to the daily file
-        ``memory/YYYY-MM-DD.md`` (local date of ``created_at``, default now) as a
-        ``## HH:MM · kind · #tags`` entry, and index that file. The memory is then the
-        chunk (or chunks) holding the entry: ``result.ids``. A folder not yet
-        synced is synced first."""
+        ``memory/YYYY-MM-DD.md`` (local date of ``created_at``, default now) as a ``## HH:MM ·
+        kind · #tags`` entry, and index that file. The memory is then the chunk (or chunks)
+        holding the entry: ``result.ids``. A folder not yet synced is synced first.
+        """
         from mnemex.ingest import workspace as spaces
 
         ns = self._own(namespace)
@@ -667,6 +660,7 @@ class Store:
             self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
+    @sqlite_only("markdown workspaces")
     def watch(
         self,
         directory: str | os.PathLike[str],
@@ -676,9 +670,10 @@ class Store:
         on_sync: Callable[[SyncReport], None] | None = None,
         namespace: str | None = None,
     ) -> None:
-        """Sync a workspace, then again after each change (``debounce`` seconds of quiet,
-        default 1.5), until ``stop`` is set or the process is interrupted. Needs
-        ``mnemex[watch]``; see :mod:`mnemex.ingest.watch`."""
+        """Sync a workspace, then again after each change (``debounce`` seconds of quiet, default
+        1.5), until ``stop`` is set or the process is interrupted. Needs ``mnemex[watch]``; see
+        :mod:`mnemex.ingest.watch`.
+        """
         from mnemex.ingest import watch
 
         watch.watch(

@@ -13,11 +13,12 @@ from click.testing import CliRunner
 
 from mnemex.cli import cli
 from tests.conftest import PYTHON, python_env
+from tests.pg_fixtures import both_engines
 
 
 @pytest.fixture
-def run(tmp_path: Path):  # type: ignore[no-untyped-def]
-    db = tmp_path / "cli.db"
+def run(store_place):  # type: ignore[no-untyped-def]
+    db = store_place("cli.db")  # a file, or a PostgreSQL URL (tests marked both_engines)
     runner = CliRunner()
 
     def invoke(*args: str, input: str | bytes | None = None, ok: bool = True):  # type: ignore[no-untyped-def]
@@ -29,6 +30,7 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     return invoke
 
 
+@both_engines
 def test_add_search_get_forget(run) -> None:  # type: ignore[no-untyped-def]
     ident = run(
         "add",
@@ -60,6 +62,7 @@ def test_add_search_get_forget(run) -> None:  # type: ignore[no-untyped-def]
     assert json.loads(run("search", "billing", "--json").stdout)["hits"] == []
 
 
+@both_engines
 def test_add_from_stdin(run) -> None:  # type: ignore[no-untyped-def]
     ident = run("add", "-", input="note from a pipe\n").stdout.strip()
     assert (
@@ -68,6 +71,7 @@ def test_add_from_stdin(run) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+@both_engines
 def test_unknown_ids_exit_nonzero(run) -> None:  # type: ignore[no-untyped-def]
     ident = run("add", "exists").stdout.strip()
     result = run("get", ident, "nope", "--json", ok=False)
@@ -94,6 +98,7 @@ def test_errors_are_one_line_with_exit_1(run) -> None:  # type: ignore[no-untype
     assert result.exit_code == 2
 
 
+@both_engines
 def test_search_filters_and_namespaces(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run("add", "redis eviction policy", "--kind", "fact", "--tag", "ops")
     run("-n", "other", "add", "redis in another namespace")
@@ -109,6 +114,7 @@ def test_search_filters_and_namespaces(run, tmp_path: Path) -> None:  # type: ig
     )
 
 
+@both_engines
 def test_timeline_and_stats(run) -> None:  # type: ignore[no-untyped-def]
     run("add", "first", "--created-at", "2025-01-01T00:00:00Z")
     run("add", "second", "--created-at", "2025-02-01T00:00:00Z", "--kind", "decision")
@@ -131,6 +137,7 @@ def test_timeline_and_stats(run) -> None:  # type: ignore[no-untyped-def]
     assert "2 memories" in run("stats").stdout
 
 
+@both_engines
 def test_update(run) -> None:  # type: ignore[no-untyped-def]
     ident = run("add", "old text").stdout.strip()
     updated = json.loads(run("update", ident, "--content", "new text", "--pinned", "--json").stdout)
@@ -138,6 +145,7 @@ def test_update(run) -> None:  # type: ignore[no-untyped-def]
     assert run("update", ident, ok=False).exit_code == 2
 
 
+@both_engines
 def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     source = tmp_path / "in.jsonl"
     lines = [
@@ -167,6 +175,7 @@ def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[n
     assert again == {"imported": 0, "skipped": 2, "relations": 0, "errors": []}
 
 
+@both_engines
 def test_check(run) -> None:  # type: ignore[no-untyped-def]
     run("add", "something to check")
     assert "index consistent" in run("check").stdout
@@ -198,8 +207,9 @@ def test_every_command_is_in_the_readme() -> None:
         assert f"mnemex {command}" in readme, f"README does not show `mnemex {command}`"
 
 
-def test_real_subprocess(tmp_path: Path) -> None:
-    db = str(tmp_path / "proc.db")
+@both_engines
+def test_real_subprocess(store_place) -> None:  # type: ignore[no-untyped-def]
+    db = str(store_place("proc.db"))
 
     def mnemex(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from mnemex.mcp import transport
 from mnemex.mcp.server import MAX_IDS, MAX_TEXT_CHARS, build_server
 from mnemex.store import Store
 from tests.conftest import PYTHON, FakeEmbedder, python_env
+from tests.pg_fixtures import both_engines
 
 NAMESPACE = "agent"
 TOOLS = {
@@ -82,13 +83,15 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A store with memories in the server's namespace and one in another namespace."""
-    path = tmp_path / "mcp.db"
+def db(store_place: Callable[[str], Any], engine: str) -> Any:
+    """A store with memories in the server's namespace and one in another namespace (a
+    file, or a PostgreSQL URL in the tests marked ``both_engines``)."""
+    path = store_place("mcp.db")
     with mnemex.open(path, namespace=NAMESPACE, embedder=None) as store:
         store.add_many(MEMORIES)
         store.add(SECRET, id="other-1", kind="decision", tags=["db", "billing"], namespace="other")
-        store.relate("other-team", "owns", "billing database", namespace="other")
+        if engine == "sqlite":  # no relations on PostgreSQL yet
+            store.relate("other-team", "owns", "billing database", namespace="other")
     return path
 
 
@@ -194,6 +197,7 @@ async def test_the_tool_list_is_small(client: Client) -> None:
     assert len(outputs) // 4 < 950, len(outputs) // 4
 
 
+@both_engines
 @pytest.mark.anyio
 async def test_search(client: Client) -> None:
     found = await call(client, "memory_search", query="which database did we pick for billing?")
@@ -267,6 +271,7 @@ async def test_timeline(client: Client) -> None:
     await refused(client, "memory_timeline", {"start": "soon"}, "start")
 
 
+@both_engines
 @pytest.mark.anyio
 async def test_get(client: Client) -> None:
     got = await call(client, "memory_get", ids=["m-redis", "nope", "m-pg"])
@@ -289,6 +294,7 @@ async def test_get(client: Client) -> None:
     await refused(client, "memory_get", {"ids": many}, "ids:", f"at most {MAX_IDS} items")
 
 
+@both_engines
 @pytest.mark.anyio
 async def test_recall(client: Client) -> None:
     recalled = await call(
@@ -305,6 +311,7 @@ async def test_recall(client: Client) -> None:
     await refused(client, "memory_recall", {"task": "x" * (MAX_TEXT_CHARS + 1)}, "task:")
 
 
+@both_engines
 @pytest.mark.anyio
 async def test_add(client: Client) -> None:
     staging = "The staging database is refreshed from production every Sunday night"
@@ -376,6 +383,7 @@ async def test_update(client: Client) -> None:
     assert untouched["confidence"] == 0.8 and untouched["tags"] == ["db", "billing"]
 
 
+@both_engines
 @pytest.mark.anyio
 async def test_forget(client: Client) -> None:
     forgotten = await call(client, "memory_forget", ids=["m-redis", "nope"])
@@ -520,6 +528,7 @@ async def test_hybrid_search_and_status_with_an_embedder(db: Path) -> None:
 # -- transports and the CLI -------------------------------------------------------------
 
 
+@both_engines
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_real_stdio_subprocess(db: Path) -> None:

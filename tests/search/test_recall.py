@@ -24,6 +24,7 @@ from mnemex.search.recall import (
     render,
 )
 from mnemex.store import Store
+from tests.pg_fixtures import both_engines
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 LINE = re.compile(r"^- \[[a-z_]+\] .+ \(confidence: [0-9.]+, age: \d+(m|h|d|mo|y)\)$")
@@ -178,6 +179,7 @@ def sample(store: Store) -> Store:
     return store
 
 
+@both_engines
 def test_recall_renders_the_block(sample: Store) -> None:
     result = sample.recall("how does billing work?", now=NOW)
     assert result.markdown.startswith("## Relevant Memories\n\n")
@@ -202,6 +204,7 @@ def test_recall_renders_the_block(sample: Store) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@both_engines
 @given(budget=st.integers(1, 600), most=st.integers(1, 6))
 def test_recall_never_exceeds_the_budget(sample: Store, budget: int, most: int) -> None:
     result = sample.recall("billing invoices postgres", budget, most, now=NOW)
@@ -209,6 +212,7 @@ def test_recall_never_exceeds_the_budget(sample: Store, budget: int, most: int) 
     assert len(result.memories) <= most
 
 
+@both_engines
 def test_recall_with_a_custom_counter_and_wordpiece(sample: Store) -> None:
     words = sample.recall("billing", 60, token_counter=lambda text: len(text.split()), now=NOW)
     assert len(words.markdown.split()) <= 60 and words.token_counter == "<lambda>"
@@ -217,6 +221,7 @@ def test_recall_with_a_custom_counter_and_wordpiece(sample: Store) -> None:
     assert wordpiece.token_counter == "wordpiece" and 0 < wordpiece.tokens <= 80
 
 
+@both_engines
 def test_recall_bad_input(sample: Store) -> None:
     for kwargs in ({"budget_tokens": 0}, {"max_memories": 0}, {"token_counter": "gpt"}):
         with pytest.raises(InvalidInput):
@@ -263,6 +268,7 @@ def test_chars_counter_is_close_to_wordpiece_for_cjk(language: str) -> None:
     assert 0.9 <= count_chars(text) / count_wordpiece(text) <= 1.15
 
 
+@both_engines
 @pytest.mark.parametrize("language", sorted(CJK))
 def test_recall_budget_holds_for_cjk(make_store, language: str) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("tokenizers")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mnemex.embed import Embedder
     from mnemex.index.vectors import VectorIndex
 
-from mnemex.engine import ALL, NamespaceArg
+from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS, Embedding
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.index.fts import Lexicon
@@ -98,13 +98,7 @@ class SqliteSession:
 
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
-        if namespace is None:
-            return self.namespace
-        if namespace is ALL:
-            if not allow_all:
-                raise InvalidInput("this operation works on one namespace; name it")
-            return None
-        return clean_namespace(namespace)
+        return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
 
     # -- locks, errors, transactions -------------------------------------------------
 

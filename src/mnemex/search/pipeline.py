@@ -33,10 +33,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
 from mnemex.embed import Embedder, embed_checked
+from mnemex.engine import engine_of
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index import fts
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
@@ -51,7 +52,9 @@ from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, parse_time, summarize, utcnow
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from concurrent.futures import Future, ThreadPoolExecutor
+    from contextlib import AbstractContextManager
 
     import numpy as np
 
@@ -179,15 +182,118 @@ class Request:
         )
 
 
+class VectorArm(Protocol):
+    """The vector arm's hits, when done (:meth:`result`), and the release of what it held."""
+
+    def result(self) -> Sequence[VectorHit]: ...
+    def close(self) -> None: ...
+
+
+class Retriever(Protocol):
+    """The seam between the pipeline and a storage engine: what a search reads.
+
+    :class:`Engine` is SQLite's (FTS5 and the in-process vector index);
+    ``mnemex.engine.postgres.retrieval.PostgresEngine`` is PostgreSQL's. Planning,
+    fusion, ranking and building hits are the pipeline's, shared by both.
+    """
+
+    settings: Settings
+    embedder: Embedder | None
+
+    def snapshot(self) -> AbstractContextManager[Any]: ...
+    def plan(self, request: Request, text: str) -> LexicalPlan: ...
+    def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan: ...
+    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval: ...
+    def warm(self, dim: int) -> None: ...
+    def vector_arm(
+        self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
+    ) -> VectorArm | None: ...
+    def bm25_of(self, lexical: LexicalPlan, seqs: Sequence[int]) -> dict[int, float]: ...
+    def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]: ...
+    def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
+    def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
+    def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
+    def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
+    def locations(self, seqs: list[int]) -> dict[int, Location]: ...
+    def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
+
+
 @dataclass
 class Engine:
-    """What a search reads: the connection, the lexicon, and the vectors if any."""
+    """What a search reads in SQLite: the connection, the lexicon, and the vectors if any."""
 
     conn: sqlite3.Connection
     lexicon: Lexicon
     settings: Settings
     embedder: Embedder | None
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
+
+    def snapshot(self) -> AbstractContextManager[Any]:
+        return read_transaction(self.conn)
+
+    def plan(self, request: Request, text: str) -> LexicalPlan:
+        if request.raw:
+            return fts.plan_raw(self.lexicon, text)
+        stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
+        return fts.plan(self.lexicon, text, stopwords, expand=request.expand, namespace=ns)
+
+    def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan:
+        return lexical.with_dropped(self.lexicon)
+
+    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval:
+        budget = self.settings.lexical_budget
+        return fts.retrieve(self.conn, lexical, request.filters, pool, budget)
+
+    def warm(self, dim: int) -> None:
+        self.vectors(dim).refresh()
+
+    def vector_arm(
+        self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
+    ) -> _VectorArm | None:
+        return _start_vector_arm(self, request, planned, qvec, side, notes)
+
+    def bm25_of(self, lexical: LexicalPlan, seqs: Sequence[int]) -> dict[int, float]:
+        return fts.bm25_of(self.conn, self.lexicon, lexical, seqs)
+
+    def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
+        return dict(self.vectors(int(qvec.shape[0])).cosines_of(seqs, qvec))
+
+    def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
+        return dict(self.vectors(dim).vectors_of(seqs))
+
+    def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+        return _rows(self.conn, seqs)
+
+    def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+        return _meta(self.conn, seqs)
+
+    def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
+        sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(seqs))})"
+        return list(self.conn.execute(sql, seqs))
+
+    def locations(self, seqs: list[int]) -> dict[int, Location]:
+        return locations(self.conn, seqs)
+
+    def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
+        s = self.settings
+        return fts.snippets(
+            self.conn,
+            match,
+            seqs,
+            start=s.highlight_start,
+            end=s.highlight_end,
+            tokens=s.snippet_tokens,
+        )
+
+
+def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
+    """What a search on ``conn``, a connection of ``session``, reads: :class:`Engine` for
+    SQLite, ``mnemex.engine.postgres.retrieval.PostgresEngine`` for PostgreSQL."""
+    if engine_of(session) != "SQLite":
+        from mnemex.engine.postgres.retrieval import PostgresEngine
+
+        return PostgresEngine(conn, session.settings, embedder)
+    return Engine(conn, session.lexicon, session.settings, embedder, session.vectors)
 
 
 class Plan(NamedTuple):
@@ -208,7 +314,7 @@ class Arms(NamedTuple):
     mode: str
     lexical: LexicalPlan  # the plan the lexical arm ran (stop words back after a retry)
     lexical_hits: list[Candidate]
-    vector_hits: list[VectorHit]
+    vector_hits: Sequence[VectorHit]
     query_vector: np.ndarray | None
     notes: tuple[str, ...] = ()
 
@@ -230,10 +336,10 @@ class Ranked(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
-def run_search(engine: Engine, request: Request) -> SearchResult:
+def run_search(engine: Retriever, request: Request) -> SearchResult:
     started = time.perf_counter()
     planned = plan_arms(engine, request)
-    with read_transaction(engine.conn):
+    with engine.snapshot():
         arms = retrieve_arms(engine, request, planned)
         scores = complete_scores(engine, request, arms)
         fused = fuse(request, arms, scores)
@@ -254,23 +360,19 @@ def run_search(engine: Engine, request: Request) -> SearchResult:
     )
 
 
-def plan_arms(engine: Engine, request: Request) -> Plan:
+def plan_arms(engine: Retriever, request: Request) -> Plan:
     """1. The mode, the lexical plan, and the query being embedded on a worker."""
     notes: list[str] = []
     text = clean_query(request.query)
     pending = None
     if request.mode in ("vector", "hybrid"):
         pending = _embed_query(engine, text, notes)
-    if request.raw:
-        lexical = fts.plan_raw(engine.lexicon, text)
-    else:
-        stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
-        lexical = fts.plan(engine.lexicon, text, stopwords, expand=request.expand, namespace=ns)
+    lexical = engine.plan(request, text)
     mode = request.mode if pending is not None else "lexical"
     return Plan(text, mode, lexical, pending, candidate_pool(request.limit), tuple(notes))
 
 
-def retrieve_arms(engine: Engine, request: Request, planned: Plan) -> Arms:
+def retrieve_arms(engine: Retriever, request: Request, planned: Plan) -> Arms:
     """2. Each arm's candidates (I/O).
 
     While the query is still being embedded on a worker, the lexical arm (SQLite) runs
@@ -284,23 +386,23 @@ def retrieve_arms(engine: Engine, request: Request, planned: Plan) -> Arms:
     pending = planned.pending
     found = None
     if pending is not None and planned.mode == "hybrid" and not pending.done():
-        found = _lexical(engine, request, planned.lexical, planned.pool)
+        found = engine.lexical(request, planned.lexical, planned.pool)
     query_vector = None
     if pending is not None:
         query_vector = _wait_for_query(pending, engine.settings.query_timeout, notes)
     vector = None
     if query_vector is not None:
         side_by_side = found is None and planned.mode == "hybrid"
-        vector = _start_vector_arm(engine, request, planned, query_vector, side_by_side, notes)
+        vector = engine.vector_arm(request, planned, query_vector, side_by_side, notes)
     mode = planned.mode if vector is not None else "lexical"
     lexical, lexical_hits = planned.lexical, []
     try:
         if mode != "vector":
             if found is None:
-                found = _lexical(engine, request, lexical, planned.pool)
+                found = engine.lexical(request, lexical, planned.pool)
             if not found.candidates and lexical.dropped and query_vector is None:
-                lexical = lexical.with_dropped(engine.lexicon)
-                found = _lexical(engine, request, lexical, planned.pool)
+                lexical = engine.with_dropped(lexical)
+                found = engine.lexical(request, lexical, planned.pool)
             lexical_hits = found.candidates
         vector_hits = [] if vector is None else vector.result()
     finally:
@@ -309,7 +411,7 @@ def retrieve_arms(engine: Engine, request: Request, planned: Plan) -> Arms:
     return Arms(mode, lexical, lexical_hits, vector_hits, query_vector, tuple(notes))
 
 
-def complete_scores(engine: Engine, request: Request, arms: Arms) -> Scores:
+def complete_scores(engine: Retriever, request: Request, arms: Arms) -> Scores:
     """3. Each candidate's score in each arm (I/O). For a fusion that adds the arms' scores,
     a candidate one arm did not return still has a score in that arm: fetch it, so the
     fusion does not depend on how deep each arm looked."""
@@ -319,10 +421,9 @@ def complete_scores(engine: Engine, request: Request, arms: Arms) -> Scores:
     if arms.mode == "hybrid" and fusion.FORMULAS[request.fusion].complete:
         assert arms.query_vector is not None
         missing = [s for s in cosine if s not in text]
-        extra = fts.bm25_of(engine.conn, engine.lexicon, arms.lexical, missing)
+        extra = engine.bm25_of(arms.lexical, missing)
         text.update({s: normalized_score(r, norm) for s, r in extra.items()})
-        index = engine.vectors(int(arms.query_vector.shape[0]))
-        cosine.update(index.cosines_of([s for s in text if s not in cosine], arms.query_vector))
+        cosine.update(engine.cosines_of([s for s in text if s not in cosine], arms.query_vector))
     return Scores(text, cosine)
 
 
@@ -347,7 +448,7 @@ def fuse(request: Request, arms: Arms, scores: Scores) -> Fused:
 
 
 def rank_candidates(
-    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused
+    engine: Retriever, request: Request, arms: Arms, scores: Scores, fused: Fused
 ) -> Ranked:
     """5. The fused order less what the relevance floor and the thresholds drop, then
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
@@ -367,22 +468,18 @@ def rank_candidates(
 
 
 def build_hits(
-    engine: Engine, request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
+    engine: Retriever, request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
 ) -> tuple[Hit, ...]:
     """6. The top ``limit`` candidates as hits (I/O: their rows, snippets and places, one
     query each), with the explain trace when asked."""
     top = ranked.order[: request.limit]
-    rows = _rows(engine.conn, top)
-    places = locations(engine.conn, top)
+    rows = engine.rows(top)
+    places = engine.locations(top)
     cut = {}
     if request.snippets and not arms.lexical.empty:
-        cut = fts.snippets(
-            engine.conn,
+        cut = engine.snippets(
             arms.lexical.match,
             top if arms.mode == "vector" else [s for s in top if s in scores.text],
-            start=engine.settings.highlight_start,
-            end=engine.settings.highlight_end,
-            tokens=engine.settings.snippet_tokens,
         )
     explain = _explainer(request, arms, scores, fused, ranked) if request.explain else None
     hits = []
@@ -407,7 +504,7 @@ def build_hits(
     return tuple(hits)
 
 
-def _embed_query(engine: Engine, text: str, notes: list[str]) -> Future[np.ndarray] | None:
+def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Future[np.ndarray] | None:
     """Start embedding the query on a worker; ``None`` when it cannot be (lexical only)."""
     if engine.embedder is None:
         notes.append("no embedder is configured: answered from the lexical arm")
@@ -421,12 +518,8 @@ def _embed_query(engine: Engine, text: str, notes: list[str]) -> Future[np.ndarr
         # Bring the vector index up to date meanwhile: on a cold start this
         # overlaps loading the model with loading the vectors.
         with contextlib.suppress(IndexMismatch):  # reported where the vector arm runs
-            engine.vectors(engine.embedder.dim).refresh()
+            engine.warm(engine.embedder.dim)
     return pending
-
-
-def _lexical(engine: Engine, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval:
-    return fts.retrieve(engine.conn, lexical, request.filters, pool, engine.settings.lexical_budget)
 
 
 @dataclass
@@ -474,7 +567,7 @@ def _start_vector_arm(
 
 
 def _relevant(
-    engine: Engine,
+    engine: Retriever,
     request: Request,
     arms: Arms,
     order: list[int],
@@ -592,7 +685,7 @@ def _explainer(
 
 
 def _rerank(
-    engine: Engine,
+    engine: Retriever,
     request: Request,
     order: list[int],
     scores: dict[int, float],
@@ -601,7 +694,7 @@ def _rerank(
     """Decay, confidence and MMR over the candidates that passed the threshold: their
     scores, their order and what each stage did to each."""
     ranking = request.ranking
-    meta = _meta(engine.conn, order)
+    meta = engine.meta(order)
     order = [seq for seq in order if seq in meta]  # deleted meanwhile
     scores = {seq: scores[seq] for seq in order}
     trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
@@ -629,12 +722,11 @@ def _rerank(
 
 
 def _similarity(
-    engine: Engine, ranking: Ranking, order: list[int], query_vector: np.ndarray | None
+    engine: Retriever, ranking: Ranking, order: list[int], query_vector: np.ndarray | None
 ) -> tuple[Callable[[int, int], float], str]:
     """Cosine between stored vectors when every candidate has one, else Jaccard over words."""
     if ranking.mmr_similarity != "jaccard" and query_vector is not None:
-        index = engine.vectors(int(query_vector.shape[0]))
-        vectors = index.vectors_of(order)
+        vectors = engine.vectors_of(order, int(query_vector.shape[0]))
         if len(vectors) == len(order):
             cache: dict[tuple[int, int], float] = {}
 
@@ -645,13 +737,7 @@ def _similarity(
                 return cache[key]
 
             return cosine, "cosine"
-    words = {
-        seq: rank.word_set(content)
-        for seq, content in engine.conn.execute(
-            f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(order))})",
-            order,
-        )
-    }
+    words = {seq: rank.word_set(content) for seq, content in engine.contents(order)}
     return (
         lambda a, b: rank.jaccard(words.get(a, frozenset()), words.get(b, frozenset()))
     ), "jaccard"

@@ -56,6 +56,7 @@ _SCORE = f"""
     FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
     {{namespaces}}
     JOIN postings AS p ON p.namespace = n.namespace AND p.term = q.term
+    {{filters}}
     GROUP BY p.seq
     ORDER BY score DESC, p.seq
     LIMIT %(limit)s"""
@@ -137,18 +138,25 @@ def term_weights(
 
 
 def lexical(
-    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, limit: int
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    limit: int,
+    where: tuple[str, dict[str, Any]] = ("", {}),
 ) -> list[Candidate]:
     """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
-    best first (ties by seq)."""
+    best first (ties by seq). ``where``: SQL (``WHERE ...`` on ``postings AS p``, joining
+    what it needs) and its named parameters, to restrict the rows scored."""
     if not terms or limit <= 0:
         return []
     stats, weights = term_weights(conn, terms, namespace)
     if not weights:
         return []
+    query = _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE)
     rows = conn.execute(
-        _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE),
+        query.replace("{filters}", where[0]).encode(),
         {
+            **where[1],
             "avgdl": stats.avgdl,
             "keys": list(weights),
             "weights": list(weights.values()),

@@ -37,7 +37,7 @@ def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
         )
     except module.OperationalError as exc:
         raise StoreError(
-            f"cannot connect to PostgreSQL at {redact(url)}: {str(exc).strip()}; "
+            f"cannot connect to PostgreSQL at {redact(url)}: {' '.join(str(exc).split())}; "
             "check that the server runs and the URL names it"
         ) from None
     return conn

@@ -252,11 +252,18 @@ _RELATIONS: Final = (
         WHERE source_memory IS NOT NULL""",
 )
 
+# Confidence as SQLite holds it (a double): a real gave 0.800000011920929 back for 0.8.
+_DOUBLE_CONFIDENCE: Final = (
+    "ALTER TABLE memories ALTER COLUMN confidence TYPE double precision",
+    "ALTER TABLE relations ALTER COLUMN confidence TYPE double precision",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories with their index terms (tsvector)", _INIT),
     (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
     (3, "vectors stamped with their model", _VECTORS),
     (4, "relations", _RELATIONS),
+    (5, "confidence as a double", _DOUBLE_CONFIDENCE),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

@@ -62,7 +62,7 @@ _INSERT = """
            r.pinned, r.created_at, r.updated_at, r.content_hash, r.metadata::jsonb,
            r.lex::tsvector, r.lex_len
     FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                %s::real[], %s::boolean[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                %s::float8[], %s::boolean[], %s::timestamptz[], %s::timestamptz[], %s::text[],
                 %s::text[], %s::text[], %s::integer[])
         WITH ORDINALITY AS r (id, namespace, kind, content, tags, source, confidence, pinned,
                               created_at, updated_at, content_hash, metadata, lex, lex_len, n)

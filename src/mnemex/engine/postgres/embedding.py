@@ -1,0 +1,177 @@
+"""The embedding lifecycle of a PostgreSQL store: which embedder it uses, and vectors for
+its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
+
+The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
+else the one the store records in ``meta``); embedding runs outside any
+transaction, and each batch of vectors is one write. A write whose vectors cannot
+be made leaves its memories stored without them (``last_error``); ``embed``
+catches up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mnemex import embed as embedders
+from mnemex.embed import Embedder, embed_checked
+from mnemex.engine import logger
+from mnemex.engine.postgres.vectors import insert_vectors
+from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
+
+if TYPE_CHECKING:
+    from mnemex.engine.postgres.session import PostgresSession
+    from mnemex.index.embeddings import EmbedReport
+
+BATCH = 256  # memories embedded, then written, at a time
+
+_PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
+    WHERE m.seq > %(after)s {only}
+      AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
+    ORDER BY m.seq LIMIT %(limit)s"""
+
+
+class PgEmbedding:
+    """The embedder of one PostgreSQL session and the work of giving memories vectors."""
+
+    def __init__(self, session: PostgresSession, embedder: Embedder | object | None) -> None:
+        self.session = session
+        self._arg = embedder
+        self._embedder: Embedder | None = None
+        self._wanted: Embedder | None = None
+        self._ready = False
+        self.last_error: str | None = None
+
+    @property
+    def embedder(self) -> Embedder | None:
+        if not self._ready:
+            from mnemex.engine.embedding import FROM_SETTINGS
+
+            with self.session.lock:
+                if not self._ready:
+                    settings = self.session.settings
+                    wanted: Any = self._arg
+                    if wanted is FROM_SETTINGS:
+                        configured = settings.embedder != "auto"
+                        wanted = embedders.resolve(settings) if configured else embedders.AUTO
+                    self._embedder = embedders.settle(wanted, self._recorded(), settings)
+                    self._wanted = self._embedder if wanted is embedders.AUTO else wanted
+                    self._ready = True
+        return self._embedder
+
+    def _recorded(self) -> dict[str, Any] | None:
+        with self.session.connection() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+        try:
+            record = json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) and record.get("model_id") else None
+
+    def _record(self, embedder: Embedder) -> None:
+        if getattr(embedder, "lazy_dim", False) or isinstance(embedder, embedders.Unavailable):
+            return
+        with self.session.transaction() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedder', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (json.dumps(embedders.describe(embedder), sort_keys=True),),
+            )
+
+    def embed(
+        self, *, progress: Callable[[int], None] | None = None, force: bool = False
+    ) -> EmbedReport:
+        """Vectors for every memory that lacks one for the configured model (``force``:
+        for every memory, anew)."""
+        from mnemex.index.embeddings import EmbedReport
+
+        self.embedder  # noqa: B018 - resolves the embedder to switch to
+        if isinstance(self._wanted, embedders.Unavailable):
+            raise EmbeddingError(self._wanted.reason)
+        embedder = self._wanted
+        if embedder is None:
+            return EmbedReport(model="none")
+        report = EmbedReport(model=embedder.model_id)
+        if force:
+            with self.session.transaction() as conn:
+                conn.execute("DELETE FROM embeddings WHERE model = %s", (embedder.model_id,))
+        self._run(embedder, None, report, progress)
+        self._embedder = embedder
+        self._record(embedder)
+        report.pending = self._pending_count(embedder.model_id)
+        return report
+
+    def reindex(
+        self,
+        *,
+        progress: Callable[[int], None] | None = None,
+        force: bool = False,
+        prune: bool = False,
+    ) -> EmbedReport | None:
+        """Vectors for what lacks one (the index terms are kept by triggers: nothing to
+        rebuild); ``prune`` deletes other models' vectors."""
+        if prune and self._wanted is not None:
+            with self.session.transaction() as conn:
+                conn.execute("DELETE FROM embeddings WHERE model <> %s", (self._wanted.model_id,))
+        if self.embedder is None and self._wanted is None:
+            return None
+        return self.embed(progress=progress, force=force)
+
+    def embed_new(
+        self, seqs: Sequence[int], primed: dict[str, Any] | None = None, **_: Any
+    ) -> EmbedReport | None:
+        """Embed memories just written. On failure they stay stored without vectors."""
+        from mnemex.index.embeddings import EmbedReport
+
+        embedder = self.embedder
+        if embedder is None or not seqs:
+            return None
+        report = EmbedReport(model=embedder.model_id)
+        try:
+            self._run(embedder, list(seqs), report, None)
+            self._record(embedder)
+            self.last_error = None
+        except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+            self.last_error = report.error = str(exc)
+            logger().warning("memories stored without vectors (run `mnemex embed`): %s", exc)
+        return report
+
+    def _run(
+        self,
+        embedder: Embedder,
+        seqs: list[int] | None,
+        report: EmbedReport,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """Embed the memories ``seqs`` (``None``: every one without a vector), a batch
+        at a time: read, embed (no connection held), write."""
+        last = 0
+        while True:
+            only = "" if seqs is None else "AND m.seq = ANY(%(seqs)s)"
+            with self.session.connection() as conn:
+                rows = conn.execute(
+                    _PENDING.replace("{only}", only),
+                    {"after": last, "model": embedder.model_id, "limit": BATCH, "seqs": seqs},
+                ).fetchall()
+            if not rows:
+                return
+            texts = list(dict.fromkeys(r[1] for r in rows))
+            vectors = embed_checked(embedder, texts)
+            by_text = {t: vectors[i] for i, t in enumerate(texts)}
+            with self.session.connection() as conn:
+                insert_vectors(conn, embedder.model_id, [(r[0], r[2], by_text[r[1]]) for r in rows])
+            report.embedded += len(texts)
+            report.reused += len(rows) - len(texts)
+            if progress is not None:
+                progress(len(rows))
+            last = rows[-1][0]
+
+    def _pending_count(self, model: str) -> int:
+        with self.session.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM memories AS m WHERE NOT EXISTS (SELECT 1 FROM embeddings "
+                "AS e WHERE e.seq = m.seq AND e.model = %s)",
+                (model,),
+            ).fetchone()
+        return int(row[0]) if row else 0

@@ -1,0 +1,345 @@
+"""Memories by id and by namespace in PostgreSQL: what :mod:`mnemex.memories` does on
+SQLite (get, forget, update, count, iterate, stats, a single write with its duplicate
+check), over a :class:`~mnemex.engine.postgres.session.PostgresSession`.
+
+Inputs arrive validated by the shared code (:mod:`mnemex.rows`, :mod:`mnemex.text`);
+rows are read back as :class:`~mnemex.models.Memory` values equal to SQLite's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from mnemex.engine.postgres.schema import read_meta, schema_version
+from mnemex.engine.postgres.tokens import document_lex
+from mnemex.errors import InvalidInput, UnknownMemory
+from mnemex.index.fts import Filters
+from mnemex.models import Added, Memory, Stats, TimelineEntry
+from mnemex.text import format_time, parse_stored_time, summarize, tags_columns, utcnow
+
+if TYPE_CHECKING:
+    from mnemex.embed import Embedder
+    from mnemex.engine.postgres.session import PostgresSession
+
+COLUMNS = (
+    "id, namespace, kind, content, tags, source, confidence, pinned, "
+    "created_at, updated_at, content_hash, metadata"
+)
+
+
+def memory(row: Sequence[Any]) -> Memory:
+    """The :class:`~mnemex.models.Memory` of a row of :data:`COLUMNS`."""
+    return Memory(
+        id=row[0],
+        namespace=row[1],
+        kind=row[2],
+        content=row[3],
+        tags=tuple(row[4]),
+        source=row[5],
+        confidence=float(row[6]),
+        pinned=bool(row[7]),
+        created_at=row[8].astimezone(UTC),
+        updated_at=row[9].astimezone(UTC),
+        content_hash=row[10],
+        metadata=dict(row[11]),
+    )
+
+
+def get(session: PostgresSession, ns: str | None, wanted: list[str]) -> dict[str, Memory]:
+    """The memories of the namespace with these ids, by id."""
+    with session.read() as conn:
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND id = ANY(%s)",
+            (ns, wanted),
+        ).fetchall()
+    return {row[0]: memory(row) for row in rows}
+
+
+def forget(session: PostgresSession, ns: str, wanted: list[str]) -> set[str]:
+    """Delete the namespace's memories with these ids (their vectors go with them); the
+    ids deleted."""
+    with session.transaction() as conn:
+        rows = conn.execute(
+            "DELETE FROM memories WHERE namespace = %s AND id = ANY(%s) RETURNING id",
+            (ns, wanted),
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+_AS_STORED = {
+    "tags": "%s::jsonb",
+    "metadata": "%s::jsonb",
+}
+
+
+def update(
+    session: PostgresSession, ns: str, ident: str, sets: Mapping[str, Any]
+) -> tuple[Memory, int]:
+    """Set the columns ``sets`` (as :func:`mnemex.memories` validates them for SQLite) of
+    one memory; the memory as stored and its seq. A new text already held by another
+    memory of the namespace raises :class:`~mnemex.errors.InvalidInput`."""
+    from psycopg import errors
+
+    values = {k: v for k, v in sets.items() if not k.startswith("fts_")}
+    for key in ("created_at", "updated_at"):
+        if key in values:
+            values[key] = parse_stored_time(values[key])
+    if "pinned" in values:
+        values["pinned"] = bool(values["pinned"])
+    assignments = ", ".join(f"{k} = {_AS_STORED.get(k, '%s')}" for k in values)
+    try:
+        with session.transaction() as conn:
+            row = conn.execute(
+                f"UPDATE memories SET {assignments} WHERE id = %s AND namespace = %s "
+                f"RETURNING seq, content, tags::text".encode(),
+                [*values.values(), ident, ns],
+            ).fetchone()
+            if row is None:
+                raise UnknownMemory([ident], ns)
+            if "content" in values or "tags" in values:
+                lex, length = document_lex([(row[1], _fts_tags(row[2]))])[0]
+                conn.execute(
+                    "UPDATE memories SET lex = %s::tsvector, lex_len = %s WHERE seq = %s",
+                    (lex, length, row[0]),
+                )
+            stored = conn.execute(
+                f"SELECT {COLUMNS} FROM memories WHERE seq = %s", (row[0],)
+            ).fetchone()
+    except errors.UniqueViolation:
+        raise InvalidInput(
+            f"another memory of namespace {ns!r} holds this text already: "
+            "forget one of the two, or keep the text apart"
+        ) from None
+    return memory(stored), int(row[0])
+
+
+def _fts_tags(tags_json: str) -> str:
+    return tags_columns(tuple(json.loads(tags_json)))[0]
+
+
+def _where(ns: str | None) -> tuple[str, list[Any]]:
+    return ("", []) if ns is None else (" AND namespace = %s", [ns])
+
+
+def count(session: PostgresSession, ns: str | None) -> int:
+    where, params = _where(ns)
+    with session.connection() as conn:
+        row = conn.execute(f"SELECT count(*) FROM memories WHERE true{where}", params).fetchone()
+    return int(row[0])
+
+
+def iterate(session: PostgresSession, ns: str | None, batch: int) -> Iterator[Memory]:
+    """Every memory of the namespace (or all), oldest first, read ``batch`` at a time."""
+    where, params = _where(ns)
+    last = 0
+    while True:
+        with session.connection() as conn:
+            rows = conn.execute(
+                f"SELECT seq, {COLUMNS} FROM memories WHERE seq > %s{where} ORDER BY seq LIMIT %s",
+                [last, *params, batch],
+            ).fetchall()
+        if not rows:
+            return
+        for row in rows:
+            yield memory(row[1:])
+        last = rows[-1][0]
+
+
+def bodies(session: PostgresSession, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """The whole content and the confidence of each memory (for recall)."""
+    with session.connection() as conn:
+        rows = conn.execute(
+            "SELECT id, content, confidence FROM memories WHERE id = ANY(%s)", (list(ids),)
+        ).fetchall()
+    return {r[0]: (r[1], float(r[2])) for r in rows}
+
+
+def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -> Stats:
+    """What the namespace holds (``None``: the whole database); see :meth:`mnemex.Store.stats`."""
+    where, params = _where(ns)
+    with session.read() as conn:
+        per_ns = dict(
+            conn.execute(
+                "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
+            ).fetchall()
+        )
+        kinds = dict(
+            conn.execute(
+                f"SELECT kind, count(*) FROM memories WHERE true{where} "
+                "GROUP BY kind ORDER BY count(*) DESC, kind",
+                params,
+            ).fetchall()
+        )
+        oldest, newest = conn.execute(
+            f"SELECT min(created_at), max(created_at) FROM memories WHERE true{where}", params
+        ).fetchone()
+        models = dict(
+            conn.execute(
+                f"SELECT model, count(*) FROM embeddings WHERE true{where} GROUP BY model",
+                params,
+            ).fetchall()
+        )
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        version, meta = schema_version(conn), read_meta(conn)
+        relations = conn.execute(f"SELECT count(*) FROM relations WHERE true{where}", params)
+        relation_count = int(relations.fetchone()[0])
+    model = embedder.model_id if embedder is not None else None
+    vectors = int(models.pop(model, 0)) if model else 0
+    total = sum(per_ns.values()) if ns is None else per_ns.get(ns, 0)
+    return Stats(
+        path=session.path,
+        namespace="*" if ns is None else ns,
+        memories=total,
+        total_memories=sum(per_ns.values()),
+        namespaces={str(k): int(v) for k, v in per_ns.items()},
+        kinds={str(k): int(v) for k, v in kinds.items()},
+        oldest=oldest.astimezone(UTC) if oldest else None,
+        newest=newest.astimezone(UTC) if newest else None,
+        size_bytes=int(size),
+        schema_version=version,
+        tokenizer=meta.get("terms", "").removeprefix("fts5 "),
+        embedder=model,
+        vectors=vectors,
+        pending_vectors=total - vectors if model else 0,
+        other_models={str(k): int(v) for k, v in models.items()},
+        relations=relation_count,
+    )
+
+
+def remember(session: PostgresSession, row: tuple[Any, ...], embed: bool) -> Added:
+    """Store one prepared row unless its text is already stored in its namespace: then
+    the stored memory takes the new one's tags, the higher confidence and the pin, and
+    its id is returned (``by="exact"``). The schema's unique index decides, so two
+    writers adding one text at once end with one memory."""
+    with session.transaction() as conn:
+        written = session.insert_one(conn, row)
+        if not written.inserted and written.id != row[0]:
+            _merge(conn, written.seq, row)
+    session.after_write()
+    if not written.inserted:
+        if written.id == row[0]:
+            from mnemex.errors import DuplicateId
+
+            raise DuplicateId(f"a memory with id {row[0]!r} already exists")
+        return Added(written.id, True, 1.0, "exact")
+    if embed:
+        session.embedding.embed_new([written.seq])
+    return Added(row[0])
+
+
+def _merge(conn: Any, seq: int, row: tuple[Any, ...]) -> None:
+    """Fold a repeat of a stored text into it, recording it as SQLite's dedup does."""
+    old_tags, metadata = conn.execute(
+        "SELECT tags, metadata FROM memories WHERE seq = %s FOR UPDATE", (seq,)
+    ).fetchone()
+    tags = list(dict.fromkeys([*old_tags, *json.loads(row[4])]))
+    now = format_time(utcnow())
+    record = {"at": row[8], "merged_at": now, "by": "exact", "similarity": 1.0}
+    if row[5] is not None:
+        record["source"] = row[5]
+    duplicates = metadata.get("duplicates")
+    metadata["duplicates"] = [*(duplicates if isinstance(duplicates, list) else []), record]
+    conn.execute(
+        """UPDATE memories SET tags = %s::jsonb, metadata = %s::jsonb,
+               confidence = greatest(confidence, %s), pinned = pinned OR %s, updated_at = %s
+           WHERE seq = %s""",
+        (
+            json.dumps(tags, ensure_ascii=False),
+            json.dumps(metadata, ensure_ascii=False),
+            row[6],
+            bool(row[7]),
+            parse_stored_time(now),
+            seq,
+        ),
+    )
+    if tags != list(old_tags):
+        content = conn.execute("SELECT content FROM memories WHERE seq = %s", (seq,)).fetchone()
+        lex, length = document_lex([(content[0], _fts_tags(json.dumps(tags)))])[0]
+        conn.execute(
+            "UPDATE memories SET lex = %s::tsvector, lex_len = %s WHERE seq = %s",
+            (lex, length, seq),
+        )
+
+
+def check(session: PostgresSession) -> dict[str, Any]:
+    """The lexical index and its statistics against a rebuild from the rows
+    (:func:`mnemex.engine.postgres.bm25.check`), as :meth:`mnemex.Store.check` reports."""
+    from mnemex.engine.postgres.bm25 import check as check_index
+
+    with session.connection() as conn:
+        problems = check_index(conn)
+        rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+    return {"ok": not problems, "memories": rows, "problems": problems}
+
+
+_ENTRY = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namespace"
+
+
+def timeline(
+    session: PostgresSession,
+    filters: Filters,
+    limit: int,
+    oldest_first: bool,
+    around: tuple[str, int, int] | None,
+) -> list[TimelineEntry]:
+    """:func:`mnemex.timeline.timeline` (arguments checked there): the ``limit`` newest
+    (or oldest) within the filters, or ``around`` = (id, before, after)."""
+    from mnemex.engine.postgres.retrieval import conditions
+
+    parts, params = conditions(filters)
+    if filters.namespace is not None:
+        parts.append("m.namespace = %(f_ns)s")
+        params["f_ns"] = filters.namespace
+    where = "".join(f" AND {p}" for p in parts)
+    with session.read() as conn:
+        if around is None:
+            order = "ASC" if oldest_first else "DESC"
+            rows = conn.execute(
+                f"SELECT {_ENTRY} FROM memories AS m WHERE true{where} "
+                f"ORDER BY m.created_at {order}, m.seq {order} LIMIT %(limit)s".encode(),
+                {**params, "limit": limit},
+            ).fetchall()
+            return [_entry(r) for r in rows]
+        rows = _around(conn, filters.namespace, where, params, around)
+    return [_entry(r) for r in (rows if oldest_first else reversed(rows))]
+
+
+def _around(
+    conn: Any, ns: str | None, where: str, params: dict[str, Any], around: tuple[str, int, int]
+) -> list[Sequence[Any]]:
+    ident, before, after = around
+    in_ns = "" if ns is None else " AND m.namespace = %(ns)s"
+    anchor = conn.execute(
+        f"SELECT m.seq, {_ENTRY} FROM memories AS m WHERE m.id = %(id)s{in_ns}".encode(),
+        {"id": ident, "ns": ns},
+    ).fetchone()
+    if anchor is None:
+        raise UnknownMemory([ident], ns or "*")
+    at = {**params, "seq": anchor[0], "at": anchor[2]}
+    older = conn.execute(
+        f"""SELECT {_ENTRY} FROM memories AS m
+            WHERE (m.created_at, m.seq) < (%(at)s, %(seq)s){where}
+            ORDER BY m.created_at DESC, m.seq DESC LIMIT %(n)s""".encode(),
+        {**at, "n": before},
+    ).fetchall()
+    newer = conn.execute(
+        f"""SELECT {_ENTRY} FROM memories AS m
+            WHERE (m.created_at, m.seq) > (%(at)s, %(seq)s){where}
+            ORDER BY m.created_at ASC, m.seq ASC LIMIT %(n)s""".encode(),
+        {**at, "n": after},
+    ).fetchall()
+    return [*reversed(older), anchor[1:], *newer]
+
+
+def _entry(row: Sequence[Any]) -> TimelineEntry:
+    return TimelineEntry(
+        id=row[0],
+        created_at=row[1].astimezone(UTC),
+        kind=row[2],
+        tags=tuple(row[3]),
+        summary=summarize(row[4]),
+        namespace=row[5],
+    )

@@ -1,0 +1,267 @@
+"""What a search reads in PostgreSQL: the retrieval seam of :mod:`mnemex.search.pipeline`
+(its ``Retriever``) over one connection.
+
+The pipeline's planning, fusion, ranking and hits are shared; here are only the
+reads. The lexical plan is the SQLite arm's (the same tokenizer, expansion, stop
+words and rarest-terms cut, see :mod:`mnemex.index.fts`), with the statistics of
+the namespace searched (every namespace's with ``ALL``), and its candidates are
+scored by :func:`mnemex.engine.postgres.bm25.lexical` (always exact: no query
+shaping). The vector arm is pgvector (:func:`mnemex.engine.postgres.vectors.vector`;
+an exact scan when filters beyond the namespace apply). Snippets are FTS5's
+``snippet()`` over the hits' text, in an in-memory SQLite table on the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mnemex.config import SNIPPET_MAX_CHARS, Settings
+from mnemex.embed import Embedder
+from mnemex.engine.postgres import bm25
+from mnemex.engine.postgres.session import ENGINE
+from mnemex.engine.postgres.tokens import lexicon, query_key
+from mnemex.engine.postgres.vectors import literal, model_dim, vector
+from mnemex.errors import IndexMismatch, Unsupported
+from mnemex.index.fts import Filters, LexicalPlan, Retrieval
+from mnemex.index.query import (
+    MAX_QUERY_TERMS,
+    build_terms,
+    capital_letters,
+    content_terms,
+    expand_terms,
+    keep_rarest,
+)
+from mnemex.index.stopwords import ENGLISH, STOPWORDS
+from mnemex.index.vectors import VectorHit
+from mnemex.models import Location
+from mnemex.storage import TOKENIZER
+from mnemex.text import format_time, segment, unsegment
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mnemex.search.pipeline import Plan, Request
+
+_local = threading.local()
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The vector arm's hits (run at once: nothing to wait for or release)."""
+
+    hits: list[VectorHit]
+
+    def result(self) -> list[VectorHit]:
+        return self.hits
+
+    def close(self) -> None:
+        return None
+
+
+def filter_sql(filters: Filters, alias: str) -> tuple[str, dict[str, Any]]:
+    """``JOIN memories ... WHERE ...`` restricting rows of ``alias`` (a table with a
+    ``seq``) by the filters beyond the namespace, and its parameters ('' when none)."""
+    parts, params = conditions(filters)
+    if not parts:
+        return "", {}
+    return f"JOIN memories AS m ON m.seq = {alias}.seq WHERE " + " AND ".join(parts), params
+
+
+def conditions(filters: Filters) -> tuple[list[str], dict[str, Any]]:
+    """Conditions on ``memories AS m`` for the filters beyond the namespace, and their
+    named parameters."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    if filters.kinds:
+        parts.append("m.kind = ANY(%(f_kinds)s)")
+        params["f_kinds"] = list(filters.kinds)
+    if filters.tags:
+        parts.append("m.tags @> %(f_tags)s::jsonb")
+        params["f_tags"] = json.dumps(list(filters.tags))
+    if filters.since is not None:
+        parts.append("m.created_at >= %(f_since)s")
+        params["f_since"] = filters.since
+    if filters.until is not None:
+        parts.append("m.created_at < %(f_until)s")
+        params["f_until"] = filters.until
+    return parts, params
+
+
+@dataclass
+class PostgresEngine:
+    """The PostgreSQL reads of one search, on one connection."""
+
+    conn: Any  # psycopg.Connection
+    settings: Settings
+    embedder: Embedder | None
+    namespace: str | None = None  # the namespace searched (None: all), set by plan()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read-only snapshot for the whole search."""
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    def plan(self, request: Request, text: str) -> LexicalPlan:
+        """The SQLite arm's plan (:func:`mnemex.index.fts.plan`) with this database's
+        statistics of the namespace searched."""
+        if request.raw:
+            raise Unsupported("a raw FTS5 query", ENGINE)
+        tokens = lexicon().tokenize(text)
+        if request.expand:
+            terms = expand_terms(tokens, STOPWORDS, capital_letters(text))
+        else:
+            terms = build_terms(tokens, ENGLISH)
+        kept, dropped = content_terms(terms)
+        self.namespace = request.filters.namespace
+        keys = [query_key(t) for t in [*kept, *dropped]]
+        stats = bm25.statistics(self.conn, request.filters.namespace, keys)
+        freqs = [stats.doc_freqs.get(k, 0) for k in keys]
+        keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
+        return LexicalPlan(
+            terms=tuple(kept[i] for i in keep),
+            doc_freqs=tuple(freqs[i] for i in keep),
+            n_docs=stats.docs,
+            dropped=tuple(dropped),
+            dropped_freqs=tuple(freqs[len(kept) :]),
+        )
+
+    def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan:
+        return lexical.with_dropped()
+
+    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
+        terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
+        where = filter_sql(request.filters, "p")
+        found = bm25.lexical(self.conn, terms, request.filters.namespace, pool, where)
+        return Retrieval(found)
+
+    def warm(self, dim: int) -> None:
+        return None
+
+    def vector_arm(
+        self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
+    ) -> Found | None:
+        """pgvector's nearest neighbours of the model (``None``, with a note, when the
+        stored vectors do not fit the query's)."""
+        assert self.embedder is not None
+        model, filters = self.embedder.model_id, request.filters
+        try:
+            if filters.narrow:
+                hits = self._exact(qvec, filters, model, planned.pool)
+            else:
+                found = vector(self.conn, qvec, filters.namespace, model, planned.pool)
+                hits = [VectorHit(h.seq, h.cosine) for h in found]
+        except IndexMismatch as exc:
+            notes.append(f"{exc}; answered from the lexical arm")
+            return None
+        return Found(hits)
+
+    def _exact(self, qvec: np.ndarray, filters: Filters, model: str, limit: int) -> list[VectorHit]:
+        dim = model_dim(self.conn, model)
+        if dim is None:
+            return []
+        if int(qvec.shape[0]) != dim:
+            raise IndexMismatch(f"the query vector has {qvec.shape[0]} dimensions; {model!r} {dim}")
+        join, params = filter_sql(filters, "e")
+        only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
+        rows = self.conn.execute(
+            f"""SELECT e.seq, 1 - (e.vector::vector({dim}) <=> %(q)s::vector({dim})) AS c
+                FROM embeddings AS e {join} AND e.model = %(model)s {only}
+                ORDER BY c DESC, e.seq LIMIT %(limit)s""".encode(),
+            {**params, "q": literal(qvec), "model": model, "ns": filters.namespace, "limit": limit},
+        ).fetchall()
+        return [VectorHit(int(seq), float(c)) for seq, c in rows]
+
+    def bm25_of(self, lexical: LexicalPlan, seqs: Sequence[int]) -> dict[int, float]:
+        """BM25 of the rows ``seqs`` (those holding a term), as :meth:`lexical` scores them."""
+        if not seqs or lexical.empty:
+            return {}
+        terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
+        where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
+        found = bm25.lexical(self.conn, terms, self.namespace, len(seqs), where)
+        return {c.seq: c.raw for c in found}
+
+    def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
+        if not seqs or self.embedder is None:
+            return {}
+        dim = int(qvec.shape[0])
+        rows = self.conn.execute(
+            f"SELECT seq, 1 - (vector::vector({dim}) <=> %s::vector({dim})) FROM embeddings "
+            "WHERE model = %s AND seq = ANY(%s)".encode(),
+            (literal(qvec), self.embedder.model_id, seqs),
+        ).fetchall()
+        return {int(seq): float(c) for seq, c in rows}
+
+    def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
+        import numpy as np
+
+        if not seqs or self.embedder is None:
+            return {}
+        rows = self.conn.execute(
+            "SELECT seq, vector::text FROM embeddings WHERE model = %s AND seq = ANY(%s)",
+            (self.embedder.model_id, seqs),
+        ).fetchall()
+        return {int(s): np.asarray(json.loads(v), dtype=np.float32) for s, v in rows}
+
+    def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+        """seq, id, kind, tags (JSON), created_at (text), the start of the content and the
+        namespace of each memory, as the SQLite engine's rows read."""
+        rows = self.conn.execute(
+            f"SELECT seq, id, kind, tags::text, created_at, substr(content, 1, "
+            f"{SNIPPET_MAX_CHARS * 2}), namespace FROM memories WHERE seq = ANY(%s)".encode(),
+            (seqs,),
+        ).fetchall()
+        return {r[0]: (r[0], r[1], r[2], r[3], format_time(r[4]), r[5], r[6]) for r in rows}
+
+    def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+        rows = self.conn.execute(
+            "SELECT seq, created_at, confidence, pinned, source FROM memories WHERE seq = ANY(%s)",
+            (seqs,),
+        ).fetchall()
+        return {r[0]: (format_time(r[1]), r[2], int(r[3]), r[4]) for r in rows}
+
+    def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
+        rows = self.conn.execute(
+            "SELECT seq, content FROM memories WHERE seq = ANY(%s)", (seqs,)
+        ).fetchall()
+        return [(int(s), str(c)) for s, c in rows]
+
+    def locations(self, seqs: list[int]) -> dict[int, Location]:
+        return {}  # no workspaces on this engine yet
+
+    def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
+        """FTS5's ``snippet()`` of each row's content, as the SQLite engine shows it."""
+        if not seqs or not match:
+            return {}
+        texts = self.contents(seqs)
+        s, scratch = self.settings, _scratch()
+        scratch.execute("DELETE FROM doc")
+        scratch.executemany(
+            "INSERT INTO doc (rowid, content) VALUES (?, ?)",
+            [(seq, segment(text) or text) for seq, text in texts],
+        )
+        try:
+            rows = scratch.execute(
+                "SELECT rowid, snippet(doc, 0, ?, ?, '…', ?) FROM doc WHERE doc MATCH ?",
+                (s.highlight_start, s.highlight_end, s.snippet_tokens, match),
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {seq: unsegment(text) for seq, text in rows if text is not None}
+
+
+def _scratch() -> sqlite3.Connection:
+    """This thread's in-memory FTS5 table for snippets."""
+    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.execute(f"CREATE VIRTUAL TABLE doc USING fts5(content, tags, tokenize='{TOKENIZER}')")
+        _local.conn = conn
+    return conn

@@ -1,0 +1,231 @@
+"""The PostgreSQL session: what :class:`mnemex.Store` talks to for a ``postgresql://`` URL.
+
+It offers the part of the SQLite session's surface that the shared code uses
+(``DESIGN.md``, "The storage session"): ``settings``, ``namespace``, ``path``
+(the URL without its password), ``resolve_namespace``, ``lock``,
+``connection()`` / ``transaction()`` / ``read()``, ``generation`` and
+``after_write()``, ``embedding``, ``insert_chunks`` / ``insert_prepared`` and
+``close()``. Connections come from a pool of at most ``settings.pool_size``
+(``psycopg_pool``); a thread that asks for a connection while it holds one gets
+the same one back, so nested calls use one connection and one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mnemex.engine import NamespaceArg, resolve_namespace
+from mnemex.engine.postgres.connect import connect, pool, redact
+from mnemex.engine.postgres.schema import migrate
+from mnemex.engine.postgres.write import Row, Written, insert_rows
+from mnemex.errors import DuplicateId, InvalidInput, StoreError, StoreLocked
+from mnemex.text import clean_namespace, parse_stored_time
+
+if TYPE_CHECKING:
+    from mnemex.config import Settings
+    from mnemex.embed import Embedder
+    from mnemex.engine.postgres.embedding import PgEmbedding
+
+ENGINE = "PostgreSQL"
+Conn = Any  # psycopg.Connection[tuple[Any, ...]]
+
+
+class PostgresSession:
+    """A pool of connections to one PostgreSQL database, safe to share between threads."""
+
+    engine = ENGINE
+
+    def __init__(self, settings: Settings, *, embedder: Embedder | object | None) -> None:
+        from mnemex.engine.embedding import FROM_SETTINGS
+        from mnemex.engine.postgres.embedding import PgEmbedding
+
+        assert settings.db_url is not None
+        self.settings = settings
+        self.namespace = clean_namespace(settings.namespace)
+        self.url = settings.db_url
+        self.path = redact(self.url)
+        self.lock = threading.RLock()
+        self._local = threading.local()
+        with connect(self.url) as conn:  # an unreachable server fails here, at once
+            _prepare(conn, self.path)
+        self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
+        self._generation = 0
+        self.embedding: PgEmbedding = PgEmbedding(
+            self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
+        )
+
+    def close(self) -> None:
+        """Close the pool's connections (again: nothing)."""
+        with self.lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
+        """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
+        return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
+
+    # -- connections, errors, transactions ---------------------------------------------
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """psycopg's errors as mnemex errors that say what to do; others pass through."""
+        from psycopg import errors as pg_errors
+
+        try:
+            yield
+        except pg_errors.LockNotAvailable:
+            raise StoreLocked(f"the PostgreSQL store {self.path} is locked; retry") from None
+        except pg_errors.OperationalError as exc:
+            raise StoreError(
+                f"the PostgreSQL server at {self.path} failed: {' '.join(str(exc).split())}; "
+                "check that it runs, and retry"
+            ) from None
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """A connection from the pool (this thread's, if it holds one), errors translated."""
+        held = getattr(self._local, "conn", None)
+        if held is not None:
+            yield held
+            return
+        if self._pool is None:
+            raise InvalidInput("this store is closed; open it again with mnemex.open()")
+        with self.errors(), self._pool.connection() as conn:
+            self._local.conn = conn
+            try:
+                yield conn
+            finally:
+                self._local.conn = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Conn]:
+        """:meth:`connection` inside one transaction: all or nothing."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Conn]:
+        """:meth:`connection` inside one read-only snapshot (several statements, one state)."""
+        with self.connection() as conn:
+            if conn.info.transaction_status != 0:  # inside a transaction already
+                yield conn
+                return
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+
+    @property
+    def generation(self) -> int:
+        """How many times this process has written through this session."""
+        return self._generation
+
+    def after_write(self) -> None:
+        self._generation += 1
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return self.embedding.embedder
+
+    # -- bulk insert -----------------------------------------------------------------------
+
+    def insert_prepared(
+        self, rows: Sequence[tuple[Any, ...]], on_conflict: str
+    ) -> tuple[int, list[int]]:
+        """Insert rows of :func:`mnemex.rows.prepare` in one transaction; how many were new
+        and their seqs."""
+        count, _, seqs = self.insert_chunks([list(rows)], on_conflict)
+        return count, seqs
+
+    def insert_chunks(
+        self, chunks: Iterable[list[tuple[Any, ...]]], on_conflict: str
+    ) -> tuple[int, list[str], list[int]]:
+        """Insert chunks of prepared rows in one transaction: all or nothing. Returns the
+        rows inserted, the id holding each row in order, and the seqs inserted.
+
+        A row whose text is already stored in its namespace is not inserted: its id
+        is the stored memory's (the schema keeps one memory per text and namespace,
+        which two writers racing cannot break). An id already stored raises
+        :class:`~mnemex.errors.DuplicateId` (``on_conflict="error"``) or is kept as
+        it is (``"skip"``).
+        """
+        ids: list[str] = []
+        seqs: list[int] = []
+        seen: set[str] = set()
+        with self.transaction() as conn:
+            for rows in chunks:
+                if not rows:
+                    continue
+                if on_conflict == "error":
+                    _refuse_known_ids(conn, rows, seen)
+                written = insert_rows(conn, [pg_row(r) for r in rows])
+                for row, w in zip(rows, written, strict=True):
+                    if not w.inserted and w.id == row[0] and on_conflict == "error":
+                        raise _duplicate(row[0])
+                    ids.append(w.id)
+                    if w.inserted:
+                        seqs.append(w.seq)
+        return len(seqs), ids, seqs
+
+    def insert_one(self, conn: Conn, row: tuple[Any, ...]) -> Written:
+        """Insert one prepared row in the caller's transaction (its text already stored in
+        the namespace: the stored memory, not inserted)."""
+        return insert_rows(conn, [pg_row(row)])[0]
+
+
+def _prepare(conn: Conn, where: str) -> None:
+    """The schema brought up to date, or one error that says what the database lacks."""
+    import psycopg
+
+    try:
+        migrate(conn)
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot prepare the PostgreSQL database at {where}: {' '.join(str(exc).split())}; "
+            "mnemex needs the pgvector extension (CREATE EXTENSION vector) and a user "
+            "allowed to create tables in the database"
+        ) from None
+
+
+def _duplicate(ident: str) -> DuplicateId:
+    return DuplicateId(
+        f"a memory with id {ident!r} already exists; "
+        "leave id out to get a new one, or skip existing ids"
+    )
+
+
+def _refuse_known_ids(conn: Conn, rows: Sequence[tuple[Any, ...]], seen: set[str]) -> None:
+    for row in rows:
+        if row[0] in seen:
+            raise DuplicateId(
+                f"id {row[0]!r} appears more than once in the batch; ids must be unique"
+            )
+        seen.add(row[0])
+    found = conn.execute(
+        "SELECT id FROM memories WHERE id = ANY(%s) LIMIT 1", ([r[0] for r in rows],)
+    ).fetchone()
+    if found:
+        raise _duplicate(found[0])
+
+
+def pg_row(row: Sequence[Any]) -> Row:
+    """A row of :func:`mnemex.rows.prepare` (:data:`mnemex.rows.ROW_COLUMNS`) as the
+    PostgreSQL engine writes it."""
+    return Row(
+        id=row[0],
+        namespace=row[1],
+        kind=row[2],
+        content=row[3],
+        tags=tuple(json.loads(row[4])),
+        source=row[5],
+        confidence=float(row[6]),
+        pinned=bool(row[7]),
+        created_at=parse_stored_time(row[8]),
+        updated_at=parse_stored_time(row[9]),
+        content_hash=row[10],
+        metadata=row[11],
+    )

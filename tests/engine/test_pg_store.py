@@ -1,0 +1,135 @@
+"""The store over a PostgreSQL URL: what differs from SQLite, and what must hold only
+there (two agents writing one fact at once). What holds on both engines is tested once,
+in the tests marked ``both_engines`` (tests/test_store.py, tests/cli/test_cli.py, ...)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mnemex
+from mnemex.config import load_settings
+from mnemex.errors import Unsupported
+from tests.conftest import PYTHON, FakeEmbedder, python_env
+
+postgres = pytest.mark.postgres
+
+
+def test_settings_keep_a_url_whole_and_the_later_place_wins(tmp_path: Path) -> None:
+    url = "postgresql://agent@db.internal:5432/team"
+    assert load_settings(url).db_url == url
+    assert load_settings(url, environ={"MNEMEX_DB": str(tmp_path / "x.db")}).db_url == url
+    from_env = load_settings(environ={"MNEMEX_DB": "postgres://u@h/d"})
+    assert from_env.db_url == "postgres://u@h/d"
+    assert load_settings(tmp_path / "y.db", environ={"MNEMEX_DB": url}).db_url is None
+
+
+def test_a_sqlite_store_never_imports_the_driver(tmp_path: Path) -> None:
+    code = (
+        "import sys, mnemex\n"
+        f"s = mnemex.open({str(tmp_path / 'a.db')!r})\n"
+        "s.add('x y z'); s.search('x'); s.recall('x'); s.stats(); s.close()\n"
+        "assert not any(m.startswith(('psycopg', 'pgserver')) for m in sys.modules), "
+        "sorted(m for m in sys.modules if m.startswith('psycopg'))\n"
+    )
+    done = subprocess.run([PYTHON, "-c", code], env=python_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _add_same(url: str, text: str) -> str:
+    with mnemex.open(url) as store:
+        return store.add(text)
+
+
+@postgres
+@pytest.mark.slow
+def test_two_writers_adding_one_text_at_once_end_with_one_memory(pg_url: str) -> None:
+    texts = [f"the deploy key rotates on day {n} of the month" for n in range(8)]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as workers:
+        for text in texts:
+            a = workers.submit(_add_same, pg_url, text)
+            b = workers.submit(_add_same, pg_url, text)
+            assert a.result() == b.result(), text
+    with mnemex.open(pg_url) as store:
+        assert store.count() == len(texts)
+        assert store.check()["ok"]
+
+
+@postgres
+def test_writes_add_many_and_remember_decide_repeats_alike(pg_url: str) -> None:
+    with mnemex.open(pg_url) as store:
+        first = store.remember("Billing is owned by the payments team", tags=["org"])
+        again = store.remember("Billing is owned by the payments team", tags=["team"])
+        assert not first.deduplicated
+        assert (again.id, again.deduplicated, again.by) == (first.id, True, "exact")
+        memory = store.get(first.id).memories[0]
+        assert memory.tags == ("org", "team")
+        assert memory.metadata["duplicates"][0]["by"] == "exact"
+        # Bulk writes never merge on SQLite; here a repeated text keeps one memory, and
+        # the id returned for it is the stored one.
+        ids = store.add_many(["a new fact", "Billing is owned by the payments team"])
+        assert ids[1] == first.id and store.count() == 2
+        # Without dedup a repeat is refused by the schema the same way: one memory.
+        assert store.add("a new fact", dedup=False) == ids[0]
+        assert [h.id for h in store.search("payments team billing", tags=["team"]).hits] == [
+            first.id
+        ]
+
+
+@postgres
+def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -> None:
+    with mnemex.open(pg_url, embedder=fake_embedder) as store:
+        a = store.add("the invoice renderer embeds every font", kind="fact")
+        b = store.add("users sign in with OIDC since the cutover")
+        assert store.stats().vectors == 2 and store.stats().pending_vectors == 0
+        for mode in ("vector", "hybrid"):
+            found = store.search("invoice font", mode=mode, explain=True)
+            assert found.mode_used == mode and found.hits[0].id == a, mode
+            assert found.hits[0].explain is not None
+            assert found.hits[0].explain["vector"]["rank"] == 1
+        assert [h.id for h in store.search("OIDC", mode="vector", kinds=["fact"]).hits] == [a]
+        assert store.search("sign in OIDC", mode="hybrid", mmr=True).hits[0].id == b
+        store.update(b, content="users sign in with passkeys now")
+        assert store.stats().vectors == 2  # the new text was embedded again
+        report = store.embed(force=True)
+        assert (report.embedded, report.pending) == (2, 0) and store.stats().vectors == 2
+
+
+@postgres
+@pytest.mark.parametrize(
+    ("call", "feature"),
+    [
+        (lambda s: s.relate("a", "knows", "b"), "relations"),
+        (lambda s: s.neighbors("a"), "relations"),
+        (lambda s: s.sync("."), "markdown workspaces"),
+        (lambda s: s.workspace_status(), "markdown workspaces"),
+        (lambda s: s.dedup(), "dedup of a namespace"),
+        (lambda s: s.search("x", raw=True), "a raw FTS5 query"),
+    ],
+)
+def test_what_is_not_there_yet_says_so(pg_url: str, call: Any, feature: str) -> None:
+    with mnemex.open(pg_url) as store:
+        with pytest.raises(Unsupported, match="not available on the PostgreSQL engine") as err:
+            call(store)
+        assert err.value.feature == feature and err.value.engine == "PostgreSQL"
+        assert list(store.iter_relations()) == []  # export reads none
+
+
+@postgres
+def test_cli_reports_an_unreachable_server_in_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://nobody@/nothing?host={tmp_path}"
+    done = subprocess.run(
+        [PYTHON, "-m", "mnemex", "--db", url, "stats"],
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
