@@ -469,7 +469,7 @@ def new_vector(
             vectors.check_dimension(embedder)
             known = conn.execute(
                 "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
-                "AND dim = ? LIMIT 1",
+                "AND dim = ? AND window = 0 LIMIT 1",
                 (embedder.model_id, digest, embedder.dim),
             ).fetchone()
         if known is not None and len(known[0]) == 4 * embedder.dim:

@@ -210,7 +210,7 @@ def stats(conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, p
     scoped = "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
     models = dict(
         conn.execute(
-            f"SELECT e.model, count(*) FROM embeddings AS e{scoped} GROUP BY e.model",
+            f"SELECT e.model, count(DISTINCT e.seq) FROM embeddings AS e{scoped} GROUP BY e.model",
             [] if ns is None else [ns],
         ).fetchall()
     )
