@@ -33,7 +33,8 @@ SNIPPET_MAX_CHARS = 700  # seed 004
 # when mnemex[embed] is installed, else none.
 DEFAULT_EMBEDDER = "auto"
 EMBED_COOLDOWN = 30.0  # seconds a provider that failed is skipped (doubled per failure in a row)
-EMBED_WINDOWS = True  # a text longer than the model's window: a vector per window, scored by the best
+# A text longer than the model's window gets a vector per window, scored by its best.
+EMBED_WINDOWS = True
 DEFAULT_MODE = "auto"  # hybrid when an embedder is configured, else lexical
 # Fusion defaults chosen by evaluation (benchmarks/RESULTS.md): weighted fusion with equal
 # weights beat RRF (k = 60) and the seeds' 0.7 / 0.3 on both SciFact (train split) and

@@ -132,6 +132,7 @@ def embed_and_store(
         todo = [r for r in batch if r.content_hash not in known]
         report.embedded += _embed_windows(embedder, todo, known, cut)
         report.reused += len(batch) - len(todo)
+        model, dim = embedder.model_id, embedder.dim
         with guard(), write_transaction(conn):
             conn.executemany(
                 """INSERT OR REPLACE INTO embeddings
@@ -139,8 +140,7 @@ def embed_and_store(
                    SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (
                        SELECT 1 FROM memories WHERE seq = ? AND content_hash = ?)""",
                 [
-                    (r.seq, embedder.model_id, w, embedder.dim, r.content_hash, v)
-                    + (r.seq, r.content_hash)
+                    (r.seq, model, w, dim, r.content_hash, v, r.seq, r.content_hash)
                     for r in batch
                     for w, v in enumerate(known[r.content_hash])
                 ],

@@ -89,6 +89,19 @@ _INIT: Final = (
 # content changes. ``vector_log`` tells in-process vector caches (in this and
 # other processes) which rows to drop or refresh; additions need no log, as
 # embedding ids only grow.
+_VECTOR_TRIGGERS: Final = (  # the triggers that name ``embeddings`` (made again in 7)
+    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_vectors AFTER DELETE ON memories BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_content_vectors
+        AFTER UPDATE OF content ON memories
+        WHEN old.content_hash IS NOT new.content_hash BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS embeddings_after_delete AFTER DELETE ON embeddings BEGIN
+        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
+    END""",
+)
 _VECTORS: Final = (
     """CREATE TABLE IF NOT EXISTS embeddings (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,17 +119,7 @@ _VECTORS: Final = (
         embedding_id INTEGER,
         seq INTEGER NOT NULL
     )""",
-    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_vectors AFTER DELETE ON memories BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS memories_after_update_content_vectors
-        AFTER UPDATE OF content ON memories
-        WHEN old.content_hash IS NOT new.content_hash BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS embeddings_after_delete AFTER DELETE ON embeddings BEGIN
-        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
-    END""",
+    *_VECTOR_TRIGGERS,
     """CREATE TRIGGER IF NOT EXISTS memories_after_update_filters
         AFTER UPDATE OF kind, created_at ON memories BEGIN
         INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, new.seq);
@@ -389,17 +392,7 @@ _WINDOWS: Final = (
     "DROP TABLE embeddings",
     "ALTER TABLE embeddings_windows RENAME TO embeddings",
     "CREATE INDEX IF NOT EXISTS embeddings_model_hash ON embeddings (model, content_hash)",
-    """CREATE TRIGGER memories_after_delete_vectors AFTER DELETE ON memories BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER memories_after_update_content_vectors
-        AFTER UPDATE OF content ON memories
-        WHEN old.content_hash IS NOT new.content_hash BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER embeddings_after_delete AFTER DELETE ON embeddings BEGIN
-        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
-    END""",
+    *_VECTOR_TRIGGERS,
 )
 
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
