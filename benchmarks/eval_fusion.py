@@ -92,8 +92,7 @@ def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[s
         bm = {c.seq: c.raw for c in lex}
         bm.update(bm25_of(conn, lexicon, lexical, [h.seq for h in vec if h.seq not in bm]))
         cos = {h.seq: h.cosine for h in vec}
-        for seq, v in index.vectors_of([s for s in bm if s not in cos]).items():
-            cos[seq] = float(v @ qv)
+        cos.update(index.cosines_of([s for s in bm if s not in cos], qv))  # best windows
         out[qid] = {
             "lex": [(c.seq, c.raw) for c in lex],
             "vec": [(h.seq, h.cosine) for h in vec],

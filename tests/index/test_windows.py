@@ -307,3 +307,32 @@ def test_the_local_model_finds_a_long_memory_by_its_tail(make_store) -> None:  #
         found[windows] = ranked[:1] == [long_id]
     assert found[True]
     assert not found[False]  # with one vector, the tail is invisible
+
+
+def test_the_hnsw_graph_returns_each_memory_once_at_its_best_window(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")  # the ann extra
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words, size=30)) for _ in range(2_500)]
+    per_text = len(WindowedFake().windows(texts[0]))
+    assert per_text > 1
+    path = tmp_path / "ann.db"
+    with mnemex.open(path, embedder=WindowedFake(), ann="on") as store:
+        store.add_many(texts, embed=False)
+        store.embed()
+        index = store.session.vectors(64)
+        assert index.ann is not None and index.ann.size == 2_500 * per_text  # one per window
+    with (
+        mnemex.open(path, embedder=WindowedFake(), ann="on") as graph,
+        mnemex.open(path, embedder=WindowedFake(), ann="off") as exact,
+    ):
+        overlap = []
+        for text in texts[:20]:
+            query = " ".join(text.split()[-WORDS:])  # a last window's words
+            found = [h.id for h in graph.search(query, 10, mode="vector").hits]
+            assert len(set(found)) == len(found) == 10
+            truth = [h.id for h in exact.search(query, 10, mode="vector").hits]
+            assert found[0] == truth[0]
+            overlap.append(len(set(found) & set(truth)) / 10)
+        assert graph.session.vectors(64).ann is not None
+        assert np.mean(overlap) >= 0.9
