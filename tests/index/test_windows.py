@@ -336,3 +336,21 @@ def test_the_hnsw_graph_returns_each_memory_once_at_its_best_window(tmp_path: Pa
             overlap.append(len(set(found) & set(truth)) / 10)
         assert graph.session.vectors(64).ann is not None
         assert np.mean(overlap) >= 0.9
+
+
+def test_duplicates_compare_whole_memories_not_their_windows(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A short remark that repeats a long memory's last window is not merged into it: the
+    duplicate check compares a memory's first window, as it did before windows."""
+    windowed = WindowedFake()
+    store = make_store(embedder=windowed, dedup_text=1.0)  # the cosine decides alone
+    long_id = store.add(long_text())
+    last = windowed.windows(long_text())[-1]
+    index = store.session.vectors(windowed.dim)
+    index.refresh()
+    query = windowed.embed([last])[0]
+    query /= np.linalg.norm(query)
+    assert index.cosines_of([seq_of(store, long_id)], query)[seq_of(store, long_id)] > 0.99
+    added = store.remember(last)
+    assert not added.deduplicated and added.id != long_id
+    again = store.remember(long_text().replace(TAIL, "zebra giraffe savannah"))
+    assert again.deduplicated and again.id == long_id  # a whole repeat still merges

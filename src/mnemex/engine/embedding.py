@@ -101,6 +101,12 @@ class Embedding:
             return None
         return functools.partial(embedders.windows, embedder)
 
+    def first(self, text: str) -> str:
+        """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
+        embedder = self.embedder
+        cut = None if embedder is None else self.cut(embedder)
+        return text if cut is None else cut(text)[0]
+
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
         self.embedder  # noqa: B018 - resolves the embedder to switch to, too
@@ -321,6 +327,8 @@ class _Primed:
     def embed(self, texts: Sequence[str]) -> Any:
         import numpy as np
 
-        if all(t in self._vectors for t in texts):
-            return np.stack([self._vectors[t] for t in texts])
-        return self._embedder.embed(texts)
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        known = dict(self._vectors)
+        if todo:
+            known.update(zip(todo, np.asarray(self._embedder.embed(todo)), strict=True))
+        return np.stack([known[t] for t in texts])

@@ -459,8 +459,8 @@ class VectorIndex:
             if not len(eids):
                 return
         n = self._n
-        if before:  # a memory re-embedded: its older rows are superseded
-            old = np.isin(self._seq[:before], seqs) & self._valid[:before]
+        if before:  # a memory embedded again (from its window 0): its older rows go
+            old = np.isin(self._seq[:before], seqs[wins == 0]) & self._valid[:before]
             self._valid[:before][old] = False
         count = len(eids)
         self._reserve(n + count)
@@ -522,9 +522,11 @@ class VectorIndex:
         length) within ``filters``."""
         return self.top(query, self.mask_for(filters), k)
 
-    def mask_for(self, filters: Filters) -> np.ndarray | None:
-        """Rows allowed by ``filters`` (``None``: none). Reads the database: call it from
-        the thread that owns the connection."""
+    def mask_for(self, filters: Filters, *, first_windows: bool = False) -> np.ndarray | None:
+        """Rows allowed by ``filters`` (``None``: none); with ``first_windows``, only each
+        memory's first window (a memory compared as a whole text, as the duplicate check
+        does, not by its best window). Reads the database: call it from the thread that
+        owns the connection."""
         np = self._np
         with self._lock:
             self.refresh()
@@ -532,6 +534,8 @@ class VectorIndex:
             if n == 0:
                 return None
             mask = self._valid[:n].copy()
+            if first_windows and self._windows > 1:
+                mask &= self._win[:n] == 0
             if filters.namespace is not None:
                 code = self._ns_codes.get(filters.namespace)
                 if code is None:
