@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import data_dir, machine, write_section
 from mnemex.config import load_settings
-from mnemex.embed.local import TOKENIZER, LocalEmbedder
+from mnemex.embed import local
+from mnemex.embed.local import LocalEmbedder
 from mnemex.eval.data import load_beir, load_locomo
 from mnemex.eval.embed_cache import CachedEmbedder, default_cache_dir
 from mnemex.eval.metrics import mean, per_query, ranked_run
@@ -49,26 +50,15 @@ SIZED_CHUNKS = (250, 50)  # chunk_tokens, chunk_overlap (len/4) that mostly fit 
 
 
 class Windows:
-    """A text cut into windows of ``WINDOW`` WordPiece tokens, ``STRIDE`` apart."""
+    """A text cut into windows of ``WINDOW`` WordPiece tokens, ``STRIDE`` apart (the local
+    embedder's own cut, :meth:`mnemex.embed.local.LocalEmbedder.windows`)."""
 
     def __init__(self) -> None:
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(TOKENIZER))
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
+        self.model = LocalEmbedder()
+        assert (WINDOW, STRIDE) == (local.WINDOW, local.WINDOW_STRIDE)
 
     def __call__(self, text: str) -> list[str]:
-        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
-        if len(offsets) <= WINDOW:
-            return [text]
-        out = []
-        for start in range(0, len(offsets) - WINDOW + STRIDE, STRIDE):
-            piece = offsets[start : start + WINDOW]
-            out.append(text[piece[0][0] : piece[-1][1]])
-            if start + WINDOW >= len(offsets):
-                break
-        return out
+        return self.model.windows(text)
 
 
 class MeanOfWindows:

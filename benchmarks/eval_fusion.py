@@ -92,8 +92,7 @@ def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[s
         bm = {c.seq: c.raw for c in lex}
         bm.update(bm25_of(conn, lexicon, lexical, [h.seq for h in vec if h.seq not in bm]))
         cos = {h.seq: h.cosine for h in vec}
-        for seq, v in index.vectors_of([s for s in bm if s not in cos]).items():
-            cos[seq] = float(v @ qv)
+        cos.update(index.cosines_of([s for s in bm if s not in cos], qv))  # best windows
         out[qid] = {
             "lex": [(c.seq, c.raw) for c in lex],
             "vec": [(h.seq, h.cosine) for h in vec],
@@ -390,6 +389,9 @@ def floor_table() -> None:
         (0.40, 1.1, 1.1),
         (0.40, 0.25, 0.30),
         (0.40, 0.30, 0.30),
+        (0.40, 0.30, 0.40),
+        (0.40, 0.35, 0.30),
+        (0.40, 0.35, 0.40),
         (0.40, 0.30, 0.50),
         (0.45, 0.30, 0.30),
         (0.50, 0.30, 0.50),

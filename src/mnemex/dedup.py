@@ -170,7 +170,8 @@ def find(
     ]
     found.extend(_covered(conn, lexicon, content, close, text_threshold, by_stored=True))
     if vector is not None and index is not None:
-        for hit in index.top(vector, index.mask_for(filters), CANDIDATES + 1):
+        mask = index.mask_for(filters, first_windows=True)  # whole memories, not windows
+        for hit in index.top(vector, mask, CANDIDATES + 1):
             if hit.seq == seq or (older_only and hit.seq > seq):
                 continue
             if hit.cosine > cosine_threshold:
@@ -223,7 +224,7 @@ def lookup(
         seqs = [c.seq for c in found.candidates]
     close = _close_texts(conn, lexicon, new, seqs, text_threshold, lexical)
     if vector is not None and index is not None:
-        mask = index.mask_for(Filters(namespace=new.namespace))
+        mask = index.mask_for(Filters(namespace=new.namespace), first_windows=True)
         for hit in index.top(vector, mask, CANDIDATES + 1):
             if hit.cosine > cosine_threshold:
                 close.append((hit.cosine, hit.seq, "cosine"))
@@ -444,16 +445,19 @@ class Vectors:
     embedder: Embedder | None
     check_dimension: Callable[[Embedder], None]  # raises IndexMismatch on other dimensions
     index: Callable[[int], VectorIndex]  # the in-process index of vectors of a dimension
+    first_window: Callable[[str], str] = str  # the part of a text its first vector embeds
 
     @classmethod
     def of(cls, session: SqliteSession) -> Vectors:
-        return cls(session.embedder, session.embedding.check_dimension, session.vectors)
+        embedding = session.embedding
+        return cls(session.embedder, embedding.check_dimension, session.vectors, embedding.first)
 
 
 def new_vector(
     vectors: Vectors, connection: Connect, text: str, digest: str
 ) -> tuple[np.ndarray | None, VectorIndex | None]:
-    """A new text's vector and the index to compare it with (``None`` without vectors).
+    """A new text's vector (its first window's: a memory is compared as a whole) and the
+    index to compare it with (``None`` without vectors).
 
     A text already embedded (in any namespace) is not embedded again.
     """
@@ -469,13 +473,13 @@ def new_vector(
             vectors.check_dimension(embedder)
             known = conn.execute(
                 "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
-                "AND dim = ? LIMIT 1",
+                "AND dim = ? AND window = 0 LIMIT 1",
                 (embedder.model_id, digest, embedder.dim),
             ).fetchone()
         if known is not None and len(known[0]) == 4 * embedder.dim:
             vector = np.frombuffer(known[0], dtype=np.float32)
         else:
-            vector = embed_checked(embedder, [text])[0]
+            vector = embed_checked(embedder, [vectors.first_window(text)])[0]
         return vector, vectors.index(int(vector.shape[0]))
     except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
         # The write that follows reports the embedder's failure; it is not said twice.
@@ -554,7 +558,8 @@ def remember_row(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> A
         logger().info("merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity)
         return Added(match.id, True, match.similarity, match.by)
     if embed:
-        session.embedding.embed_new([seq], primed=None if vector is None else {row[3]: vector})
+        primed = None if vector is None else {session.embedding.first(row[3]): vector}
+        session.embedding.embed_new([seq], primed=primed)
     return Added(row[0])
 
 

@@ -257,7 +257,7 @@ def _stats(
     scoped = "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
     models = dict(
         conn.execute(
-            f"SELECT e.model, count(*) FROM embeddings AS e{scoped} GROUP BY e.model",
+            f"SELECT e.model, count(DISTINCT e.seq) FROM embeddings AS e{scoped} GROUP BY e.model",
             [] if ns is None else [ns],
         ).fetchall()
     )

@@ -53,6 +53,14 @@ class Embedder(Protocol):
         ...
 
 
+def windows(embedder: Embedder, text: str) -> list[str]:
+    """The pieces of ``text`` that ``embedder`` embeds, one vector each: an embedder with
+    a ``windows`` method (the local model: 254 WordPiece tokens) cuts a longer text into
+    overlapping windows; any other reads the text as one (truncating it as it does)."""
+    cut = getattr(embedder, "windows", None)
+    return [text] if cut is None else list(cut(text))
+
+
 def local_available() -> bool:
     """True when the ``embed`` extra (onnxruntime, tokenizers, the model) is installed."""
     import importlib.util
@@ -263,4 +271,5 @@ __all__ = [
     "resolve",
     "settle",
     "time_left",
+    "windows",
 ]

@@ -5,6 +5,8 @@ SHA-256 is checked before use); the WordPiece tokenizer ships with mnemex.
 Texts are truncated at 256 tokens (the model's maximum), batched by length
 and padded to the longest text of each batch; token vectors are mean-pooled
 over the attention mask and L2-normalized, as sentence-transformers does.
+A longer text is cut into windows the model reads whole (:meth:`LocalEmbedder.windows`),
+each embedded on its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 TOKENIZER = Path(__file__).parent / "minilm" / "tokenizer.json"
 DIM = 384
 MAX_TOKENS = 256
+WINDOW = MAX_TOKENS - 2  # content tokens of a window ([CLS] and [SEP] make the model's 256)
+WINDOW_STRIDE = 192  # a window starts this many tokens after the one before (62 overlap)
 
 
 def model_file() -> Path:
@@ -173,4 +177,24 @@ class LocalEmbedder:
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out[rows] = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return out
+
+    def windows(self, text: str) -> list[str]:
+        """``text`` cut into windows of ``WINDOW`` tokens, ``WINDOW_STRIDE`` apart (the
+        last one ends with the text); a text that fits the model's window is one."""
+        if len(text) <= WINDOW:  # a token covers at least one character: it fits
+            return [text]
+        self.load()
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        offsets = list(encoding.offsets)
+        for rest in encoding.overflowing:  # the tokens past the truncation, in order
+            offsets.extend(rest.offsets)
+        if len(offsets) <= WINDOW:
+            return [text]
+        out = []
+        for start in range(0, len(offsets) - WINDOW + WINDOW_STRIDE, WINDOW_STRIDE):
+            piece = offsets[start : start + WINDOW]
+            out.append(text[piece[0][0] : piece[-1][1]])
+            if start + WINDOW >= len(offsets):
+                break
         return out

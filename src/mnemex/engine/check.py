@@ -22,6 +22,13 @@ _FILE_DRIFT = """SELECT
     (SELECT count(*) FROM chunks WHERE file_id NOT IN (SELECT id FROM files)),
     (SELECT count(*) FROM files AS f WHERE f.chunks !=
         (SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id))"""
+# Vectors of no memory, or of another text than the memory's; memories whose windows
+# are not numbered 0, 1, ... without a gap (a memory's windows are written together).
+_VECTOR_DRIFT = """SELECT
+    (SELECT count(*) FROM embeddings AS e LEFT JOIN memories AS m ON m.seq = e.seq
+        WHERE m.content_hash IS NOT e.content_hash),
+    (SELECT count(*) FROM (SELECT 1 FROM embeddings GROUP BY model, seq
+        HAVING count(*) != max(window) + 1))"""
 
 
 def check(session: SqliteSession) -> dict[str, Any]:
@@ -42,6 +49,7 @@ def check(session: SqliteSession) -> dict[str, Any]:
                 tag_rows = conn.execute(_TAG_DRIFT).fetchone()[0]
                 rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
                 orphans, short = conn.execute(_FILE_DRIFT).fetchone()
+                stale, gaps = conn.execute(_VECTOR_DRIFT).fetchone()
         finally:
             _drop_check_tables(conn)
     for count, problem in (
@@ -51,6 +59,8 @@ def check(session: SqliteSession) -> dict[str, Any]:
         (tag_rows, "tag index differs from memories in {} rows"),
         (orphans, "{} workspace chunks belong to no file"),
         (short, "{} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`"),
+        (stale, "{} vectors belong to no memory's text: run `mnemex reindex --force`"),
+        (gaps, "{} memories lack some of their windows' vectors: run `mnemex reindex --force`"),
     ):
         if count:
             problems.append(problem.format(count))

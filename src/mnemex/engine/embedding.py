@@ -1,6 +1,10 @@
 """The embedding lifecycle of a session: which embedder the store uses, giving memories
 vectors (now, or later from the backlog a failed write leaves), and reindex.
 
+A text longer than the embedder's window gets a vector per window (the setting
+``embed_windows``; :func:`mnemex.embed.windows`); ``reindex`` gives the long
+memories stored with one vector their windows.
+
 Written over the session's public surface; the vector SQL it runs is
 :mod:`mnemex.index.embeddings`.
 """
@@ -8,6 +12,7 @@ Written over the session's public surface; the vector SQL it runs is
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 import time
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
-    from mnemex.index.embeddings import EmbedReport
+    from mnemex.index.embeddings import Cut, EmbedReport
 
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
@@ -89,6 +94,19 @@ class Embedding:
                 f"gives {embedder.dim} dimensions: run `mnemex reindex --force`"
             )
 
+    def cut(self, embedder: Embedder) -> Cut | None:
+        """How the store cuts a text into windows for ``embedder`` (``None``: one vector
+        a text, as embedders without a window and ``embed_windows = false`` give)."""
+        if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
+            return None
+        return functools.partial(embedders.windows, embedder)
+
+    def first(self, text: str) -> str:
+        """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
+        embedder = self.embedder
+        cut = None if embedder is None else self.cut(embedder)
+        return text if cut is None else cut(text)[0]
+
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
         self.embedder  # noqa: B018 - resolves the embedder to switch to, too
@@ -130,7 +148,13 @@ class Embedding:
                 break
             last = batch[-1].seq
             vectors.embed_and_store(
-                session.conn, embedder, batch, report, progress, guard=session.connection
+                session.conn,
+                embedder,
+                batch,
+                report,
+                progress,
+                guard=session.connection,
+                cut=self.cut(embedder),
             )
             session.after_write()
         with session.connection() as conn:
@@ -166,7 +190,41 @@ class Embedding:
         session.after_write()
         if target is None:
             return None
-        return self.embed(progress=progress, force=force)
+        report = self.embed(progress=progress, force=force)
+        self._window(target, report, progress)
+        return report
+
+    def _window(
+        self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
+    ) -> None:
+        """Embed anew, in windows, the memories with one vector whose text is longer than
+        one window; the others are left as they are."""
+        from mnemex.index import embeddings as vectors
+
+        cut = self.cut(embedder)
+        if cut is None:
+            return
+        session, last = self.session, 0
+        while True:
+            with session.connection() as conn:
+                batch = vectors.unwindowed(conn, embedder.model_id, after=last)
+            if not batch:
+                break
+            last = batch[-1].seq
+            long = [r for r in batch if len(cut(r.content)) > 1]
+            vectors.embed_and_store(
+                session.conn,
+                embedder,
+                long,
+                report,
+                progress,
+                guard=session.connection,
+                cut=cut,
+                reuse=False,
+            )
+            session.after_write()
+        if report.embedded:
+            session.update_ann(embedder)
 
     def embed_new(
         self,
@@ -186,6 +244,7 @@ class Embedding:
         embedder = self.embedder
         if embedder is None or not seqs:
             return None
+        cut = self.cut(embedder)
         if primed:
             embedder = _Primed(embedder, primed)
         from mnemex.index import embeddings as vectors
@@ -207,6 +266,7 @@ class Embedding:
                     report,
                     progress,
                     session.connection,
+                    cut=cut,
                 )
             with session.connection() as conn:
                 backlog = conn.execute(_BACKLOG).fetchone()
@@ -267,6 +327,8 @@ class _Primed:
     def embed(self, texts: Sequence[str]) -> Any:
         import numpy as np
 
-        if all(t in self._vectors for t in texts):
-            return np.stack([self._vectors[t] for t in texts])
-        return self._embedder.embed(texts)
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        known = dict(self._vectors)
+        if todo:
+            known.update(zip(todo, np.asarray(self._embedder.embed(todo)), strict=True))
+        return np.stack([known[t] for t in texts])

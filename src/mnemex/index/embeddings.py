@@ -1,9 +1,12 @@
 """Writing vectors: find memories without one, embed them in batches, store them.
 
-A vector is reused, not recomputed, when another memory with the same content
-hash already has one for the model (so unchanged content is never embedded
-twice). Vectors are written in short transactions, one per batch, and only
-for memories whose content is still the one that was embedded.
+A text longer than the embedder's window is cut into windows (``cut``, see
+:func:`mnemex.embed.windows`), one vector and one row each (``window`` 0, 1, ...);
+a memory's windows are always written together. Vectors are reused, not
+recomputed, when another memory with the same content hash already has them
+for the model (so unchanged content is never embedded twice). Vectors are
+written in short transactions, one per batch, and only for memories whose
+content is still the one that was embedded.
 """
 
 from __future__ import annotations
@@ -14,14 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mnemex.embed import Embedder, embed_checked
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 
-if TYPE_CHECKING:
-    pass
-
+Cut = Callable[[str], list[str]]  # a text's windows (one: the text itself)
 EMBED_BATCH = 256  # texts per embedder call and per write transaction
 # With a progress callback, batches start small and double while one takes less than
 # PROGRESS_SECONDS, so that a progress bar moves (and estimates) from the first seconds.
@@ -105,12 +105,17 @@ def embed_and_store(
     report: EmbedReport,
     progress: Callable[[int], None] | None = None,
     guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    *,
+    cut: Cut | None = None,
+    reuse: bool = True,
 ) -> None:
-    """Give each row a vector for the embedder's model (raises EmbeddingError on failure).
+    """Give each row its vectors for the embedder's model, one per window of its text
+    (``cut``; ``None``: one) (raises EmbeddingError on failure).
 
     ``guard`` is held around each use of the connection, never while the
     model runs, so other threads can search meanwhile. ``progress`` is called after
-    each batch with its number of rows.
+    each batch with its number of rows. ``reuse=False`` embeds every row anew (its
+    earlier windows are replaced).
     """
     step = EMBED_BATCH if progress is None else FIRST_PROGRESS_BATCH
     start = 0
@@ -118,35 +123,26 @@ def embed_and_store(
         batch = rows[start : start + step]
         start += len(batch)
         began = time.monotonic()
-        with guard():
-            known = _known_vectors(
-                conn, embedder.model_id, embedder.dim, {r.content_hash for r in batch}
-            )
+        known: dict[str, list[bytes]] = {}
+        if reuse:
+            with guard():
+                known = _known_vectors(
+                    conn, embedder.model_id, embedder.dim, {r.content_hash for r in batch}
+                )
         todo = [r for r in batch if r.content_hash not in known]
-        texts = list(dict.fromkeys(r.content for r in todo))
-        if texts:
-            fresh = embed_checked(embedder, texts)
-            by_text = {t: fresh[i].tobytes() for i, t in enumerate(texts)}
-            for r in todo:
-                known[r.content_hash] = by_text[r.content]
-            report.embedded += len(texts)
+        report.embedded += _embed_windows(embedder, todo, known, cut)
         report.reused += len(batch) - len(todo)
+        model, dim = embedder.model_id, embedder.dim
         with guard(), write_transaction(conn):
             conn.executemany(
-                """INSERT OR REPLACE INTO embeddings (seq, model, dim, content_hash, vector)
-                   SELECT ?, ?, ?, ?, ? WHERE EXISTS (
+                """INSERT OR REPLACE INTO embeddings
+                       (seq, model, window, dim, content_hash, vector)
+                   SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (
                        SELECT 1 FROM memories WHERE seq = ? AND content_hash = ?)""",
                 [
-                    (
-                        r.seq,
-                        embedder.model_id,
-                        embedder.dim,
-                        r.content_hash,
-                        known[r.content_hash],
-                        r.seq,
-                        r.content_hash,
-                    )
+                    (r.seq, model, w, dim, r.content_hash, v, r.seq, r.content_hash)
                     for r in batch
+                    for w, v in enumerate(known[r.content_hash])
                 ],
             )
         if progress:
@@ -155,19 +151,54 @@ def embed_and_store(
                 step = min(2 * step, EMBED_BATCH)
 
 
+def _embed_windows(
+    embedder: Embedder, todo: Sequence[Pending], known: dict[str, list[bytes]], cut: Cut | None
+) -> int:
+    """Embed the windows of each row's text into ``known`` (by content hash), each
+    distinct window once, in one call. Returns the number of texts embedded."""
+    pieces = {r.content: [r.content] if cut is None else cut(r.content) for r in todo}
+    texts = list(dict.fromkeys(t for p in pieces.values() for t in p))
+    if not texts:
+        return 0
+    fresh = embed_checked(embedder, texts)
+    by_text = {t: fresh[i].tobytes() for i, t in enumerate(texts)}
+    for r in todo:
+        known[r.content_hash] = [by_text[t] for t in pieces[r.content]]
+    return len(pieces)
+
+
 def _known_vectors(
     conn: sqlite3.Connection, model: str, dim: int, hashes: set[str]
-) -> dict[str, bytes]:
+) -> dict[str, list[bytes]]:
+    """The windows' vectors (in order) of one memory with each content hash, if any."""
     if not hashes:
         return {}
-    found: dict[str, bytes] = {}
+    found: dict[str, list[bytes]] = {}
+    owner: dict[str, int] = {}
     ordered = sorted(hashes)
     for start in range(0, len(ordered), IN_CHUNK):
         chunk = ordered[start : start + IN_CHUNK]
-        for content_hash, vector in conn.execute(
-            f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND dim = ? "
-            f"AND length(vector) = ? AND content_hash IN ({marks(len(chunk))})",
+        for content_hash, seq, vector in conn.execute(
+            f"SELECT content_hash, seq, vector FROM embeddings WHERE model = ? AND dim = ? "
+            f"AND length(vector) = ? AND content_hash IN ({marks(len(chunk))}) "
+            "ORDER BY content_hash, seq, window",
             [model, dim, dim * 4, *chunk],
         ):
-            found.setdefault(content_hash, vector)
+            if owner.setdefault(content_hash, seq) == seq:
+                found.setdefault(content_hash, []).append(vector)
     return found
+
+
+def unwindowed(conn: sqlite3.Connection, model: str, *, after: int = 0) -> list[Pending]:
+    """Memories with one vector for ``model`` (their text may be longer than a window:
+    stored before long texts were windowed, or with windows off), by ``seq`` after
+    ``after``."""
+    rows = conn.execute(
+        """SELECT m.seq, m.content, m.content_hash FROM memories AS m
+           JOIN embeddings AS e ON e.model = ? AND e.seq = m.seq AND e.window = 0
+           WHERE m.seq > ? AND NOT EXISTS (
+               SELECT 1 FROM embeddings AS x WHERE x.model = ? AND x.seq = m.seq AND x.window = 1)
+           ORDER BY m.seq LIMIT ?""",
+        (model, after, model, EMBED_BATCH),
+    ).fetchall()
+    return [Pending(*r) for r in rows]

@@ -1,8 +1,10 @@
 """The vector index: exact cosine over an in-process float32 matrix.
 
 SQLite holds the vectors (``embeddings``, float32 BLOBs stamped with their
-model); this module keeps one model's vectors in a numpy matrix, loaded on
-first use and kept in step with every writer, this process or another:
+model, one per window of a memory's text: see :mod:`mnemex.index.embeddings`);
+this module keeps one model's vectors in a numpy matrix, a row per window with
+the memory's seq beside it, loaded on first use and kept in step with every
+writer, this process or another:
 
 - new vectors are the rows with an ``embeddings.id`` above the last one seen
   (ids only grow);
@@ -22,6 +24,11 @@ read from SQLite as if there were none.
 Filters never cost recall: the namespace, kinds, times and tags restrict the
 rows *before* the top k are taken, so a filtered query returns the best
 matches within the filter.
+
+A memory scores its best window's cosine. A search takes the top ``k × w``
+rows (``w``: the most windows a memory has, 1 when no text is longer than a
+window, so a store of short texts searches as if there were no windows) and
+keeps each memory's best: the best k memories' best windows are among them.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ if TYPE_CHECKING:
     from mnemex.index.fts import Filters
 
 _COMPACT_FRACTION = 0.25
-SNAPSHOT_MAGIC = b"MNXVEC01"
+SNAPSHOT_MAGIC = b"MNXVEC02"  # 02: a row per window (``_win``)
 SNAPSHOT_MAX_HEADER = 1 << 26  # bytes (the namespace and kind codes)
 STALE_SECONDS = 600  # a snapshot being written for this long was abandoned
 SNAPSHOT_MIN_ROWS = 1_000  # vectors read from SQLite before the snapshot is written again
@@ -59,14 +66,20 @@ _SNAPSHOT_ARRAYS = (
     ("_created", "int64"),
     ("_ns", "int32"),
     ("_kind", "int32"),
+    ("_win", "int32"),
     ("_valid", "bool"),
 )
+# Every per-row array of the index, the matrix first.
+_ROW_ARRAYS = ("_matrix", *(name for name, _ in _SNAPSHOT_ARRAYS))
 LOAD_CHUNK = 8_192  # vectors read per step when loading
 ANN_MIN_ALLOWED = 5_000  # fewer allowed rows than this: exact search over them is cheaper
 # float32 products are summed in an order that depends on the matrix (BLAS blocking), so
 # a row's float32 cosine may differ in the last bits between stores; rows within this of
 # the k-th best are rescored exactly before the top k are taken.
 RESCORE_MARGIN = 1e-4
+# Rows per memory a search first takes (times k): enough when the top rows hold k
+# memories, as they do unless a few memories have many windows each.
+WINDOWS_FIRST = 4
 
 
 def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -120,7 +133,9 @@ class VectorIndex:
         self._ns = np.zeros(0, dtype=np.int32)
         self._kind = np.zeros(0, dtype=np.int32)
         self._created = np.zeros(0, dtype=np.int64)  # epoch milliseconds
+        self._win = np.zeros(0, dtype=np.int32)  # the window's number within its memory
         self._valid = np.zeros(0, dtype=bool)
+        self._windows = 1  # at least the most windows of one memory (the rows a seq may take)
         self._n = 0
         self._ns_codes: dict[str, int] = {}
         self._kind_codes: dict[str, int] = {}
@@ -142,10 +157,11 @@ class VectorIndex:
 
     @property
     def size(self) -> int:
-        """Vectors currently searchable."""
+        """Memories with searchable vectors (each has its window 0)."""
         with self._lock:
             self.refresh()
-            return int(self._valid[: self._n].sum())
+            n = self._n
+            return int((self._valid[:n] & (self._win[:n] == 0)).sum())
 
     def refresh(self) -> None:
         with self._lock:
@@ -204,7 +220,7 @@ class VectorIndex:
         self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         for name, dtype in _SNAPSHOT_ARRAYS:
             setattr(self, name, np.zeros(0, dtype=dtype))
-        self._n, self._read, self.corrupt = 0, 0, 0
+        self._n, self._read, self.corrupt, self._windows = 0, 0, 0, 1
         self._ns_codes, self._kind_codes = {}, {}
 
     def _read_snapshot(self) -> bool:
@@ -254,6 +270,7 @@ class VectorIndex:
         for name, array in arrays.items():  # plain arrays over the mapping: no memmap per slice
             setattr(self, name, np.asarray(array))
         self._n = n
+        self._windows = int(self._win.max()) + 1
         self._ns_codes = {str(k): int(v) for k, v in head["namespaces"].items()}
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
@@ -397,17 +414,21 @@ class VectorIndex:
         if not total:
             return
         self._reserve(self._n + total)
+        before = self._n  # rows loaded earlier: the ones a memory written again supersedes
         # "+model": walk the primary key in id order instead of the model index and a sort.
         cursor = self.conn.execute(
-            "SELECT id, seq, dim, vector FROM embeddings WHERE +model = ? AND id > ? ORDER BY id",
+            "SELECT id, seq, dim, vector, window FROM embeddings "
+            "WHERE +model = ? AND id > ? ORDER BY id",
             (self.model, self._last_eid),
         )
         while rows := cursor.fetchmany(LOAD_CHUNK):
-            self._append(rows)  # raises IndexMismatch before moving on: it is not skipped
+            self._append(rows, before)  # raises IndexMismatch first: it is not skipped
             self._last_eid = rows[-1][0]
             self._read += len(rows)
 
-    def _append(self, rows: list[tuple[int, int, int, bytes]]) -> None:
+    def _append(self, rows: list[tuple[int, int, int, bytes, int]], before: int) -> None:
+        """Add ``rows`` (id, seq, dim, vector, window); a memory's rows among the first
+        ``before`` are superseded (its windows are written together, in one load)."""
         np = self._np
         width = self.dim * 4
         wrong = next((r[2] for r in rows if r[2] != self.dim), None)
@@ -430,22 +451,25 @@ class VectorIndex:
                 return
         eids = np.array([r[0] for r in good], dtype=np.int64)
         seqs = np.array([r[1] for r in good], dtype=np.int64)
+        wins = np.array([r[4] for r in good], dtype=np.int32)
         meta = self._metadata(sorted(set(seqs.tolist())))
         present = np.array([int(s) in meta for s in seqs.tolist()], dtype=bool)
         if not present.all():  # the memory went away while we read: skip its vector
-            eids, seqs, block = eids[present], seqs[present], block[present]
+            eids, seqs, wins, block = eids[present], seqs[present], wins[present], block[present]
             if not len(eids):
                 return
         n = self._n
-        if n:  # a memory re-embedded: its older row is superseded
-            old = np.isin(self._seq[:n], seqs) & self._valid[:n]
-            self._valid[:n][old] = False
+        if before:  # a memory embedded again (from its window 0): its older rows go
+            old = np.isin(self._seq[:before], seqs[wins == 0]) & self._valid[:before]
+            self._valid[:before][old] = False
         count = len(eids)
         self._reserve(n + count)
         end = n + count
         self._matrix[n:end] = block
         self._eid[n:end] = eids
         self._seq[n:end] = seqs
+        self._win[n:end] = wins
+        self._windows = max(self._windows, int(wins.max()) + 1)
         fields = np.array([meta[int(s)] for s in seqs.tolist()], dtype=np.int64).reshape(-1, 3)
         self._ns[n:end] = fields[:, 0]
         self._kind[n:end] = fields[:, 1]
@@ -474,7 +498,7 @@ class VectorIndex:
             return bigger
 
         self._matrix = grow(self._matrix, (capacity, self.dim))
-        for name in ("_seq", "_eid", "_ns", "_kind", "_created", "_valid"):
+        for name in _ROW_ARRAYS[1:]:
             setattr(self, name, grow(getattr(self, name), (capacity,)))
 
     def _maybe_compact(self) -> None:
@@ -485,7 +509,7 @@ class VectorIndex:
         if len(keep) > n * (1 - _COMPACT_FRACTION):
             return
         count = len(keep)
-        for name in ("_matrix", "_seq", "_eid", "_ns", "_kind", "_created", "_valid"):
+        for name in _ROW_ARRAYS:
             array = getattr(self, name)
             array[:count] = array[keep]
         self._n = count
@@ -494,12 +518,15 @@ class VectorIndex:
     # -- searching -----------------------------------------------------------------
 
     def search(self, query: np.ndarray, filters: Filters, k: int) -> list[VectorHit]:
-        """The ``k`` rows with the highest cosine to ``query`` (unit length) within ``filters``."""
+        """The ``k`` memories with the highest (best window's) cosine to ``query`` (unit
+        length) within ``filters``."""
         return self.top(query, self.mask_for(filters), k)
 
-    def mask_for(self, filters: Filters) -> np.ndarray | None:
-        """Rows allowed by ``filters`` (``None``: none). Reads the database: call it from
-        the thread that owns the connection."""
+    def mask_for(self, filters: Filters, *, first_windows: bool = False) -> np.ndarray | None:
+        """Rows allowed by ``filters`` (``None``: none); with ``first_windows``, only each
+        memory's first window (a memory compared as a whole text, as the duplicate check
+        does, not by its best window). Reads the database: call it from the thread that
+        owns the connection."""
         np = self._np
         with self._lock:
             self.refresh()
@@ -507,6 +534,8 @@ class VectorIndex:
             if n == 0:
                 return None
             mask = self._valid[:n].copy()
+            if first_windows and self._windows > 1:
+                mask &= self._win[:n] == 0
             if filters.namespace is not None:
                 code = self._ns_codes.get(filters.namespace)
                 if code is None:
@@ -538,7 +567,8 @@ class VectorIndex:
         return allowed if allowed < n // 4 else n
 
     def top(self, query: np.ndarray, mask: np.ndarray | None, k: int) -> list[VectorHit]:
-        """The ``k`` best rows within ``mask`` by cosine. Pure numpy: safe on a worker thread."""
+        """The ``k`` best memories within ``mask`` by their best window's cosine. Pure
+        numpy: safe on a worker thread."""
         np = self._np
         with self._lock:
             if mask is None:
@@ -550,26 +580,37 @@ class VectorIndex:
             q = np.asarray(query, dtype=np.float32).reshape(-1)
             allowed = len(rows)
             if self.ann is not None and allowed >= max(ANN_MIN_ALLOWED, n // 10):
-                found = self._search_ann(q, mask, k, allowed / n)
-                if found is not None:
-                    return found
-            k = min(k, allowed)
+                approximate = self._search_ann(q, mask, k, allowed / n)
+                if approximate is not None:
+                    return approximate
             if allowed < n // 4:  # few rows: score only those
                 scores = self._matrix[rows] @ q
             else:  # most rows: score all, keep the allowed
                 scores = (self._matrix[:n] @ q)[rows]
-            if k < allowed:
-                kth = np.partition(scores, allowed - k)[allowed - k]
-                rows = rows[scores >= kth - RESCORE_MARGIN]
-            return self._exact_top(rows, q, k)
+            # The top k × w rows hold the k best memories (a memory takes at most w rows);
+            # so do fewer rows as soon as they hold k memories.
+            windows = self._windows
+            for wanted in dict.fromkeys((k * min(windows, WINDOWS_FIRST), k * windows)):
+                picked = rows
+                if wanted < allowed:
+                    kth = np.partition(scores, allowed - wanted)[allowed - wanted]
+                    picked = rows[scores >= kth - RESCORE_MARGIN]
+                found = self._exact_top(picked, q, k)
+                if len(found) >= k or wanted >= allowed:
+                    break
+            return found
 
     def _exact_top(self, rows: np.ndarray, q: np.ndarray, k: int) -> list[VectorHit]:
-        """The ``k`` best of ``rows`` by exact cosine, ties by seq."""
+        """The ``k`` best memories of ``rows`` by exact cosine (a memory's best row), ties
+        by seq."""
         np = self._np
         exact = exact_cosines(self._matrix[rows], q)
         seqs = self._seq[rows]
-        order = np.lexsort((seqs, -exact))[:k]
-        return [VectorHit(int(seqs[i]), float(exact[i])) for i in order]
+        order = np.lexsort((seqs, -exact))
+        if self._windows > 1:  # each memory once, at its best window
+            _, first = np.unique(seqs[order], return_index=True)
+            order = order[np.sort(first)]
+        return [VectorHit(int(seqs[i]), float(exact[i])) for i in order[:k]]
 
     def _search_ann(
         self, q: np.ndarray, mask: np.ndarray, k: int, allowed: float
@@ -582,34 +623,44 @@ class VectorIndex:
         assert self.ann is not None
         np = self._np
         allowed_ids = None if allowed >= 1.0 else self._eid[: len(mask)][mask]
-        wanted = k if allowed_ids is not None else min(self.ann.size, int(k * 2) + k)
+        rows_k = k * self._windows  # rows that hold the k best memories
+        wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
         ids, _ = self.ann.search(q, wanted, allowed_ids)
         rows = self._rows_of_eids(ids.astype(np.int64))
         keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
         keep[keep] = mask[rows[keep]]
-        rows = rows[keep]
-        if len(rows) < k:
-            return None
-        return self._exact_top(rows, q, k)
+        found = self._exact_top(rows[keep], q, k)
+        return found if len(found) >= k else None
+
+    def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
+        """The searchable rows (every window) of these memories."""
+        numpy = self._np
+        n = self._n
+        wanted = numpy.asarray(list(seqs), dtype=numpy.int64)
+        rows: np.ndarray = numpy.flatnonzero(numpy.isin(self._seq[:n], wanted) & self._valid[:n])
+        return rows
 
     def vectors_of(self, seqs: Sequence[int]) -> dict[int, np.ndarray]:
-        """The stored vector of each memory that has one (rows of the matrix, not copies)."""
-        np = self._np
+        """The vector of the first window of each memory that has one (rows of the
+        matrix, not copies)."""
         with self._lock:
-            n = self._n
-            wanted = np.asarray(list(seqs), dtype=np.int64)
-            rows = np.flatnonzero(np.isin(self._seq[:n], wanted) & self._valid[:n])
+            rows = self._rows_of(seqs)
+            rows = rows[self._win[rows] == 0]
             return {int(self._seq[r]): self._matrix[r] for r in rows}
 
     def cosines_of(self, seqs: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """The exact cosine (see :func:`exact_cosines`) to ``query`` of each memory that
-        has a vector."""
-        vectors = self.vectors_of(seqs)
-        if not vectors:
-            return {}
-        keys = list(vectors)
-        exact = exact_cosines(self._np.stack([vectors[s] for s in keys]), query)
-        return dict(zip(keys, exact.tolist(), strict=True))
+        has a vector: its best window's."""
+        with self._lock:
+            rows = self._rows_of(seqs)
+            if not len(rows):
+                return {}
+            exact = exact_cosines(self._matrix[rows], query)
+            out: dict[int, float] = {}
+            for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
+                if seq not in out or cosine > out[seq]:
+                    out[seq] = cosine
+            return out
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
         """The searchable vectors and their embedding ids."""
@@ -622,9 +673,4 @@ class VectorIndex:
         return self._matrix[keep], self._eid[keep]
 
     def memory_bytes(self) -> int:
-        return int(
-            sum(
-                getattr(self, n).nbytes
-                for n in ("_matrix", "_seq", "_eid", "_ns", "_kind", "_created", "_valid")
-            )
-        )
+        return int(sum(getattr(self, n).nbytes for n in _ROW_ARRAYS))

@@ -743,21 +743,27 @@ def _models(conn: sqlite3.Connection) -> list[str]:
 
 
 def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
-    """Give each new memory, for every model, the vector stored for the same text."""
+    """Give each new memory, for every model, the vectors (every window) stored for the
+    same text."""
     if not seqs:
         return 0
     copied = 0
     for model in _models(conn):
         for chunk in batched(seqs, IN_CHUNK):
-            copied += conn.execute(
-                f"""INSERT OR IGNORE INTO embeddings (seq, model, dim, content_hash, vector)
-                    SELECT m.seq, e.model, e.dim, e.content_hash, e.vector
-                    FROM memories AS m JOIN embeddings AS e ON e.id = (
-                        SELECT id FROM embeddings WHERE model = ? AND content_hash = m.content_hash
-                        ORDER BY id LIMIT 1)
-                    WHERE m.seq IN ({marks(len(chunk))})""",
-                [model, *chunk],
-            ).rowcount
+            for windows in ("e.window = 0", "e.window > 0"):  # memories counted once
+                rows = conn.execute(
+                    f"""INSERT OR IGNORE INTO embeddings
+                            (seq, model, window, dim, content_hash, vector)
+                        SELECT m.seq, e.model, e.window, e.dim, e.content_hash, e.vector
+                        FROM memories AS m JOIN embeddings AS e ON e.model = ? AND e.seq = (
+                            SELECT seq FROM embeddings
+                            WHERE model = ? AND content_hash = m.content_hash
+                            ORDER BY id LIMIT 1)
+                        WHERE m.seq IN ({marks(len(chunk))}) AND {windows}
+                        ORDER BY m.seq, e.window""",
+                    [model, model, *chunk],
+                ).rowcount
+                copied += rows if windows.endswith("= 0") else 0
     return copied
 
 

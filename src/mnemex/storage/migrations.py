@@ -84,11 +84,24 @@ _INIT: Final = (
     END""",
 )
 
-# Vectors: one row per (model, memory), stamped with the model and the hash of
+# Vectors: one row per (model, memory) (per window since migration 7), stamped with the model and the hash of
 # the content it embeds. A memory's vectors go when it is forgotten or its
 # content changes. ``vector_log`` tells in-process vector caches (in this and
 # other processes) which rows to drop or refresh; additions need no log, as
 # embedding ids only grow.
+_VECTOR_TRIGGERS: Final = (  # the triggers that name ``embeddings`` (made again in 7)
+    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_vectors AFTER DELETE ON memories BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS memories_after_update_content_vectors
+        AFTER UPDATE OF content ON memories
+        WHEN old.content_hash IS NOT new.content_hash BEGIN
+        DELETE FROM embeddings WHERE seq = old.seq;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS embeddings_after_delete AFTER DELETE ON embeddings BEGIN
+        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
+    END""",
+)
 _VECTORS: Final = (
     """CREATE TABLE IF NOT EXISTS embeddings (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,17 +119,7 @@ _VECTORS: Final = (
         embedding_id INTEGER,
         seq INTEGER NOT NULL
     )""",
-    """CREATE TRIGGER IF NOT EXISTS memories_after_delete_vectors AFTER DELETE ON memories BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS memories_after_update_content_vectors
-        AFTER UPDATE OF content ON memories
-        WHEN old.content_hash IS NOT new.content_hash BEGIN
-        DELETE FROM embeddings WHERE seq = old.seq;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS embeddings_after_delete AFTER DELETE ON embeddings BEGIN
-        INSERT INTO vector_log (op, embedding_id, seq) VALUES ('drop', old.id, old.seq);
-    END""",
+    *_VECTOR_TRIGGERS,
     """CREATE TRIGGER IF NOT EXISTS memories_after_update_filters
         AFTER UPDATE OF kind, created_at ON memories BEGIN
         INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, new.seq);
@@ -361,6 +364,37 @@ _CONTENT_HASH: Final = (
     "CREATE INDEX IF NOT EXISTS memories_namespace_hash ON memories (namespace, content_hash)",
 )
 
+# A long text is embedded in several windows (see mnemex.embed.windows): one row per
+# window of a memory, numbered from 0; a memory is scored by its best window. The
+# table is copied (SQLite cannot change a UNIQUE constraint in place) keeping every
+# row's id and the id sequence, so snapshots, HNSW files and ``vector_log`` stay
+# valid; old rows are window 0. The triggers naming the table are made anew.
+_EMBEDDING_COLUMNS = "id, seq, model, window, dim, content_hash, vector"
+_WINDOWS: Final = (
+    """CREATE TABLE embeddings_windows (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        seq INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        window INTEGER NOT NULL DEFAULT 0 CHECK (window >= 0),
+        dim INTEGER NOT NULL CHECK (dim > 0),
+        content_hash TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        UNIQUE (model, seq, window)
+    )""",
+    f"""INSERT INTO embeddings_windows ({_EMBEDDING_COLUMNS})
+        SELECT id, seq, model, 0, dim, content_hash, vector FROM embeddings ORDER BY id""",
+    "DELETE FROM sqlite_sequence WHERE name = 'embeddings_windows'",
+    """INSERT INTO sqlite_sequence (name, seq)
+        SELECT 'embeddings_windows', seq FROM sqlite_sequence WHERE name = 'embeddings'""",
+    "DROP TRIGGER IF EXISTS memories_after_delete_vectors",
+    "DROP TRIGGER IF EXISTS memories_after_update_content_vectors",
+    "DROP TRIGGER IF EXISTS embeddings_after_delete",
+    "DROP TABLE embeddings",
+    "ALTER TABLE embeddings_windows RENAME TO embeddings",
+    "CREATE INDEX IF NOT EXISTS embeddings_model_hash ON embeddings (model, content_hash)",
+    *_VECTOR_TRIGGERS,
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
@@ -368,6 +402,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (4, "markdown workspaces: files and the place of each chunk", _WORKSPACES),
     (5, "per-namespace statistics kept by the fts5 triggers", _NAMESPACE_STATS),
     (6, "memories by namespace and content hash", _CONTENT_HASH),
+    (7, "a vector per window of a long memory", _WINDOWS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

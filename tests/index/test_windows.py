@@ -1,0 +1,356 @@
+"""A long memory gets a vector per window of its text and is scored by its best window."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mnemex
+from mnemex.index.vectors import SNAPSHOT_MAGIC, snapshot_path
+from mnemex.storage import migrations
+from mnemex.store import Store
+from tests.conftest import FakeEmbedder
+
+WORDS, STRIDE = 12, 8  # the fake embedder's window and stride, in words
+
+FILLER = [
+    "the quarterly planning meeting reviewed hiring budgets and office moves",
+    "marketing asked for new slides about the spring product launch event",
+    "the team discussed vacation schedules and the holiday party location",
+]
+TAIL = "zebra giraffe savanna"  # in the long memory's tail only
+
+
+class WindowedFake(FakeEmbedder):
+    """The fake embedder with a window of ``WORDS`` words, windows ``STRIDE`` apart."""
+
+    model_id = "fake:bow-64-windows"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut: list[str] = []  # the texts it cut into several windows
+
+    def windows(self, text: str) -> list[str]:
+        words = text.split()
+        if len(words) <= WORDS:
+            return [text]
+        starts = range(0, len(words) - WORDS + STRIDE, STRIDE)
+        out = [" ".join(words[s : s + WORDS]) for s in starts if s < len(words)]
+        self.cut.append(text)
+        return out
+
+
+def long_text() -> str:
+    return " ".join(FILLER) + " at the end someone mentioned " + TAIL
+
+
+def rows(store: Store, seq: int | None = None) -> list[tuple[int, int]]:
+    where = "" if seq is None else f" WHERE seq = {seq}"
+    return store.session.conn.execute(
+        f"SELECT seq, window FROM embeddings{where} ORDER BY seq, window"
+    ).fetchall()
+
+
+def cosines(store: Store, query: str) -> dict[str, float]:
+    """Each vector hit's cosine (its best window's)."""
+    hits = store.search(query, mode="vector", explain=True).hits
+    return {h.id: h.explain["vector"]["cosine"] for h in hits if h.explain and h.explain["vector"]}
+
+
+def seq_of(store: Store, memory_id: str) -> int:
+    return int(
+        store.session.conn.execute(
+            "SELECT seq FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()[0]
+    )
+
+
+@pytest.fixture
+def windowed() -> WindowedFake:
+    return WindowedFake()
+
+
+def fill(store: Store) -> str:
+    """Short memories and one long one; the long one's id."""
+    store.add_many([*FILLER, "lions hunt at dawn near the river", "the printer is out of toner"])
+    return store.add(long_text())
+
+
+def test_a_long_memory_gets_a_vector_per_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=windowed)
+    long_id = fill(store)
+    seq = seq_of(store, long_id)
+    expected = len(windowed.windows(long_text()))
+    assert expected > 2
+    assert rows(store, seq) == [(seq, w) for w in range(expected)]
+    assert all(w == 0 for s, w in rows(store) if s != seq)  # short memories: one vector
+    assert store.stats().vectors == store.count() == 6  # memories with vectors, not rows
+    hits = store.search(TAIL, mode="vector").hits
+    assert hits[0].id == long_id
+    assert len({h.id for h in hits}) == len(hits)  # each memory once
+    assert store.check()["ok"]
+
+
+def test_windows_off_gives_one_vector_and_misses_the_tail(
+    make_store, windowed: WindowedFake
+) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=windowed, embed_windows=False)
+    long_id = fill(store)
+    assert all(w == 0 for _, w in rows(store))
+    one = cosines(store, TAIL)
+    with_windows = make_store("w.db", embedder=WindowedFake())
+    other = fill(with_windows)
+    assert cosines(with_windows, TAIL)[other] > one.get(long_id, 0.0)  # the tail's window
+
+
+def test_forget_and_update_remove_every_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=windowed)
+    long_id = fill(store)
+    seq = seq_of(store, long_id)
+    assert store.search(TAIL, mode="vector").hits[0].id == long_id  # the index is loaded
+    store.update(long_id, content="a short note about lions")
+    assert rows(store, seq) == [(seq, 0)]
+    assert long_id not in [h.id for h in store.search(TAIL, mode="vector").hits[:1]]
+    store.update(long_id, content=long_text())
+    assert len(rows(store, seq)) == len(windowed.windows(long_text()))
+    assert store.search(TAIL, mode="vector").hits[0].id == long_id
+    store.forget(long_id)
+    assert rows(store, seq) == []
+    assert long_id not in [h.id for h in store.search(TAIL, mode="vector").hits]
+    assert store.session.vectors(windowed.dim).size == store.count()
+
+
+def test_same_text_reuses_every_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=windowed)
+    first = store.add(long_text(), namespace="a")
+    calls = windowed.texts
+    second = store.add(long_text(), namespace="b")
+    assert windowed.texts == calls  # nothing embedded again
+    assert [w for _, w in rows(store, seq_of(store, second))] == [
+        w for _, w in rows(store, seq_of(store, first))
+    ]
+
+
+def test_another_process_follows_windows_written_in_any_order(
+    tmp_path: Path, windowed: WindowedFake
+) -> None:
+    path = tmp_path / "m.db"
+    reader = mnemex.open(path, embedder=WindowedFake())
+    writer = mnemex.open(path, embedder=windowed)
+    try:
+        long_id = fill(writer)
+        assert reader.search(TAIL, mode="vector").hits[0].id == long_id
+        writer.update(long_id, content="nothing of interest here at all")
+        writer.add(long_text())
+        hits = reader.search(TAIL, mode="vector").hits
+        assert hits[0].id != long_id
+        assert len({h.id for h in hits}) == len(hits)
+        assert reader.session.vectors(windowed.dim).size == reader.count()
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_top_k_counts_memories_not_windows(make_store) -> None:  # type: ignore[no-untyped-def]
+    """Many long memories, each with windows that all match: k memories come back, the
+    best first, as an exhaustive best-window ranking gives them."""
+    windowed = WindowedFake()
+    store = make_store(embedder=windowed)
+    texts = [
+        f"{' '.join(FILLER)} topic{i} " + " ".join(FILLER[i % 3] for _ in range(i % 4))
+        for i in range(30)
+    ]
+    store.add_many(texts)
+    query = np.asarray(windowed.embed(["planning slides holiday"])[0], dtype=np.float32)
+    query /= np.linalg.norm(query)
+    index = store.session.vectors(windowed.dim)
+    hits = index.top(query, index.mask_for(store_filters()), 5)
+    assert len(hits) == 5 and len({h.seq for h in hits}) == 5
+    exhaustive = index.cosines_of(range(1, 100), query)
+    best = sorted(exhaustive.items(), key=lambda item: (-item[1], item[0]))[:5]
+    assert [(h.seq, round(h.cosine, 6)) for h in hits] == [(s, round(c, 6)) for s, c in best]
+
+
+def store_filters():  # type: ignore[no-untyped-def]
+    from mnemex.index.fts import Filters
+
+    return Filters(namespace=None)
+
+
+def test_snapshot_of_the_old_format_is_rebuilt_not_misread(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with mnemex.open(path, embedder=WindowedFake()) as store:
+        store.add_many(
+            [f"{' '.join(FILLER)} number {i} {TAIL if i == 7 else ''}" for i in range(1_200)]
+        )
+        store.search(TAIL, mode="vector")  # loads the index and writes the snapshot
+    snapshot = snapshot_path(path, WindowedFake.model_id)
+    data = snapshot.read_bytes()
+    assert data.startswith(SNAPSHOT_MAGIC) and SNAPSHOT_MAGIC == b"MNXVEC02"
+    snapshot.write_bytes(b"MNXVEC01" + data[8:])  # as an older mnemex wrote it
+    with mnemex.open(path, embedder=WindowedFake()) as store:
+        hits = store.search(TAIL, mode="vector").hits
+        index = store.session.vectors(WindowedFake.dim)
+        assert index.from_snapshot == 0  # not read
+        assert TAIL in store.get(hits[0].id).memories[0].content
+        assert index.size == 1_200
+    assert snapshot.read_bytes().startswith(SNAPSHOT_MAGIC)  # written anew
+    with mnemex.open(path, embedder=WindowedFake()) as store:
+        top = store.search(TAIL, mode="vector").hits[0]
+        assert TAIL in store.get(top.id).memories[0].content
+        assert store.session.vectors(WindowedFake.dim).from_snapshot > 1_200  # windows too
+
+
+def _old_store(path: Path, texts: Sequence[str], embedder: FakeEmbedder) -> list[int]:
+    """A store as mnemex wrote it before migration 7 (one vector a memory)."""
+    saved = migrations.MIGRATIONS, migrations.LATEST
+    old = tuple(m for m in migrations.MIGRATIONS if m[0] < 7)
+    migrations.MIGRATIONS, migrations.LATEST = old, 6  # type: ignore[misc]
+    try:
+        with mnemex.open(path, embedder=None) as store:
+            store.add_many(list(texts))
+    finally:
+        migrations.MIGRATIONS, migrations.LATEST = saved  # type: ignore[misc]
+    conn = sqlite3.connect(path)
+    with conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        memories = conn.execute("SELECT seq, content, content_hash FROM memories").fetchall()
+        vectors = embedder.embed([m[1] for m in memories])
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        conn.executemany(
+            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, ?, ?, ?)",
+            [
+                (seq, embedder.model_id, embedder.dim, digest, vector.astype(np.float32).tobytes())
+                for (seq, _, digest), vector in zip(memories, vectors, strict=True)
+            ],
+        )
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('embedder', ?)",
+            (
+                json.dumps(
+                    {"dim": embedder.dim, "model_id": embedder.model_id, "provider": "custom"}
+                ),
+            ),
+        )
+    ids = [r[0] for r in conn.execute("SELECT id FROM embeddings ORDER BY id")]
+    conn.close()
+    return ids
+
+
+def test_a_store_made_before_windows_migrates_and_reindex_windows_the_long(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    texts = [*FILLER, "lions hunt at dawn near the river", long_text()]
+    ids = _old_store(path, texts, WindowedFake())
+    windowed = WindowedFake()
+    with mnemex.open(path, embedder=windowed) as store:
+        conn = store.session.conn
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == migrations.LATEST
+        assert conn.execute("SELECT id, window FROM embeddings ORDER BY id").fetchall() == [
+            (i, 0) for i in ids
+        ]
+        assert store.check()["ok"]
+        hits = store.search("lions river dawn", mode="vector").hits
+        assert store.get(hits[0].id).memories[0].content.startswith("lions")
+        long_seq = seq_of(store, next(h.id for h in store.search(TAIL).hits))
+        before = cosines(store, TAIL)
+        store.reindex()
+        assert set(windowed.cut) == {long_text()}  # the long one only
+        expected = len(windowed.windows(long_text()))
+        assert [w for _, w in rows(store, long_seq)] == list(range(expected))
+        assert all(w == 0 for s, w in rows(store) if s != long_seq)
+        long_id = conn.execute("SELECT id FROM memories WHERE seq = ?", (long_seq,)).fetchone()[0]
+        assert cosines(store, TAIL)[long_id] > before[long_id]
+        new = conn.execute("SELECT max(id) FROM embeddings").fetchone()[0]
+        assert new > max(ids)  # ids go on from the old table's
+        assert store.check()["ok"]
+        assert store.stats().vectors == len(texts)
+
+
+@pytest.mark.model
+def test_the_local_model_finds_a_long_memory_by_its_tail(make_store) -> None:  # type: ignore[no-untyped-def]
+    from mnemex.embed.local import WINDOW, LocalEmbedder
+
+    model = LocalEmbedder()
+    head = (
+        "Notes from the weekly infrastructure review. The database cluster was upgraded "
+        "and the replicas caught up within the hour. Backups are verified every night. "
+    ) * 12
+    tail = (
+        "Separately, Maria adopted a grey kitten named Pepper from the animal shelter. The "
+        "kitten sleeps on her desk, chases string and has already been to the vet for its shots."
+    )
+    text = head + tail
+    assert len(model.windows(text)) > 1
+    assert len(model._tokenizer.encode(text, add_special_tokens=False).ids) >= WINDOW
+    others = [
+        "The quarterly sales report is due on Friday.",
+        "Deploys are frozen during the holiday week.",
+        "The office coffee machine was repaired on Monday.",
+        "Jon prefers tea over coffee in the mornings.",
+    ]
+    query = "who adopted a cat from the shelter?"
+    found: dict[bool, bool] = {}
+    for windows in (True, False):
+        store = make_store(
+            f"{windows}.db", embedder=model, embed_windows=windows, relevance_floor=False
+        )
+        store.add_many(others)
+        long_id = store.add(text)
+        ranked = [h.id for h in store.search(query, mode="vector").hits]
+        found[windows] = ranked[:1] == [long_id]
+    assert found[True]
+    assert not found[False]  # with one vector, the tail is invisible
+
+
+def test_the_hnsw_graph_returns_each_memory_once_at_its_best_window(tmp_path: Path) -> None:
+    pytest.importorskip("faiss")  # the ann extra
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words, size=30)) for _ in range(2_500)]
+    per_text = len(WindowedFake().windows(texts[0]))
+    assert per_text > 1
+    path = tmp_path / "ann.db"
+    with mnemex.open(path, embedder=WindowedFake(), ann="on") as store:
+        store.add_many(texts, embed=False)
+        store.embed()
+        index = store.session.vectors(64)
+        assert index.ann is not None and index.ann.size == 2_500 * per_text  # one per window
+    with (
+        mnemex.open(path, embedder=WindowedFake(), ann="on") as graph,
+        mnemex.open(path, embedder=WindowedFake(), ann="off") as exact,
+    ):
+        overlap = []
+        for text in texts[:20]:
+            query = " ".join(text.split()[-WORDS:])  # a last window's words
+            found = [h.id for h in graph.search(query, 10, mode="vector").hits]
+            assert len(set(found)) == len(found) == 10
+            truth = [h.id for h in exact.search(query, 10, mode="vector").hits]
+            assert found[0] == truth[0]
+            overlap.append(len(set(found) & set(truth)) / 10)
+        assert graph.session.vectors(64).ann is not None
+        assert np.mean(overlap) >= 0.9
+
+
+def test_duplicates_compare_whole_memories_not_their_windows(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A short remark that repeats a long memory's last window is not merged into it: the
+    duplicate check compares a memory's first window, as it did before windows."""
+    windowed = WindowedFake()
+    store = make_store(embedder=windowed, dedup_text=1.0)  # the cosine decides alone
+    long_id = store.add(long_text())
+    last = windowed.windows(long_text())[-1]
+    index = store.session.vectors(windowed.dim)
+    index.refresh()
+    query = windowed.embed([last])[0]
+    query /= np.linalg.norm(query)
+    assert index.cosines_of([seq_of(store, long_id)], query)[seq_of(store, long_id)] > 0.99
+    added = store.remember(last)
+    assert not added.deduplicated and added.id != long_id
+    again = store.remember(long_text().replace(TAIL, "zebra giraffe savannah"))
+    assert again.deduplicated and again.id == long_id  # a whole repeat still merges
