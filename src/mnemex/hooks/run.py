@@ -115,6 +115,10 @@ def main(
     background: bool = False,
 ) -> None:
     """Run one hook event from stdin; print the agent's context, if any; always exit 0."""
+    if "numpy" not in sys.modules:
+        # One BLAS thread (unless the user chose): a hook's products are small, and idle
+        # BLAS threads spin on the cores the model runs on (its own threads sleep).
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     result: dict[str, Any] = {}
     event: dict[str, Any] = {}
     source = stdin if stdin is not None else sys.stdin.buffer
