@@ -710,6 +710,45 @@ def test_serve_answers_the_http_hook(tmp_path: Path, project: Path) -> None:
     assert "JSONDecodeError" in (Path(os.environ["MNEMEX_HOME"]) / "hooks.log").read_text()
 
 
+def test_hook_process_and_server_run_blas_on_one_thread(tmp_path: Path) -> None:
+    """Idle BLAS threads spin on the cores the model needs: a hook process starts numpy with
+    one (unless the user chose), and a server limits it to one while it serves."""
+    code = (
+        "import io, os, sys; from mnemex.hooks.run import main; main(stdin=io.BytesIO(b'{}')); "
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.stdout.split() == ["1", "False"], done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        timeout=60,
+    )
+    assert done.stdout.split() == ["2", "False"], done.stderr  # the user's choice stays
+
+    import numpy  # noqa: F401  (the library whose threads are limited)
+    from threadpoolctl import threadpool_info
+
+    from mnemex.hooks.serve import one_blas_thread
+
+    def threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = threads()
+    assert before
+    limiter = one_blas_thread()
+    try:
+        assert threads() == [1] * len(before)
+    finally:
+        limiter.restore_original_limits()
+    assert threads() == before
+
+
 def test_install_with_url_posts_prompt_events(tmp_path: Path, project: Path) -> None:
     url = "http://127.0.0.1:8767/hook"
     assert (
