@@ -20,6 +20,7 @@ hybrid) of commit REF on the same store: a before/after measured side by side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -117,6 +118,21 @@ def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return session, path
+
+
+def landed(db: Path, session: str, wait: float = 30.0) -> None:
+    """Wait until a background capture of ``session`` has stored its turn."""
+    import sqlite3
+
+    tag = f"session:{session}"[:64].lower()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(db, timeout=wait)) as conn:
+            query = "SELECT count(*) FROM memory_tags WHERE tag = ?"
+            if conn.execute(query, (tag,)).fetchone()[0]:
+                return
+        time.sleep(0.01)
+    sys.exit(f"the background capture of {session} stored nothing in {wait:g} s")
 
 
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
@@ -298,6 +314,8 @@ def main() -> None:
                 samples["background"].append(
                     timed(background, lexical_env, json.dumps(stop).encode())[0]
                 )
+                # The process it started would otherwise still run during the next timings.
+                landed(home / "memories.db", session)
                 print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
             load = max(load, os.getloadavg()[0])
         finally:  # a failed run leaves no server behind

@@ -928,3 +928,54 @@ def test_background_capture_returns_at_once(tmp_path: Path, project: Path) -> No
         time.sleep(0.1)
     assert count == 2
     assert not (home / "hooks.log").exists()
+
+
+@pytest.mark.model
+def test_hybrid_hook_process_loads_the_folded_model_and_little_else(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid prompt in a new process: the first folds the model into the data folder; the
+    next ones map it, tokenize an ASCII prompt without the tokenizers library, and load
+    neither logging (concurrent.futures) nor OpenSSL (the model's checksum is stamped). They
+    inject what a process with the optimized model (as mnemex serve) injects."""
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    home = tmp_path / "home"
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    s.turn("Which region hosts the primary database?", "eu-west-1, with a replica in eu-central-1.")
+    s.turn("Where do we keep the retry policy?", "In config/retry.toml, next to the timeouts.")
+    assert run_hook(s.event("Stop"), home).returncode == 0
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder="local") as store:
+        store.embed()
+    other = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    event = other.event("UserPromptSubmit", prompt="where does the primary database run")
+    first = injected(run_hook(event, home, "--no-serve", "--timeout", "60"))  # folds: slower
+    assert "eu-west-1" in first
+    (folded,) = (home / "models").iterdir()
+    assert (folded / "stamp.json").exists()
+    light = ("tokenizers", "logging", "concurrent.futures", "hashlib", "click", "onnxruntime")
+    code = (
+        "import os, sys; sys.argv = ['mnemex', 'hook', '--no-serve', '--timeout', '60']\n"
+        "end = os._exit\n"
+        f"os._exit = lambda status: (print(sorted(m for m in {light!r} if m in sys.modules), "
+        "file=sys.stderr, flush=True), end(status))\n"
+        "from mnemex.entry import main; main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MNEMEX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(event).encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.stderr.decode().strip().splitlines()[-1] == "['onnxruntime']"
+    assert ageless(injected(done)) == ageless(first)
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder="local") as store:
+        assert ageless(handle(event, store=store)) == ageless(done.stdout.decode())
+    assert not (home / "hooks.log").exists()
+
+
+def ageless(block: str) -> str:
+    import re
+
+    return re.sub(r"age: [^)]*", "", block)

@@ -18,7 +18,6 @@ through a memory map.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
@@ -81,6 +80,8 @@ def checked(path: Path, cache: Path | None = None) -> bool:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib  # here: a process that finds the stamp never loads OpenSSL
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
