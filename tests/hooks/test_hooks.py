@@ -710,26 +710,32 @@ def test_serve_answers_the_http_hook(tmp_path: Path, project: Path) -> None:
     assert "JSONDecodeError" in (Path(os.environ["MNEMEX_HOME"]) / "hooks.log").read_text()
 
 
-def test_hook_process_and_server_run_blas_on_one_thread(tmp_path: Path) -> None:
-    """Idle BLAS threads spin on the cores the model needs: a hook process starts numpy with
-    one (unless the user chose), and a server limits it to one while it serves."""
+def test_blas_threads_of_a_hook_process_and_of_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle OpenBLAS threads spin on the cores the model needs: a hook process starts numpy
+    with one thread that sleeps at once, a server with threads that sleep at once (or,
+    numpy loaded before, limited to one), and a user's choice stays."""
     code = (
-        "import io, os, sys; from mnemex.hooks.run import main; main(stdin=io.BytesIO(b'{}')); "
-        "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)"
+        "import io, os, sys; from mnemex.hooks.run import main, child_env; "
+        "main(stdin=io.BytesIO(b'{}')); e = child_env('h'); "
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_THREAD_TIMEOUT'), "
+        "'numpy' in sys.modules, e.get('OPENBLAS_NUM_THREADS'), e.get('OPENBLAS_THREAD_TIMEOUT'))"
     )
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
-    assert done.stdout.split() == ["1", "False"], done.stderr
+    # the background server it starts gets the timeout, not the thread count
+    assert done.stdout.split() == ["1", "4", "False", "None", "4"], done.stderr
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        env={**env, "OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "10"},
         timeout=60,
     )
-    assert done.stdout.split() == ["2", "False"], done.stderr  # the user's choice stays
+    assert done.stdout.split() == ["2", "10", "False", "2", "10"], done.stderr
 
     import numpy  # noqa: F401  (the library whose threads are limited)
     from threadpoolctl import threadpool_info
@@ -741,6 +747,9 @@ def test_hook_process_and_server_run_blas_on_one_thread(tmp_path: Path) -> None:
 
     before = threads()
     assert before
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "4")
+    assert one_blas_thread() is None  # numpy loaded with threads that sleep at once
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
     limiter = one_blas_thread()
     try:
         assert threads() == [1] * len(before)

@@ -161,14 +161,16 @@ def serve(
 
 
 def one_blas_thread() -> Any:
-    """Run the BLAS library (numpy's products) on one thread until the returned limiter's
-    ``restore_original_limits()``; ``None`` when numpy is not loaded (lexical only).
+    """Unless numpy's BLAS threads sleep as soon as a product is done (``mnemex serve``
+    sets ``OPENBLAS_THREAD_TIMEOUT`` before numpy loads, see
+    :func:`mnemex.hooks.run.quiet_blas`), run BLAS on one thread until the returned
+    limiter's ``restore_original_limits()``; ``None`` when nothing is limited.
 
     An event's products are small (one query against the vectors). Between events,
-    BLAS's idle threads would spin on the cores the model's threads need (measured on
+    idle BLAS threads would spin on the cores the model's threads need (measured on
     two cores: twice the CPU time per hybrid event).
     """
-    if "numpy" not in sys.modules:
+    if "numpy" not in sys.modules or "OPENBLAS_THREAD_TIMEOUT" in os.environ:
         return None
     from threadpoolctl import ThreadpoolController
 
