@@ -202,8 +202,8 @@ class LocalEmbedder:
         """``optimize=False`` skips ONNX Runtime's graph optimizations: the session loads
         several times faster and each run is slower, the better choice for a process that
         embeds one query; with ``folded_cache`` too, it loads the folded model kept there
-        (:func:`folded_session`), which loads as fast and runs as fast as the optimized
-        one. ``checksum_cache``: see :func:`checked`."""
+        (:func:`folded_session`), which loads as fast and does not convert the weights on
+        every run. ``checksum_cache``: see :func:`checked`."""
         self.threads = threads or min(4, os.cpu_count() or 1)
         self.batch_size = batch_size
         self.optimize = optimize
