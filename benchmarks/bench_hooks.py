@@ -12,7 +12,8 @@ It prints the medians and their ratio to ``python -c pass``, and the modules
 that take the most import time on the hook's path (``python -X importtime``).
 
 With ``--against REF`` each run also starts the prompt hook (lexical and
-hybrid) of commit REF on the same store: a before/after measured side by side.
+hybrid) of commit REF on the same store, and POSTs the event to REF's two
+servers too: a before/after measured side by side.
 
     python benchmarks/bench_hooks.py [--size 10000] [--runs 21] [--against main] [--no-write]
 """
@@ -20,6 +21,7 @@ hybrid) of commit REF on the same store: a before/after measured side by side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -117,6 +119,21 @@ def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return session, path
+
+
+def landed(db: Path, session: str, wait: float = 30.0) -> None:
+    """Wait until a background capture of ``session`` has stored its turn."""
+    import sqlite3
+
+    tag = f"session:{session}"[:64].lower()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(db, timeout=wait)) as conn:
+            query = "SELECT count(*) FROM memory_tags WHERE tag = ?"
+            if conn.execute(query, (tag,)).fetchone()[0]:
+                return
+        time.sleep(0.01)
+    sys.exit(f"the background capture of {session} stored nothing in {wait:g} s")
 
 
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
@@ -226,8 +243,12 @@ def main() -> None:
         # Each server has a data folder of its own (where it leaves serve.json) and the store
         # by --db: the hook processes above, on the store's own folder, do not see them.
         server_envs = {}
-        for key, env in (("serve lexical", lexical_env), ("serve hybrid", hybrid_env)):
-            folder = tmp / key.replace(" ", "-")
+        served = [("serve lexical", lexical_env), ("serve hybrid", hybrid_env)]
+        if args.against:
+            served += [(f"{key} ({args.against})", {**env, **other}) for key, env in served]
+        for index, (key, env) in enumerate(served):
+            samples.setdefault(key, [])
+            folder = tmp / f"serve-{index}"
             folder.mkdir()
             server_envs[key] = {
                 **env,
@@ -237,6 +258,7 @@ def main() -> None:
         servers = {key: start_server(env) for key, env in server_envs.items()}
         try:
             samples["forwarded"] = []
+            same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
             # Prompts answered with a block (the relevance floor leaves some prompts without one).
             injected: dict[str, int] = {}
             warm_up = {
@@ -277,6 +299,7 @@ def main() -> None:
                 for key, answer in answers.items():
                     injected[key] = injected.get(key, 0) + bool(answer)
                 ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
+                same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
                 if ageless["serve lexical"] != ageless["lexical"]:
                     failure = (
                         f"serve lexical and hook lexical answer differently for {prompt!r}:\n"
@@ -298,6 +321,8 @@ def main() -> None:
                 samples["background"].append(
                     timed(background, lexical_env, json.dumps(stop).encode())[0]
                 )
+                # The process it started would otherwise still run during the next timings.
+                landed(home / "memories.db", session)
                 print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
             load = max(load, os.getloadavg()[0])
         finally:  # a failed run leaves no server behind
@@ -337,6 +362,11 @@ def main() -> None:
         ("hybrid", "hook, hybrid"),
         ("capture", "capture (Stop)"),
         ("background", "capture --background"),
+        *(
+            (f"serve {m} ({args.against})", f"serve {m}, {args.against}")
+            for m in ("lexical", "hybrid")
+            if args.against
+        ),
         ("serve lexical", "serve, lexical"),
         ("serve hybrid", "serve, hybrid"),
         ("forwarded", "hook -> serve, hybrid"),
@@ -346,6 +376,7 @@ def main() -> None:
         "prompts with a block injected:",
         ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items()),
     )
+    print(f"serve hybrid answers as the hybrid hook process: {same_hybrid}/{len(prompts)}")
     print(f"hook processes stopped at their time limit: {timeouts}")
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
 
@@ -358,13 +389,15 @@ def main() -> None:
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
         "questions), each run starting the processes below one after the other, then "
-        "POSTing the prompt event to two running `mnemex serve` (one lexical, one hybrid, "
-        "started and warmed up before the runs); wall time of the whole process (or of the "
+        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, and "
+        "the same two of the commit before when there is one; started and warmed up before "
+        "the runs); wall time of the whole process (or of the "
         "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
-        "a session, writes the store's vector snapshot (`<db>.<model>.vectors`) and the "
-        "model file's checksum stamp, which the hybrid runs then read.",
+        "a session, writes the store's vector snapshot (`<db>.<model>.vectors`), the "
+        "model file's checksum stamp and the folded model (`models/` in the data folder), "
+        "which the hybrid runs then read.",
         "",
         "| process | median | × `python -c pass` |",
         "| --- | ---: | ---: |",
@@ -384,6 +417,16 @@ def main() -> None:
         f"| `Stop`: capture of a one-turn session | {med['capture']:.1f} ms | {med['capture'] / base:.1f} |",
         f"| `Stop` with `--background` (as installed for Codex): hands the capture to a new "
         f"process and returns | {med['background']:.1f} ms | {med['background'] / base:.1f} |",
+        *(
+            [
+                f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, {mode}, before: "
+                f"commit {before} | {med[f'serve {mode} ({args.against})']:.1f} ms | "
+                f"{med[f'serve {mode} ({args.against})'] / base:.2f} |"
+                for mode in ("lexical", "hybrid")
+            ]
+            if args.against
+            else []
+        ),
         f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, lexical | "
         f"{med['serve lexical']:.1f} ms | {med['serve lexical'] / base:.2f} |",
         f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, hybrid | "
@@ -395,7 +438,10 @@ def main() -> None:
         "nothing): "
         + ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items())
         + f". Hook processes stopped at their time limit (2 s): {timeouts}. "
-        "The lexical answer of `mnemex serve` is checked equal to the new process's. "
+        "The lexical answer of `mnemex serve` is checked equal to the new process's; the "
+        f"hybrid answers are the same for {same_hybrid} of {len(prompts)} prompts (the server "
+        "runs the optimized graph, the hook process the folded model: the same memories "
+        "unless two are within float rounding of each other). "
         "Largest imports on the lexical path "
         "(`python -X importtime` of the same command, cumulative): "
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])

@@ -161,3 +161,69 @@ def test_model_checksum_is_cached_by_size_mtime_and_inode(
     model.write_bytes(b"model bytes")
     assert local.checked(model, cache)  # a broken cache is rewritten
     assert json.loads(cache.read_text())[1] == len(b"model bytes")
+
+
+def hook_queries() -> list[str]:
+    """Prompts as a hook embeds them: ASCII and not, short and long."""
+    return [t for t in texts_for_agreement() if len(t) > 3][::3]
+
+
+def test_folded_model_gives_the_vectors_of_the_model_run_unoptimized(tmp_path: Path) -> None:
+    """A hook process loads the folded model; its vectors are those of the int8 file run
+    without optimizations, bit for bit, and within 1e-6 cosine of the optimized session."""
+    texts = hook_queries()
+    unoptimized = LocalEmbedder(optimize=False)  # no folded_cache: the file itself
+    optimized = LocalEmbedder()
+    before = np.concatenate([embed_checked(unoptimized, [t]) for t in texts])
+    reference = embed_checked(optimized, texts)
+    cache = tmp_path / "models"
+    first = LocalEmbedder(optimize=False, folded_cache=cache)  # folds and saves
+    folded = np.concatenate([embed_checked(first, [t]) for t in texts])
+    (folder,) = cache.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "model.onnx",
+        "model.onnx.data",
+        "stamp.json",
+    ]
+    inode = (folder / "model.onnx.data").stat().st_ino
+    second = LocalEmbedder(optimize=False, folded_cache=cache)  # loads what was saved
+    loaded = np.concatenate([embed_checked(second, [t]) for t in texts])
+    assert (folder / "model.onnx.data").stat().st_ino == inode  # not folded again
+    assert np.array_equal(folded, before)
+    assert np.array_equal(loaded, before)
+    assert ((loaded * reference).sum(axis=1) >= 1 - 1e-6).all()
+
+
+def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
+    text = ["where do we keep the retry policy?"]
+    expected = embed_checked(LocalEmbedder(optimize=False), text)
+    cache = tmp_path / "models"
+    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    (folder,) = cache.iterdir()
+    weights = folder / "model.onnx.data"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as stream:  # cut short: the stamp no longer matches
+        stream.truncate(size // 2)
+    again = embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    assert np.array_equal(again, expected) and weights.stat().st_size == size  # folded again
+    (folder / "model.onnx").write_bytes(b"not a model")  # damaged, and the stamp lies about it
+    stamp = json.loads((folder / "stamp.json").read_text())
+    stamp["sizes"]["model.onnx"] = len(b"not a model")
+    (folder / "stamp.json").write_text(json.dumps(stamp))
+    again = embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    assert np.array_equal(again, expected)
+    assert (folder / "model.onnx").stat().st_size > len(b"not a model")  # folded again
+    stale = cache / f".{folder.name}.1.tmp"  # abandoned by a process stopped while folding
+    stale.mkdir()
+    os.utime(stale, (0, 0))
+    other = cache / "all-MiniLM-L6-v2-int8-8199be6f-ort0.0.1"  # another ONNX Runtime's
+    other.mkdir()
+    import shutil
+
+    shutil.rmtree(folder)
+    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    assert [p.name for p in cache.iterdir()] == [folder.name]
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the folder would go")
+    unwritable = LocalEmbedder(optimize=False, folded_cache=blocked / "models")
+    assert np.array_equal(embed_checked(unwritable, text), expected)  # runs the file as before

@@ -710,6 +710,54 @@ def test_serve_answers_the_http_hook(tmp_path: Path, project: Path) -> None:
     assert "JSONDecodeError" in (Path(os.environ["MNEMEX_HOME"]) / "hooks.log").read_text()
 
 
+def test_blas_threads_of_a_hook_process_and_of_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle OpenBLAS threads spin on the cores the model needs: a hook process starts numpy
+    with one thread that sleeps at once, a server with threads that sleep at once (or,
+    numpy loaded before, limited to one), and a user's choice stays."""
+    code = (
+        "import io, os, sys; from mnemex.hooks.run import main, child_env; "
+        "main(stdin=io.BytesIO(b'{}')); e = child_env('h'); "
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('OPENBLAS_THREAD_TIMEOUT'), "
+        "'numpy' in sys.modules, e.get('OPENBLAS_NUM_THREADS'), e.get('OPENBLAS_THREAD_TIMEOUT'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    # the background server it starts gets the timeout, not the thread count
+    assert done.stdout.split() == ["1", "4", "False", "None", "4"], done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "10"},
+        timeout=60,
+    )
+    assert done.stdout.split() == ["2", "10", "False", "2", "10"], done.stderr
+
+    import numpy  # noqa: F401  (the library whose threads are limited)
+    from threadpoolctl import threadpool_info
+
+    from mnemex.hooks.serve import one_blas_thread
+
+    def threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = threads()
+    assert before
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "4")
+    assert one_blas_thread() is None  # numpy loaded with threads that sleep at once
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    limiter = one_blas_thread()
+    try:
+        assert threads() == [1] * len(before)
+    finally:
+        limiter.restore_original_limits()
+    assert threads() == before
+
+
 def test_install_with_url_posts_prompt_events(tmp_path: Path, project: Path) -> None:
     url = "http://127.0.0.1:8767/hook"
     assert (
@@ -889,3 +937,54 @@ def test_background_capture_returns_at_once(tmp_path: Path, project: Path) -> No
         time.sleep(0.1)
     assert count == 2
     assert not (home / "hooks.log").exists()
+
+
+@pytest.mark.model
+def test_hybrid_hook_process_loads_the_folded_model_and_little_else(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid prompt in a new process: the first folds the model into the data folder; the
+    next ones map it, tokenize an ASCII prompt without the tokenizers library, and load
+    neither logging (concurrent.futures) nor OpenSSL (the model's checksum is stamped). They
+    inject what a process with the optimized model (as mnemex serve) injects."""
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    home = tmp_path / "home"
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    s.turn("Which region hosts the primary database?", "eu-west-1, with a replica in eu-central-1.")
+    s.turn("Where do we keep the retry policy?", "In config/retry.toml, next to the timeouts.")
+    assert run_hook(s.event("Stop"), home).returncode == 0
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder="local") as store:
+        store.embed()
+    other = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    event = other.event("UserPromptSubmit", prompt="where does the primary database run")
+    first = injected(run_hook(event, home, "--no-serve", "--timeout", "60"))  # folds: slower
+    assert "eu-west-1" in first
+    (folded,) = (home / "models").iterdir()
+    assert (folded / "stamp.json").exists()
+    light = ("tokenizers", "logging", "concurrent.futures", "hashlib", "click", "onnxruntime")
+    code = (
+        "import os, sys; sys.argv = ['mnemex', 'hook', '--no-serve', '--timeout', '60']\n"
+        "end = os._exit\n"
+        f"os._exit = lambda status: (print(sorted(m for m in {light!r} if m in sys.modules), "
+        "file=sys.stderr, flush=True), end(status))\n"
+        "from mnemex.entry import main; main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MNEMEX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(event).encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.stderr.decode().strip().splitlines()[-1] == "['onnxruntime']"
+    assert ageless(injected(done)) == ageless(first)
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder="local") as store:
+        assert ageless(handle(event, store=store)) == ageless(done.stdout.decode())
+    assert not (home / "hooks.log").exists()
+
+
+def ageless(block: str) -> str:
+    import re
+
+    return re.sub(r"age: [^)]*", "", block)

@@ -72,6 +72,7 @@ def local_available() -> bool:
 
 
 CHECKSUM_FILE = "model.sha256.json"  # in the data folder: see mnemex.embed.local.checked
+FOLDED_FOLDER = "models"  # in the data folder: see mnemex.embed.local.folded_session
 
 
 def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None:
@@ -93,6 +94,7 @@ def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None
             batch_size=settings.embed_batch_size,
             optimize=not few_queries,
             checksum_cache=settings.home / CHECKSUM_FILE,
+            folded_cache=settings.home / FOLDED_FOLDER if few_queries else None,
         )
     if name == "sentence-transformers":
         if not settings.embed_model:

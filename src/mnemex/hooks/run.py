@@ -115,6 +115,7 @@ def main(
     background: bool = False,
 ) -> None:
     """Run one hook event from stdin; print the agent's context, if any; always exit 0."""
+    quiet_blas(threads="1")  # a hook's products are small
     result: dict[str, Any] = {}
     event: dict[str, Any] = {}
     source = stdin if stdin is not None else sys.stdin.buffer
@@ -166,6 +167,32 @@ def main(
             sys.stdout.flush()
         except OSError as exc:  # the agent stopped reading
             log(home, event, f"could not write the answer: {exc}")
+
+
+_blas_defaults: dict[str, str] = {}  # what quiet_blas set (not the user)
+
+
+def quiet_blas(threads: str | None = None) -> None:
+    """Before numpy loads: OpenBLAS threads that sleep as soon as a product is done (by
+    default they spin for a tenth of a second or more, on the cores the model's threads
+    need), and with ``threads``, that many. Values the user set are kept."""
+    if "numpy" in sys.modules:
+        return
+    wanted = {"OPENBLAS_THREAD_TIMEOUT": "4"}  # the shortest: 2**4 cycles
+    if threads is not None:
+        wanted["OPENBLAS_NUM_THREADS"] = threads
+    for key, value in wanted.items():
+        if key not in os.environ:
+            os.environ[key] = _blas_defaults[key] = value
+
+
+def child_env(home: str | os.PathLike[str]) -> dict[str, str]:
+    """The environment of a background process for the data folder ``home``: this one's,
+    less the BLAS thread count chosen for this process alone."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if "OPENBLAS_NUM_THREADS" not in _blas_defaults and "OPENBLAS_NUM_THREADS" in os.environ:
+        env["OPENBLAS_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"]
+    return {**env, "MNEMEX_HOME": str(home)}
 
 
 def detach(raw: bytes, agent: str, namespace: str | None, db: str | None, home: str | None) -> None:
@@ -483,7 +510,7 @@ def start_background_server(db: str | None, home: str | None) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, "MNEMEX_HOME": str(settings.home)},
+        env=child_env(settings.home),
     )
 
 
@@ -539,7 +566,7 @@ def embed_later(store: Store) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, "MNEMEX_HOME": str(store.settings.home)},
+        env=child_env(store.settings.home),
     )
 
 

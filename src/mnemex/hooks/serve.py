@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -145,15 +146,35 @@ def serve(
         threading.Thread(target=_watch_idle, args=(server, idle_exit), daemon=True).start()
     if ready is not None:
         ready(server)
+    blas = one_blas_thread()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+        if blas is not None:
+            blas.restore_original_limits()
         if lock is not None:
             with contextlib.suppress(OSError, ValueError):
                 if json.loads(marker.read_text(encoding="utf-8")).get("pid") == os.getpid():
                     marker.unlink()
             lock.close()
+
+
+def one_blas_thread() -> Any:
+    """Unless numpy's BLAS threads sleep as soon as a product is done (``mnemex serve``
+    sets ``OPENBLAS_THREAD_TIMEOUT`` before numpy loads, see
+    :func:`mnemex.hooks.run.quiet_blas`), run BLAS on one thread until the returned
+    limiter's ``restore_original_limits()``; ``None`` when nothing is limited.
+
+    An event's products are small (one query against the vectors). Between events,
+    idle BLAS threads would spin on the cores the model's threads need (measured on
+    two cores: twice the CPU time per hybrid event).
+    """
+    if "numpy" not in sys.modules or "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        return None
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().limit(limits=1, user_api="blas")
 
 
 def _watch_idle(server: HookServer, seconds: float) -> None:

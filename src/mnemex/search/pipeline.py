@@ -48,12 +48,12 @@ from mnemex.search import fusion, rank
 from mnemex.search.floor import floor_for, relevant_hit, relevant_query
 from mnemex.search.fusion import Fused
 from mnemex.search.rank import Ranking
+from mnemex.search.workers import Job, Workers
 from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, parse_time, summarize, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from concurrent.futures import Future, ThreadPoolExecutor
     from contextlib import AbstractContextManager
 
     import numpy as np
@@ -68,19 +68,17 @@ NOTHING_RELEVANT = (
     "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
 )
 
-_pool: ThreadPoolExecutor | None = None
+_pool: Workers | None = None
 _pool_lock = threading.Lock()
 
 
-def _query_pool() -> ThreadPoolExecutor:
+def _query_pool() -> Workers:
     """The workers that embed the query and run the vector arm (made on first use: a
-    lexical search, as in a hook process, never imports concurrent.futures)."""
+    lexical search, as in a hook process, starts no thread)."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mnemex-query")
+            _pool = Workers(2, "mnemex-query")
         return _pool
 
 
@@ -98,19 +96,17 @@ def _one_blas_thread() -> Any:
     return _blas.limit(limits=1, user_api="blas")
 
 
-def wait_quietly(job: Future[Any]) -> None:
+def wait_quietly(job: Job[Any]) -> None:
     """Let a worker finish before its inputs go away (its error, if any, is already raised)."""
     with contextlib.suppress(Exception):
         job.result()
 
 
-def _wait_for_query(pending: Future[np.ndarray], timeout: float, notes: list[str]) -> Any:
+def _wait_for_query(pending: Job[np.ndarray], timeout: float, notes: list[str]) -> Any:
     """The query's vector, or ``None`` (with a note) when embedding it failed or took too long."""
-    from concurrent.futures import TimeoutError as FutureTimeout
-
     try:
         return pending.result(timeout=timeout)[0]
-    except FutureTimeout:
+    except TimeoutError:
         notes.append(f"embedding the query took over {timeout:g} s: answered from the lexical arm")
     except (EmbeddingError, MissingExtra) as exc:
         notes.append(f"the query could not be embedded ({exc}): answered from the lexical arm")
@@ -303,7 +299,7 @@ class Plan(NamedTuple):
     text: str
     mode: str
     lexical: LexicalPlan
-    pending: Future[np.ndarray] | None
+    pending: Job[np.ndarray] | None
     pool: int  # candidates each arm fetches
     notes: tuple[str, ...] = ()
 
@@ -504,7 +500,7 @@ def build_hits(
     return tuple(hits)
 
 
-def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Future[np.ndarray] | None:
+def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarray] | None:
     """Start embedding the query on a worker; ``None`` when it cannot be (lexical only)."""
     if engine.embedder is None:
         notes.append("no embedder is configured: answered from the lexical arm")
@@ -527,7 +523,7 @@ class _VectorArm:
     """The vector arm's hits, or the worker computing them and the BLAS limit in force."""
 
     hits: list[VectorHit]
-    job: Future[list[VectorHit]] | None = None
+    job: Job[list[VectorHit]] | None = None
     limiter: Any = None
 
     def result(self) -> list[VectorHit]:

@@ -1,0 +1,108 @@
+"""Worker threads for the search pipeline: the query's embedding and the vector arm.
+
+What the pipeline needs of :mod:`concurrent.futures` (submit a call, wait for its
+result with a time limit, cancel it while it waits), without importing it:
+``concurrent.futures`` imports ``logging``, which a hook process, started for
+one prompt, would load for nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from queue import SimpleQueue
+
+T = TypeVar("T")
+
+_WAITING, _RUNNING, _CANCELLED = "waiting", "running", "cancelled"
+
+
+class Job(Generic[T]):
+    """A call submitted to :class:`Workers`: its result, once a worker has run it."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._call = call
+        self._state = _WAITING
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        with self._lock:
+            if self._state == _CANCELLED:
+                return
+            self._state = _RUNNING
+        try:
+            self._value = self._call()
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._finished.set()
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def wait(self) -> None:
+        self._finished.wait()
+
+    def cancel(self) -> bool:
+        """Never run it, if no worker has started it (``True``); ``False`` otherwise."""
+        with self._lock:
+            if self._state != _WAITING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+        self._finished.set()
+        return True
+
+    def result(self, timeout: float | None = None) -> T:
+        """What the call returned (or raise what it raised); :class:`TimeoutError` when it
+        has not finished within ``timeout`` seconds."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"not done within {timeout} s")
+        if self._state == _CANCELLED:
+            raise RuntimeError("the job was cancelled")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[no-any-return]
+
+
+class Workers:
+    """``size`` daemon threads running submitted calls in order. At the interpreter's exit
+    the calls running are waited for and the waiting ones cancelled, as
+    :class:`concurrent.futures.ThreadPoolExecutor` does (no call is cut off mid-way)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        import atexit
+        import queue  # here: a lexical search starts no worker
+
+        self._queue: SimpleQueue[Job[Any]] = queue.SimpleQueue()
+        self._jobs: set[Job[Any]] = set()  # submitted, not finished
+        self._lock = threading.Lock()
+        for index in range(size):
+            threading.Thread(target=self._work, name=f"{name}_{index}", daemon=True).start()
+        atexit.register(self._drain)
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Job[T]:
+        job = Job(lambda: fn(*args, **kwargs))
+        with self._lock:
+            self._jobs.add(job)
+        self._queue.put(job)
+        return job
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            job.run()
+            with self._lock:
+                self._jobs.discard(job)
+
+    def _drain(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs)
+        for job in jobs:
+            if not job.cancel():
+                job.wait()

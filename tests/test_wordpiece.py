@@ -1,0 +1,90 @@
+"""The plain-Python WordPiece tokenizer gives the ids `tokenizers` gives, or leaves the text to it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mnemex.embed import wordpiece
+from mnemex.embed.local import MAX_TOKENS, TOKENIZER
+
+from .test_local_model import texts_for_agreement
+
+
+@functools.cache
+def tokenizers_library() -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER))
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+@pytest.fixture
+def reference() -> Any:
+    return tokenizers_library()
+
+
+@pytest.fixture(scope="module")
+def vocab() -> dict[str, int]:
+    return wordpiece.load_vocab()
+
+
+def same_ids(text: str, reference: Any, vocab: dict[str, int]) -> bool:
+    ours = wordpiece.encode(text, vocab, MAX_TOKENS)
+    return ours is None or ours == reference.encode(text).ids
+
+
+def test_vocab_is_the_one_of_tokenizer_json(vocab: dict[str, int]) -> None:
+    model = json.loads(TOKENIZER.read_text(encoding="utf-8"))["model"]
+    assert model["type"] == "WordPiece" and model["continuing_subword_prefix"] == wordpiece.PREFIX
+    assert model["max_input_chars_per_word"] == wordpiece.MAX_WORD_CHARS
+    assert vocab == model["vocab"]
+
+
+def test_every_ascii_character_in_context(reference: Any, vocab: dict[str, int]) -> None:
+    for code in range(128):
+        c = chr(code)
+        for text in (c, f"a{c}b", f"A{c}B", f" {c} ", f"1{c}2", f"ab{c}{c}", f"x{c}"):
+            assert wordpiece.encode(text, vocab, MAX_TOKENS) is not None
+            assert same_ids(text, reference, vocab), repr(text)
+
+
+def test_words_of_the_vocabulary_glued_and_split(reference: Any, vocab: dict[str, int]) -> None:
+    rng = random.Random(7)
+    words = list(vocab)
+    for _ in range(3000):
+        glue = rng.choice(["", " ", "-", "'", "  \t"])
+        text = glue.join(rng.choice(words).removeprefix("##") for _ in range(rng.randint(1, 12)))
+        assert same_ids(text + rng.choice(["", "?", "...", "!"]), reference, vocab), text
+
+
+def test_long_words_and_truncation(reference: Any, vocab: dict[str, int]) -> None:
+    for text in ("a" * 100, "a" * 101, "x " * 253, "x " * 254, "x " * 255, "word " * 300):
+        ids = wordpiece.encode(text, vocab, MAX_TOKENS)
+        assert ids is not None and ids == reference.encode(text).ids
+    assert len(wordpiece.encode("word " * 300, vocab, MAX_TOKENS) or []) == MAX_TOKENS
+
+
+def test_other_text_is_left_to_tokenizers(reference: Any, vocab: dict[str, int]) -> None:
+    for text in ("café", "数据库", "emoji 🧠", "keep [SEP] out", "[MASK]", "a\u00a0b"):
+        assert wordpiece.encode(text, vocab, MAX_TOKENS) is None
+    texts = texts_for_agreement()
+    left = [t for t in texts if wordpiece.encode(t, vocab, MAX_TOKENS) is None]
+    assert 0 < len(left) < len(texts) // 4  # most are ASCII, and tokenized here
+    assert all(same_ids(t, reference, vocab) for t in texts)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_any_ascii_text(text: str) -> None:
+    vocab = wordpiece.load_vocab()
+    assert wordpiece.encode(text, vocab, MAX_TOKENS) is not None
+    assert same_ids(text, tokenizers_library(), vocab)
