@@ -105,18 +105,9 @@ Since = Annotated[
     Field(max_length=64, description=f"Only memories created at or after this time: {TIME_FORMS}."),
 ]
 Start = Since
-Until = Annotated[
-    str | None,
-    Field(
-        max_length=64, description="Only memories created before this time (same forms as since)."
-    ),
-]
-End = Annotated[
-    str | None,
-    Field(
-        max_length=64, description="Only memories created before this time (same forms as start)."
-    ),
-]
+_BEFORE = "Only memories created before this time (same forms as {})."
+Until = Annotated[str | None, Field(max_length=64, description=_BEFORE.format("since"))]
+End = Annotated[str | None, Field(max_length=64, description=_BEFORE.format("start"))]
 Confidence = Annotated[float, Field(ge=0, le=1, description="How sure, from 0 to 1.")]
 
 
@@ -185,14 +176,7 @@ def memory_timeline(
     after one memory (around). Then call memory_get with the ids worth reading.
     """
     entries = _store(ctx).timeline(
-        start,
-        end,
-        kinds=kinds,
-        tags=tags,
-        limit=limit,
-        around=around,
-        before=before,
-        after=after,
+        start, end, kinds=kinds, tags=tags, limit=limit, around=around, before=before, after=after
     )
     return tool_result(results.timeline_output(entries))
 
