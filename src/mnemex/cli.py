@@ -185,6 +185,12 @@ def highlighted(text: str, start: str, end: str) -> Any:
     return out
 
 
+def _exit_if_missing(missing: Sequence[str]) -> None:
+    if missing:
+        click.echo(f"error: not found: {', '.join(missing)}", err=True)
+        sys.exit(1)
+
+
 def _split(values: Sequence[str]) -> list[str]:
     out: list[str] = []
     for value in values:
@@ -235,6 +241,13 @@ def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool =
 def _counts(counts: dict[str, int]) -> str:
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return ", ".join(f"{name} ({n:,})" for name, n in ranked)
+
+
+def _scope(all_namespaces: bool = True) -> Any:
+    """The namespace a read names: every one (``ALL``) or, ``None``, the store's own."""
+    from mnemex.store import ALL
+
+    return ALL if all_namespaces else None
 
 
 def _when(dt: datetime) -> str:
@@ -470,8 +483,6 @@ def search(
 
     Relations (`mnemex relate`) that match QUERY are listed after the memories.
     """
-    from mnemex.store import ALL
-
     text = _read_text(query)
     if not text.strip():
         fail(
@@ -495,7 +506,7 @@ def search(
         mmr=mmr,
         threshold=False if no_threshold else None,
         relations=relations,
-        namespace=ALL if all_namespaces else None,
+        namespace=_scope(all_namespaces),
     )
     if not result.hits:
         _what_exists(store, _split(kinds), all_namespaces)
@@ -729,8 +740,6 @@ def timeline(
     With --around ID: that memory, the --before memories created just before
     it and the --after just after it (instead of the --limit newest).
     """
-    from mnemex.store import ALL
-
     store = obj.store()
     entries = store.timeline(
         start,
@@ -742,7 +751,7 @@ def timeline(
         around=around,
         before=before,
         after=after,
-        namespace=ALL if all_namespaces else None,
+        namespace=_scope(all_namespaces),
     )
     if not entries:
         _what_exists(store, _split(kinds), all_namespaces)
@@ -794,9 +803,7 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
                 out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
             out.print(m.content, markup=False)
             out.print()
-    if result.missing:
-        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
-        sys.exit(1)
+    _exit_if_missing(result.missing)
 
 
 @cli.command()
@@ -822,19 +829,15 @@ def update(
     as_json: bool,
 ) -> None:
     """Change fields of a memory."""
-    changes: dict[str, Any] = {}
-    if content is not None:
-        changes["content"] = _read_text(content)
-    if kind is not None:
-        changes["kind"] = kind
-    if tags:
-        changes["tags"] = _split(tags)
-    if source is not None:
-        changes["source"] = source
-    if confidence is not None:
-        changes["confidence"] = confidence
-    if pinned is not None:
-        changes["pinned"] = pinned
+    given: dict[str, Any] = {
+        "content": None if content is None else _read_text(content),
+        "kind": kind,
+        "tags": _split(tags) if tags else None,
+        "source": source,
+        "confidence": confidence,
+        "pinned": pinned,
+    }
+    changes = {name: value for name, value in given.items() if value is not None}
     if not changes:
         fail(
             "nothing to change: give --content, --kind, --tag, --source, --confidence or --pinned",
@@ -870,9 +873,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
             else ("memory" if n == 1 else "memories")
         )
         click.echo(f"forgot {n} {what}")
-    if result.missing:
-        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
-        sys.exit(1)
+    _exit_if_missing(result.missing)
 
 
 @cli.command()
@@ -915,10 +916,8 @@ def relate(
 @handle_errors
 def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_json: bool) -> None:
     """Relations with ENTITY as subject or object (whole name, any case)."""
-    from mnemex.store import ALL
-
     store = obj.store()
-    found = store.neighbors(entity, limit=limit, namespace=ALL if all_namespaces else None)
+    found = store.neighbors(entity, limit=limit, namespace=_scope(all_namespaces))
     if not found:
         _what_exists(store, (), all_namespaces)
     if as_json:
@@ -936,10 +935,8 @@ def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_js
 @handle_errors
 def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     """What is in the store."""
-    from mnemex.store import ALL
-
     store = obj.store()
-    s = store.stats(namespace=ALL if all_namespaces else None)
+    s = store.stats(namespace=_scope(all_namespaces))
     if not s.memories:
         _what_exists(store, (), all_namespaces)
     if as_json:
@@ -1060,10 +1057,9 @@ def import_(
 @handle_errors
 def export(obj: Context, file: str, all_namespaces: bool) -> None:
     """Write memories and relations as JSONL to FILE (default: standard output)."""
-    from mnemex.store import ALL
     from mnemex.transfer import export_jsonl
 
-    namespace = ALL if all_namespaces else None
+    namespace = _scope(all_namespaces)
     if not file.strip():
         fail("FILE is empty: name the file to write, or - for standard output")
     store = obj.store()
@@ -1084,7 +1080,7 @@ def export(obj: Context, file: str, all_namespaces: bool) -> None:
 def embed(obj: Context, as_json: bool) -> None:
     """Embed every memory that has no vector for the configured model yet."""
     store = obj.store()
-    total = store.stats(namespace=_all()).pending_vectors
+    total = store.stats(namespace=_scope()).pending_vectors
     with progress_bar(total, "embedding", enabled=not as_json) as advance:
         report = store.embed(progress=advance)
     _print_embed(report, as_json)
@@ -1104,7 +1100,7 @@ def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
     by the lexical arm only until they are embedded.
     """
     store = obj.store()
-    stats = store.stats(namespace=_all())
+    stats = store.stats(namespace=_scope())
     total = stats.total_memories if force else stats.pending_vectors
     with progress_bar(total, "embedding", enabled=not as_json) as advance:
         report = store.reindex(progress=advance, force=force, prune=prune)
@@ -1115,12 +1111,6 @@ def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
             click.echo("full-text index rebuilt; no embedder configured, so no vectors")
         return
     _print_embed(report, as_json)
-
-
-def _all() -> Any:
-    from mnemex.store import ALL
-
-    return ALL
 
 
 def _print_embed(report: Any, as_json: bool) -> None:
@@ -1212,32 +1202,33 @@ def eval_() -> None:
     """Measure retrieval quality and latency on public benchmarks."""
 
 
-def _spec(
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
-    embed_cache: str | None = None,
-    no_embed_cache: bool = False,
-) -> Any:
-    from mnemex.eval.embed_cache import default_cache_dir
-    from mnemex.eval.runner import Spec
-
-    return Spec(
-        mode=mode,
-        fusion=fusion,
-        weights=_weights(weights),
-        lexical_budget=budget,
-        embedder=embedder,
-        embed_cache=None
-        if no_embed_cache
-        else (Path(embed_cache) if embed_cache else default_cache_dir()),
-    )
-
-
 def eval_options(func: F) -> F:
-    """Options shared by the evaluations: what to search with, and where to keep the store."""
+    """Options shared by the evaluations: what to search with (handed to the command as
+    ``spec``, a :class:`mnemex.eval.runner.Spec`), and where to keep the store (``db``)."""
+
+    @wraps(func)
+    def command(
+        weights: str | None,
+        budget: int | None,
+        keep_db: str | None,
+        embed_cache: str | None,
+        no_embed_cache: bool,
+        **given: Any,
+    ) -> Any:
+        from mnemex.eval.embed_cache import default_cache_dir
+        from mnemex.eval.runner import Spec
+
+        cache = Path(embed_cache) if embed_cache else default_cache_dir()
+        spec = Spec(
+            mode=given.pop("mode"),
+            fusion=given.pop("fusion"),
+            weights=_weights(weights),
+            lexical_budget=budget,
+            embedder=given.pop("embedder"),
+            embed_cache=None if no_embed_cache else cache,
+        )
+        return func(spec=spec, db=Path(keep_db) if keep_db else None, **given)
+
     for option in reversed(
         [
             click.option(
@@ -1278,8 +1269,8 @@ def eval_options(func: F) -> F:
             json_option,
         ]
     ):
-        func = option(func)
-    return func
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
 @eval_.command(name="beir")
@@ -1292,15 +1283,9 @@ def eval_beir(
     directory: str,
     split: str,
     max_queries: int | None,
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
+    spec: Any,
     depth: int,
-    keep_db: str | None,
-    embed_cache: str | None,
-    no_embed_cache: bool,
+    db: Path | None,
     as_json: bool,
 ) -> None:
     """Evaluate on a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/)."""
@@ -1312,8 +1297,8 @@ def eval_beir(
         split=split,
         depth=depth,
         max_queries=max_queries,
-        spec=_spec(mode, fusion, weights, budget, embedder, embed_cache, no_embed_cache),
-        db=Path(keep_db) if keep_db else None,
+        spec=spec,
+        db=db,
         progress=not as_json,
     )
     emit_json(report) if as_json else print_report(report)
@@ -1337,15 +1322,9 @@ def eval_beir(
 def eval_locomo(
     file: str,
     as_workspace: bool,
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
+    spec: Any,
     depth: int,
-    keep_db: str | None,
-    embed_cache: str | None,
-    no_embed_cache: bool,
+    db: Path | None,
     as_json: bool,
     separate: bool,
 ) -> None:
@@ -1353,8 +1332,6 @@ def eval_locomo(
     --as-workspace each conversation a markdown workspace)."""
     from mnemex.eval.report import print_report
 
-    spec = _spec(mode, fusion, weights, budget, embedder, embed_cache, no_embed_cache)
-    db = Path(keep_db) if keep_db else None
     if as_workspace:
         from mnemex.eval.workspace import run_workspace
 
@@ -1522,9 +1499,7 @@ def sync(
 def status(obj: Context, directory: str | None, all_namespaces: bool, as_json: bool) -> None:
     """Workspaces: files, chunks, vectors still to compute, the last sync, and how many
     files changed on disk since (checked now)."""
-    from mnemex.store import ALL
-
-    found = obj.store().workspace_status(directory, namespace=ALL if all_namespaces else None)
+    found = obj.store().workspace_status(directory, namespace=_scope(all_namespaces))
     if as_json:
         emit_json({"workspaces": [w.to_dict() for w in found]})
         return
