@@ -88,11 +88,7 @@ def around_anchor(
 
 def entry(row: Sequence[Any]) -> TimelineEntry:
     """The entry of a row of :data:`COLUMNS`."""
+    ident, created, kind, tags, text, namespace = row
     return TimelineEntry(
-        id=row[0],
-        created_at=parse_stored_time(row[1]),
-        kind=row[2],
-        tags=tuple(json.loads(row[3])),
-        summary=summarize(row[4]),
-        namespace=row[5],
+        ident, parse_stored_time(created), kind, tuple(json.loads(tags)), summarize(text), namespace
     )

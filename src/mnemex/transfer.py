@@ -29,18 +29,8 @@ Progress = Callable[[int], None]  # called with the number of lines handled sinc
 IMPORT_BATCH = 2_000
 _MAX_SHOWN_ERRORS = 20
 _RELATION_KEYS = frozenset(
-    {
-        "type",
-        "id",
-        "namespace",
-        "subject",
-        "predicate",
-        "object",
-        "confidence",
-        "source_memory",
-        "created_at",
-        "updated_at",
-    }
+    "type id namespace subject predicate object confidence source_memory created_at "
+    "updated_at".split()
 )
 
 

@@ -73,6 +73,8 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 BATCH_FILES = 500  # files per write transaction
 BATCH_CHUNKS = 5_000  # chunks per write transaction (a transaction may exceed it by one file)
+# What a sync counts, per file and per chunk (fields of _Tally and of SyncReport).
+COUNTS = ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added", "chunks_removed")
 _DATED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 
 
@@ -140,16 +142,10 @@ _WS_COLUMNS = "id, root, namespace, globs, ignore, chunking, synced_at, last_syn
 
 
 def _workspace(row: Sequence[Any]) -> Workspace:
-    return Workspace(
-        id=row[0],
-        root=row[1],
-        namespace=row[2],
-        globs=tuple(json.loads(row[3])),
-        ignore=tuple(json.loads(row[4])),
-        chunking=row[5],
-        synced_at=row[6],
-        last_sync=json.loads(row[7]),
-    )
+    """The workspace of a row of ``_WS_COLUMNS`` (the order of :class:`Workspace`'s fields)."""
+    ident, root, namespace, globs, ignore, chunking, synced_at, last_sync = row
+    patterns = tuple(json.loads(globs)), tuple(json.loads(ignore))
+    return Workspace(ident, root, namespace, *patterns, chunking, synced_at, json.loads(last_sync))
 
 
 def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | None:
@@ -883,8 +879,7 @@ def _write_batch(
         return
     finally:
         store.session.after_write()
-    for name in ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added",
-                 "chunks_removed", "reused"):  # fmt: skip
+    for name in (*COUNTS, "reused"):
         setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
 
 
@@ -959,13 +954,7 @@ def _report(
         namespace=ws.namespace,
         files=counts[0],
         chunks=counts[1],
-        added=tally.added,
-        changed=tally.changed,
-        renamed=tally.renamed,
-        deleted=tally.deleted,
-        unchanged=tally.unchanged,
-        chunks_added=tally.chunks_added,
-        chunks_removed=tally.chunks_removed,
+        **{name: getattr(tally, name) for name in COUNTS},
         embedded=embedding.embedded if embedding is not None else 0,
         reused=tally.reused + (embedding.reused if embedding is not None else 0),
         pending_vectors=pending,
