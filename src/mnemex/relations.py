@@ -30,15 +30,8 @@ from typing import Any, Final
 
 from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT, check_count
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.index.fts import LexicalPlan, Lexicon
-from mnemex.index.query import (
-    MAX_QUERY_TERMS,
-    Term,
-    content_terms,
-    expand_terms,
-    keep_rarest,
-    normalized_score,
-)
+from mnemex.index.fts import LexicalPlan, Lexicon, counted_plan
+from mnemex.index.query import Term, content_terms, expand_terms, normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import ForgetResult, Relation
 from mnemex.storage import IN_CHUNK, marks
@@ -129,18 +122,10 @@ def _optional_namespace(namespace: str | None) -> str | None:
 
 
 def _relation(row: Sequence[Any], score: float | None = None) -> Relation:
-    return Relation(
-        id=row[0],
-        namespace=row[1],
-        subject=row[2],
-        predicate=row[3],
-        object=row[4],
-        confidence=row[5],
-        source_memory=row[6],
-        created_at=parse_stored_time(row[7]),
-        updated_at=parse_stored_time(row[8]),
-        score=score,
-    )
+    """The relation of a row of ``_COLUMNS`` (the order of :class:`Relation`'s fields)."""
+    ident, namespace, subject, predicate, obj, confidence, source, created, updated = row
+    times = parse_stored_time(created), parse_stored_time(updated)
+    return Relation(ident, namespace, subject, predicate, obj, confidence, source, *times, score)
 
 
 # -- writes ---------------------------------------------------------------------
@@ -342,14 +327,8 @@ def _plan(conn: sqlite3.Connection, terms: Sequence[Term]) -> LexicalPlan:
     """The terms to search (at most ``MAX_QUERY_TERMS``, the rarest) with their statistics."""
     kept, dropped = content_terms(terms)
     freqs = _doc_freqs(conn, [*kept, *dropped])
-    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
-    return LexicalPlan(
-        terms=tuple(kept[i] for i in keep),
-        doc_freqs=tuple(freqs[i] for i in keep),
-        n_docs=int(conn.execute("SELECT count(*) FROM relations").fetchone()[0]),
-        dropped=tuple(dropped),
-        dropped_freqs=tuple(freqs[len(kept) :]),
-    )
+    n_docs = int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
+    return counted_plan(kept, dropped, freqs, n_docs)
 
 
 def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:

@@ -195,14 +195,8 @@ class LexicalPlan:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """One namespace's statistics (``namespace_stats``), when other namespaces share the index.
-
-    FTS5's ``bm25()`` takes N, the average row length and each term's
-    document frequency from the whole index; a namespace searched with
-    these would rank by what other namespaces hold. With a scope, they are
-    the namespace's own and the lexical arm scores rows itself, exactly as
-    ``bm25()`` would in a store holding this namespace alone.
-    """
+    """One namespace's statistics (``namespace_stats``), when other namespaces share the
+    index: the lexical arm then scores rows itself with these (see the module docstring)."""
 
     namespace: str
     docs: int
@@ -246,6 +240,9 @@ class Retrieval:
     notes: list[str] = field(default_factory=list)
 
 
+_FALLBACK = "shaped candidates < pool; scored every matching row"
+
+
 class Lexicon:
     """Per-connection access to FTS5's tokenizer and term statistics."""
 
@@ -261,12 +258,8 @@ class Lexicon:
         self._setup()
 
     def _setup(self) -> None:
-        """Create the temp tables, once, when the connection is set up.
-
-        They are connection-local state: created inside a transaction or a
-        savepoint, a rollback would drop them while this object believes
-        they exist, so they are made outside any transaction.
-        """
+        """Create the temp tables once, outside any transaction: connection-local state
+        that a rollback would drop while this object believes it exists."""
         if not self._ready:
             if self._conn.in_transaction:
                 raise RuntimeError("a Lexicon is set up outside any transaction")
@@ -315,11 +308,8 @@ class Lexicon:
         return tokens
 
     def invalidate(self, counts: bool = False) -> None:
-        """Forget the cached row count (call after this connection writes).
-
-        With ``counts`` the cached document frequencies go too (after a
-        rolled-back write, whose rows they may have counted).
-        """
+        """Forget the cached row count (call after this connection writes); with ``counts``
+        the cached document frequencies too (after a rollback: they may count its rows)."""
         self._n_docs = None
         if counts:
             self._df.clear()
@@ -327,11 +317,8 @@ class Lexicon:
             self._postings_rows = 0
 
     def n_docs(self) -> int:
-        """Rows in the index (what ``bm25()`` calls N), cached until the data changes.
-
-        ``PRAGMA data_version`` changes when another connection commits; this
-        connection's own writes call :meth:`invalidate`.
-        """
+        """Rows in the index (``bm25()``'s N), cached until ``PRAGMA data_version`` says
+        another connection committed (this one's writes call :meth:`invalidate`)."""
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if self._n_docs is None or self._n_docs[0] != version:
             count = self._conn.execute("SELECT count(*) FROM memories").fetchone()[0]
@@ -494,14 +481,21 @@ def plan(
             scope=scope,
             postings=tuple(postings[i] for i in keep),
         )
-    doc_freqs = lexicon.doc_freqs([*kept, *dropped])
-    keep = keep_rarest(kept, doc_freqs[: len(kept)], MAX_QUERY_TERMS)
+    return counted_plan(kept, dropped, lexicon.doc_freqs([*kept, *dropped]), lexicon.n_docs())
+
+
+def counted_plan(
+    kept: Sequence[Term], dropped: Sequence[Term], freqs: Sequence[int], n_docs: int
+) -> LexicalPlan:
+    """The plan of the ``kept`` terms (at most ``MAX_QUERY_TERMS``, the rarest) and the stop
+    words ``dropped``, given the document frequencies of both (in that order)."""
+    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
     return LexicalPlan(
         terms=tuple(kept[i] for i in keep),
-        doc_freqs=tuple(doc_freqs[i] for i in keep),
-        n_docs=lexicon.n_docs(),
+        doc_freqs=tuple(freqs[i] for i in keep),
+        n_docs=n_docs,
         dropped=tuple(dropped),
-        dropped_freqs=tuple(doc_freqs[len(kept) :]),
+        dropped_freqs=tuple(freqs[len(kept) :]),
     )
 
 
@@ -581,25 +575,23 @@ def retrieve(
         return Retrieval([])
     if lexical.scope is not None and lexical.raw is None:
         return _retrieve_scoped(conn, lexical, filters, pool, budget)
-    if lexical.raw is not None:
-        try:
-            return Retrieval(_candidates(conn, exact_sql(lexical.raw, filters, pool)))
-        except sqlite3.OperationalError as exc:
-            raise InvalidQuery(
-                f"invalid FTS5 query {lexical.raw!r}: {exc}; "
-                "search without the raw FTS5 option to use plain text"
-            ) from None
-    essential, rest = _split(lexical, pool, budget)
-    if rest:
-        found = _candidates(conn, shaped_sql(_or(essential), _or(rest), filters, pool))
-        if len(found) >= pool:
-            return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
-        # Fewer candidates than wanted: rows with only common terms may still qualify.
-        exact = _candidates(conn, exact_sql(lexical.match, filters, pool))
-        result = Retrieval(exact, fallback=True)
-        result.notes.append("shaped candidates < pool; scored every matching row")
-        return result
-    return Retrieval(_candidates(conn, exact_sql(lexical.match, filters, pool)))
+    try:
+        found = _candidates(conn, lexical_sql(lexical, filters, pool, budget))
+    except sqlite3.OperationalError as exc:
+        if lexical.raw is None:
+            raise
+        raise InvalidQuery(
+            f"invalid FTS5 query {lexical.raw!r}: {exc}; "
+            "search without the raw FTS5 option to use plain text"
+        ) from None
+    essential, rest = ([], []) if lexical.raw is not None else _split(lexical, pool, budget)
+    if not rest:
+        return Retrieval(found)
+    if len(found) >= pool:
+        return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
+    # Fewer candidates than wanted: rows with only common terms may still qualify.
+    exact = _candidates(conn, exact_sql(lexical.match, filters, pool))
+    return Retrieval(exact, fallback=True, notes=[_FALLBACK])
 
 
 def _retrieve_scoped(
@@ -636,10 +628,8 @@ def _retrieve_scoped(
             )
     seqs, lengths = _allowed(conn, filters, postings)
     score = _bm25_phrases(scope, seqs, lengths, phrases(range(len(terms))))
-    result = Retrieval(_best(seqs, score, pool), fallback=bool(rest_idx))
-    if rest_idx:
-        result.notes.append("shaped candidates < pool; scored every matching row")
-    return result
+    notes = [_FALLBACK] if rest_idx else []
+    return Retrieval(_best(seqs, score, pool), fallback=bool(rest_idx), notes=notes)
 
 
 def _allowed(
