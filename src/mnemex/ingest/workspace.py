@@ -158,12 +158,8 @@ def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | Non
 def listed(conn: sqlite3.Connection, namespace: str | None) -> list[Workspace]:
     """The workspaces of a namespace (all when ``None``)."""
     where, params = ("WHERE namespace = ?", [namespace]) if namespace is not None else ("", [])
-    return [
-        _workspace(r)
-        for r in conn.execute(
-            f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root", params
-        )
-    ]
+    sql = f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root"
+    return [_workspace(r) for r in conn.execute(sql, params)]
 
 
 def register(
@@ -250,23 +246,21 @@ def remove(store: Store, directory: str | os.PathLike[str], namespace: str) -> i
     return chunks
 
 
+def _count(conn: sqlite3.Connection, sql: str, workspace_id: int) -> int:
+    return int(conn.execute(sql, (workspace_id,)).fetchone()[0])
+
+
 def _recorded_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
     """The chunks the files rows say they have (their real count differs after a forget)."""
-    return int(
-        conn.execute(
-            "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?", (workspace_id,)
-        ).fetchone()[0]
-    )
+    sql = "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?"
+    return _count(conn, sql, workspace_id)
 
 
 def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
-    return int(
-        conn.execute(
-            "SELECT count(*) FROM chunks WHERE file_id IN "
-            "(SELECT id FROM files WHERE workspace_id = ?)",
-            (workspace_id,),
-        ).fetchone()[0]
+    sql = (
+        "SELECT count(*) FROM chunks WHERE file_id IN (SELECT id FROM files WHERE workspace_id = ?)"
     )
+    return _count(conn, sql, workspace_id)
 
 
 # -- comparing the disk with the index --------------------------------------------------
@@ -445,18 +439,9 @@ def _cut(prepared: _Prepared, sizes: tuple[int, int], max_bytes: int) -> None:
             digest = content_hash(content)
             occurrence = seen.get(digest, 0)
             seen[digest] = occurrence + 1
-            rows.append(
-                _ChunkRow(
-                    content,
-                    digest,
-                    occurrence,
-                    len(rows),
-                    json.dumps(list(piece.heading), ensure_ascii=False),
-                    piece.start_line,
-                    piece.end_line,
-                    *entry_labels(piece.entry),
-                )
-            )
+            heading = json.dumps(list(piece.heading), ensure_ascii=False)
+            place = (len(rows), heading, piece.start_line, piece.end_line)
+            rows.append(_ChunkRow(content, digest, occurrence, *place, *entry_labels(piece.entry)))
     except InvalidInput as exc:
         prepared.error = str(exc)
         return
@@ -505,11 +490,9 @@ class _Writer:
         self.doomed: list[int] = []
 
     def file(self, item: _Prepared, renamed_from: int | None) -> None:
-        conn, path, text = self.conn, item.text.path, item.text
-        row = conn.execute(
-            "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND path = ?",
-            (self.ws.id, path),
-        ).fetchone()
+        conn, path, text, tally = self.conn, item.text.path, item.text, self.tally
+        select = "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND "
+        row = conn.execute(select + "path = ?", (self.ws.id, path)).fetchone()
         if text.gone:
             if row is not None:
                 self._drop_file(row[0])
@@ -517,36 +500,27 @@ class _Writer:
         if not text.readable:  # keep what was indexed; try again at the next sync
             if row is None:
                 row = (self._new_file(item), None, None)
-            conn.execute(
-                "UPDATE files SET error = ?, synced_at = ? WHERE id = ?",
-                (item.error, self.now, row[0]),
-            )
+            update = "UPDATE files SET error = ?, synced_at = ? WHERE id = ?"
+            conn.execute(update, (item.error, self.now, row[0]))
             return
         moved = False
         if row is None and renamed_from is not None:
-            moved = (
-                conn.execute(
-                    "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?",
-                    (path, renamed_from, self.ws.id),
-                ).rowcount
-                == 1
-            )
+            rename = "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?"
+            moved = conn.execute(rename, (path, renamed_from, self.ws.id)).rowcount == 1
             if moved:
-                row = conn.execute(
-                    "SELECT id, sha256, error FROM files WHERE id = ?", (renamed_from,)
-                ).fetchone()
+                row = conn.execute(select + "id = ?", (self.ws.id, renamed_from)).fetchone()
         if row is None:
             file_id, same = self._new_file(item), False
-            self.tally.added += 1
+            tally.added += 1
         else:
             file_id = row[0]
             same = row[1] == text.sha256 and row[2] == item.error
             if moved:
-                self.tally.renamed += 1
+                tally.renamed += 1
             elif same:
-                self.tally.unchanged += 1
+                tally.unchanged += 1
             else:
-                self.tally.changed += 1
+                tally.changed += 1
         if item.chunks is None and item.error is None and (row is None or row[1] != text.sha256):
             # another process synced this file in between: cut it after all
             _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
@@ -556,15 +530,11 @@ class _Writer:
         elif item.chunks is None:  # same text as indexed: keep the chunks, relabel them
             count = self._relabel(file_id, path, item.mtime_ns)
         else:
-            before = (self.tally.chunks_added, self.tally.chunks_removed)
+            before = (tally.chunks_added, tally.chunks_removed)
             count = self._reconcile(file_id, path, item)
-            if (
-                same
-                and not moved
-                and before != (self.tally.chunks_added, self.tally.chunks_removed)
-            ):
-                self.tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
-                self.tally.changed += 1
+            if same and not moved and before != (tally.chunks_added, tally.chunks_removed):
+                tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
+                tally.changed += 1
         conn.execute(
             """UPDATE files SET size = ?, mtime_ns = ?, read_ns = ?, sha256 = ?, chunks = ?,
                    error = ?, synced_at = ? WHERE id = ?""",
@@ -597,23 +567,15 @@ class _Writer:
         existing = self._existing(file_id)
         seen: dict[str, int] = {}
         created = format_time(file_time(path, mtime_ns))
-        for seq, ident, digest, source, created_at, *_ in existing:
-            occurrence = seen.get(digest, 0)
-            seen[digest] = occurrence + 1
-            self._label(seq, ident, source, created_at, path, digest, occurrence, created)
+        for old in existing:
+            occurrence = seen.get(old[2], 0)
+            seen[old[2]] = occurrence + 1
+            self._label(old, path, occurrence, created)
         return len(existing)
 
-    def _label(
-        self,
-        seq: int,
-        ident: str,
-        source: str | None,
-        created_at: str,
-        path: str,
-        digest: str,
-        occurrence: int,
-        created: str,
-    ) -> None:
+    def _label(self, old: Sequence[Any], path: str, occurrence: int, created: str) -> None:
+        """Give a chunk (a row of :meth:`_existing`) the id, source and time of its place."""
+        seq, ident, digest, source, created_at = old[:5]
         wanted = chunk_id(self.ws.namespace, self.ws.root, path, digest, occurrence)
         if (
             wanted != ident
@@ -644,10 +606,9 @@ class _Writer:
             if old is None:
                 fresh.append(chunk)
                 continue
-            seq, ident, digest, source, created_at, position, heading, start, end = old
-            self._label(seq, ident, source, created_at, path, digest, chunk.occurrence, created)
-            place = (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
-            if place != (position, heading, start, end):
+            self._label(old, path, chunk.occurrence, created)
+            seq, place = old[0], (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
+            if place != tuple(old[5:]):
                 conn.execute(
                     "UPDATE chunks SET position = ?, heading = ?, start_line = ?, end_line = ? "
                     "WHERE seq = ?",
@@ -664,12 +625,8 @@ class _Writer:
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
         taken: set[str] = set()
         for chunk in batched(ids, IN_CHUNK):
-            taken.update(
-                r[0]
-                for r in self.conn.execute(
-                    f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})", chunk
-                )
-            )
+            sql = f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})"
+            taken.update(r[0] for r in self.conn.execute(sql, chunk))
         now = utcnow()
         rows = [
             prepare(
@@ -827,10 +784,8 @@ def sync(
 
 
 def _renames(plan: _Plan, prepared: list[_Prepared]) -> dict[str, int]:
-    """New paths whose text is that of a deleted file: new path -> the old file's row id.
-
-    Matched paths leave ``plan.gone``.
-    """
+    """New paths whose text is that of a deleted file (new path -> the old file's row id);
+    the matched paths leave ``plan.gone``."""
     by_hash: dict[str, list[str]] = {}
     for path in plan.gone:
         known = plan.known[path]
@@ -904,33 +859,22 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
 
 
 def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
-    return [
-        r[0]
-        for r in conn.execute(
-            """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-               WHERE f.workspace_id = ? AND NOT EXISTS (
-                   SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
-               ORDER BY c.seq""",
-            (workspace_id, model),
-        )
-    ]
+    sql = """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+             WHERE f.workspace_id = ? AND NOT EXISTS (
+                 SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
+             ORDER BY c.seq"""
+    return [r[0] for r in conn.execute(sql, (workspace_id, model))]
 
 
 def _counts(conn: sqlite3.Connection, workspace_id: int) -> tuple[int, int]:
     """Files recorded (indexed or not) and chunk rows, counted from the tables."""
-    count = conn.execute("SELECT count(*) FROM files WHERE workspace_id = ?", (workspace_id,))
-    return int(count.fetchone()[0]), _count_chunks(conn, workspace_id)
+    files_sql = "SELECT count(*) FROM files WHERE workspace_id = ?"
+    return _count(conn, files_sql, workspace_id), _count_chunks(conn, workspace_id)
 
 
 def _problems(conn: sqlite3.Connection, ws: Workspace) -> list[FileProblem]:
-    return [
-        FileProblem(path, error)
-        for path, error in conn.execute(
-            "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL "
-            "ORDER BY path",
-            (ws.id,),
-        )
-    ]
+    sql = "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL ORDER BY path"
+    return [FileProblem(path, error) for path, error in conn.execute(sql, (ws.id,))]
 
 
 def _report(
@@ -1167,12 +1111,8 @@ def append(
             f"{', '.join(ws.globs)}): add memory/**/*.md to them"
         )
     text = clean_content(content, store.settings.max_content_bytes)
-    parts = [local.strftime("%H:%M")]
-    if kind:
-        parts.append(kind)
-    if tags:
-        parts.append(" ".join("#" + "-".join(tag.split()) for tag in tags))
-    title = ENTRY_SEPARATOR.join(parts)
+    labels = [kind or "", " ".join("#" + "-".join(tag.split()) for tag in tags)]
+    title = ENTRY_SEPARATOR.join([local.strftime("%H:%M"), *filter(None, labels)])
     entry = f"## {title}\n\n{text}\n"
     path = ws.folder / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1192,16 +1132,11 @@ def append(
     end = start + entry.count("\n") - 1
     report = sync(store, ws, only=[relative], retry=True, record=False)
     with store.session.connection() as conn:
-        ids = tuple(
-            r[0]
-            for r in conn.execute(
-                """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-                   JOIN memories AS m ON m.seq = c.seq
-                   WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
-                     AND c.end_line >= ? ORDER BY c.position""",
-                (ws.id, relative, end, start),
-            )
-        )
+        sql = """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+                 JOIN memories AS m ON m.seq = c.seq
+                 WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
+                   AND c.end_line >= ? ORDER BY c.position"""
+        ids = tuple(r[0] for r in conn.execute(sql, (ws.id, relative, end, start)))
     heading = (local.date().isoformat(), title)
     return Appended(Location(ws.root, relative, start, end, heading), ids, report)
 
