@@ -203,32 +203,20 @@ def recheck(
     rarest = sorted((df, i) for i, df in enumerate(lexical.doc_freqs) if df)[:RECHECK_TERMS]
     if not rarest:
         return None
-    seqs = [
-        r[0]
-        for r in conn.execute(
-            "SELECT m.seq FROM memories_fts CROSS JOIN memories AS m "
-            "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
-            "AND memories_fts.rowid > ? AND m.namespace = ? ORDER BY m.seq LIMIT ?",
-            (
-                " AND ".join(lexical.terms[i].match for _, i in rarest),
-                seen,
-                new.namespace,
-                RECHECK_ROWS,
-            ),
-        )
-    ]
+    sql = (
+        "SELECT m.seq FROM memories_fts CROSS JOIN memories AS m "
+        "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
+        "AND memories_fts.rowid > ? AND m.namespace = ? ORDER BY m.seq LIMIT ?"
+    )
+    match = " AND ".join(lexical.terms[i].match for _, i in rarest)
+    seqs = [r[0] for r in conn.execute(sql, (match, seen, new.namespace, RECHECK_ROWS))]
     return _best(conn, new.content, _close_texts(conn, lexicon, new, seqs, text_threshold, lexical))
 
 
 def still_there(conn: sqlite3.Connection, match: Match, namespace: str) -> bool:
     """Whether a lookup's match is still in the namespace (checked under the lock)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM memories WHERE seq = ? AND id = ? AND namespace = ?",
-            (match.seq, match.id, namespace),
-        ).fetchone()
-        is not None
-    )
+    sql = "SELECT 1 FROM memories WHERE seq = ? AND id = ? AND namespace = ?"
+    return conn.execute(sql, (match.seq, match.id, namespace)).fetchone() is not None
 
 
 def _same_text(conn: sqlite3.Connection, new: NewMemory, after: int) -> Match | None:
@@ -272,12 +260,8 @@ def _covered(
     (see :func:`coverage`): (similarity, seq, "text")."""
     if not close:
         return []
-    others = dict(
-        conn.execute(
-            f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})",
-            [c[0] for c in close],
-        ).fetchall()
-    )
+    sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})"
+    others = dict(conn.execute(sql, [c[0] for c in close]).fetchall())
     found = []
     for other, ratio in close:
         back = coverage(lexicon, others.get(other, ""), content, by_stored=by_stored)
@@ -295,13 +279,8 @@ def _best(
     found = [f for f in found if f[1] not in chunks]
     if not found:
         return None
-    rows = {
-        seq: (ident, text)
-        for seq, ident, text in conn.execute(
-            f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})",
-            [f[1] for f in found],
-        )
-    }
+    sql = f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})"
+    rows = {seq: (ident, text) for seq, ident, text in conn.execute(sql, [f[1] for f in found])}
     mine = markers(content)
     for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
         if other in rows and markers(rows[other][1]) == mine:
@@ -313,10 +292,8 @@ def file_chunks(conn: sqlite3.Connection, seqs: list[int]) -> set[int]:
     """Which of these memories are chunks of workspace files."""
     if not seqs:
         return set()
-    return {
-        r[0]
-        for r in conn.execute(f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})", seqs)
-    }
+    sql = f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})"
+    return {r[0] for r in conn.execute(sql, seqs)}
 
 
 def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -396,10 +373,8 @@ class Vectors:
 def new_vector(
     vectors: Vectors, connection: Connect, text: str, digest: str
 ) -> tuple[np.ndarray | None, VectorIndex | None]:
-    """A new text's vector and the index to compare it with (``None`` without vectors).
-
-    A text already embedded (in any namespace) is not embedded again.
-    """
+    """A new text's vector and the index to compare it with (``None`` without vectors); a
+    text already embedded (in any namespace) is not embedded again."""
     embedder = vectors.embedder
     if embedder is None:
         return None, None

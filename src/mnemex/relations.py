@@ -160,10 +160,8 @@ def relation_row(
     relation_id: str | None = None,
     created_at: datetime | None = None,
 ) -> tuple[Any, ...]:
-    """Validate a relation into a row for :func:`upsert`.
-
-    ``relation_id`` and ``created_at`` keep an imported relation's own id and time.
-    """
+    """Validate a relation into a row for :func:`upsert` (``relation_id`` and ``created_at``
+    keep an imported relation's own id and time)."""
     ns = clean_namespace(namespace)
     subj = clean_entity(subject, "subject")
     pred = clean_predicate(predicate)
@@ -207,10 +205,8 @@ def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[Re
 
 
 def _memory_exists(conn: sqlite3.Connection, memory_id: str, namespace: str) -> bool:
-    found = conn.execute(
-        "SELECT 1 FROM memories WHERE id = ? AND namespace = ?", (memory_id, namespace)
-    ).fetchone()
-    return found is not None
+    sql = "SELECT 1 FROM memories WHERE id = ? AND namespace = ?"
+    return conn.execute(sql, (memory_id, namespace)).fetchone() is not None
 
 
 def forget_relations(
@@ -234,12 +230,8 @@ def forget_relations(
 
 def count_relations(conn: sqlite3.Connection, namespace: str | None) -> int:
     """Relations in the namespace (``None``: in every namespace)."""
-    ns = _optional_namespace(namespace)
-    if ns is None:
-        return int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
-    return int(
-        conn.execute("SELECT count(*) FROM relations WHERE namespace = ?", (ns,)).fetchone()[0]
-    )
+    where, params = _namespace_sql(_optional_namespace(namespace))
+    return int(conn.execute(f"SELECT count(*) FROM relations WHERE 1{where}", params).fetchone()[0])
 
 
 def page(
@@ -271,10 +263,8 @@ def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
 def neighbors(
     conn: sqlite3.Connection, entity: str, namespace: str | None, limit: int = 50
 ) -> list[Relation]:
-    """Relations with ``entity`` as subject or object, most confident then newest first.
-
-    The name must match a whole subject or object, ignoring case.
-    """
+    """Relations with ``entity`` as their whole subject or object (ignoring case), most
+    confident then newest first."""
     key = _entity_key(clean_entity(entity))
     ns = _optional_namespace(namespace)
     where, params = _namespace_sql(ns)
@@ -336,12 +326,10 @@ def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
     found: dict[str, int] = {}
     words = sorted({t.key for t in terms if not t.phrase})
     for chunk in batched(words, IN_CHUNK):
-        found.update(
-            conn.execute(
-                f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN ({marks(len(chunk))})",
-                chunk,
-            ).fetchall()
+        sql = (
+            f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN ({marks(len(chunk))})"
         )
+        found.update(conn.execute(sql, chunk).fetchall())
     for term in terms:
         if term.phrase and term.key not in found:
             found[term.key] = conn.execute(
@@ -361,13 +349,8 @@ def _ranked(
     scores = dict(best)
     rows: dict[int, Sequence[Any]] = {}
     for chunk in batched([seq for seq, _ in best], IN_CHUNK):
-        rows.update(
-            (r[0], r[1:])
-            for r in conn.execute(
-                f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})",
-                chunk,
-            )
-        )
+        sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})"
+        rows.update((r[0], r[1:]) for r in conn.execute(sql, chunk))
     return [_relation(rows[seq], scores[seq]) for seq, _ in best if seq in rows]
 
 

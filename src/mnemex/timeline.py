@@ -71,19 +71,16 @@ def around_anchor(
     if anchor is None:
         raise UnknownMemory([anchor_id], filters.namespace or "*")
     seq, created = anchor[0], anchor[2]
-    older = conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m
-            WHERE m.created_at <= ? AND (m.created_at < ? OR m.seq < ?){where}
-            ORDER BY m.created_at DESC, m.seq DESC LIMIT ?""",
-        [created, created, seq, *params, before],
-    ).fetchall()
-    newer = conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m
-            WHERE m.created_at >= ? AND (m.created_at > ? OR m.seq > ?){where}
-            ORDER BY m.created_at ASC, m.seq ASC LIMIT ?""",
-        [created, created, seq, *params, after],
-    ).fetchall()
-    return [*reversed(older), anchor[1:], *newer]
+
+    def beside(op: str, order: str, count: int) -> list[Sequence[Any]]:
+        return conn.execute(
+            f"""SELECT {COLUMNS} FROM memories AS m
+                WHERE m.created_at {op}= ? AND (m.created_at {op} ? OR m.seq {op} ?){where}
+                ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
+            [created, created, seq, *params, count],
+        ).fetchall()
+
+    return [*reversed(beside("<", "DESC", before)), anchor[1:], *beside(">", "ASC", after)]
 
 
 def entry(row: Sequence[Any]) -> TimelineEntry:

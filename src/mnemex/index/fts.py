@@ -347,12 +347,8 @@ class Lexicon:
         words = sorted({t.key for t in terms if not t.phrase and not cache.get(t.key)})
         for start in range(0, len(words), IN_CHUNK):
             chunk = words[start : start + IN_CHUNK]
-            found = dict(
-                self._conn.execute(
-                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})",
-                    chunk,
-                ).fetchall()
-            )
+            sql = f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})"
+            found = dict(self._conn.execute(sql, chunk).fetchall())
             for word in chunk:
                 cache[word] = int(found.get(word, 0))
         for term in terms:
@@ -645,17 +641,9 @@ def _allowed(
     lengths = np.concatenate([p.lengths for p in postings])[first]
     if filters.narrow and len(seqs):
         where, params = filters.sql()
-        allowed = np.fromiter(
-            (
-                r[0]
-                for r in conn.execute(
-                    "SELECT m.seq FROM memories AS m WHERE m.seq IN "
-                    f"(SELECT value FROM json_each(?)){where}",
-                    [json.dumps(seqs.tolist()), *params],
-                )
-            ),
-            dtype=np.int64,
-        )
+        sql = f"SELECT seq FROM memories AS m WHERE seq IN (SELECT value FROM json_each(?)){where}"
+        rows = conn.execute(sql, [json.dumps(seqs.tolist()), *params])
+        allowed = np.fromiter((r[0] for r in rows), dtype=np.int64)
         keep = np.isin(seqs, allowed)
         seqs, lengths = seqs[keep], lengths[keep]
     return seqs, lengths
@@ -721,13 +709,10 @@ def bm25_of(
         keep = np.isin(found, wanted)
         found, lengths = found[keep], lengths[keep]
         counts = np.stack([_freqs_in(p, found) for p in live], axis=1).tolist()
-        return _bm25_rows(
-            terms,
-            dict(zip(found.tolist(), counts, strict=True)),
-            dict(zip(found.tolist(), lengths.tolist(), strict=True)),
-            lexical.scope.docs,
-            lexical.scope.avgdl,
-        )
+        rows, scope = found.tolist(), lexical.scope
+        weights = [term.count * idf(df, scope.docs) for term, df in terms]
+        sizes = dict(zip(rows, lengths.tolist(), strict=True))
+        return _bm25(dict(zip(rows, counts, strict=True)), weights, sizes, scope.avgdl)
     if lexical.raw is not None:
         rows = conn.execute(
             f"SELECT rowid, -{_BM25} FROM memories_fts "
@@ -737,15 +722,11 @@ def bm25_of(
         return {seq: raw for seq, raw in rows if raw > 0}
     _load(conn, lexicon, seqs)
     freqs = _frequencies(conn, [t for t, _ in terms])
-    sizes = {
-        seq: sum(_varints(size))
-        for seq, size in conn.execute(
-            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})",
-            list(seqs),
-        )
-    }
+    sql = f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})"
+    sizes = {seq: sum(_varints(size)) for seq, size in conn.execute(sql, list(seqs))}
     n_rows, total_tokens = _totals(conn)
-    return _bm25_rows(terms, freqs, sizes, n_rows, total_tokens / n_rows if n_rows else 1.0)
+    weights = [term.count * idf(df, n_rows) for term, df in terms]
+    return _bm25(freqs, weights, sizes, total_tokens / n_rows if n_rows else 1.0)
 
 
 def bm25_beside(
@@ -771,10 +752,8 @@ def bm25_beside(
     terms = list(lexical.terms)
     freqs = _frequencies(conn, terms)
     own = freqs.pop(0, [0.0] * len(terms))
-    sizes = {
-        doc: sum(_varints(size))
-        for doc, size in conn.execute("SELECT id, sz FROM temp.mnemex_score_docsize")
-    }
+    sql = "SELECT id, sz FROM temp.mnemex_score_docsize"
+    sizes = {doc: sum(_varints(size)) for doc, size in conn.execute(sql)}
     n_rows, total_tokens = _totals(conn)
     n_rows += 1
     total_tokens += sizes.get(0, 0)
@@ -831,17 +810,6 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
             ):
                 freqs.setdefault(doc, [0.0] * len(terms))[i] += _COLUMN_WEIGHTS[col]
     return freqs
-
-
-def _bm25_rows(
-    terms: Sequence[tuple[Term, int]],
-    freqs: dict[int, list[float]],
-    sizes: Mapping[int, float],
-    n_rows: int,
-    avgdl: float,
-) -> dict[int, float]:
-    """BM25 of each row from its term frequencies (in the order of ``terms``) and length."""
-    return _bm25(freqs, [term.count * idf(df, n_rows) for term, df in terms], sizes, avgdl)
 
 
 def _bm25(
