@@ -47,12 +47,11 @@ def import_jsonl(
 ) -> ImportReport:
     """Import memories from JSONL lines.
 
-    Bad lines (invalid UTF-8 or JSON, JSON nested too deeply, invalid or
-    out-of-range fields) are reported with their line numbers and skipped; the good ones are imported in batches of
-    ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
-    embedded, unless ``embed`` is false). With
-    ``strict``, any bad line imports nothing at all. Lines whose ``id``
-    already exists are skipped (counted in ``skipped``) unless
+    Bad lines (invalid UTF-8 or JSON, JSON nested too deeply, invalid or out-of-range
+    fields) are reported with their line numbers and skipped; the good ones are imported
+    in batches of ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
+    embedded, unless ``embed`` is false). With ``strict``, any bad line imports nothing
+    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``) unless
     ``skip_existing`` is false, which makes them errors.
     """
     ns = store.resolve_namespace(namespace)
