@@ -431,9 +431,8 @@ def remember(
         if match is None:
             match = recheck(conn, lexicon, new, seen, text_threshold=settings.dedup_text)
         if match is None:
-            cursor = conn.execute(
-                f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})", row
-            )
+            insert = f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})"
+            cursor = conn.execute(insert, row)
             assert cursor.lastrowid is not None
             return None, cursor.lastrowid, vector
         merge(conn, match, (None, text, *row[4:9]), settings.max_content_bytes)

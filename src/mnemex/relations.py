@@ -238,13 +238,9 @@ def page(
     conn: sqlite3.Connection, namespace: str | None, after: int, limit: int
 ) -> list[tuple[int, Relation]]:
     """(seq, relation) of up to ``limit`` relations with ``seq > after``, oldest first."""
-    ns = _optional_namespace(namespace)
-    where, params = _namespace_sql(ns)
-    rows = conn.execute(
-        f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?",
-        [after, *params, limit],
-    ).fetchall()
-    return [(int(r[0]), _relation(r[1:])) for r in rows]
+    where, params = _namespace_sql(_optional_namespace(namespace))
+    sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?"
+    return [(int(r[0]), _relation(r[1:])) for r in conn.execute(sql, [after, *params, limit])]
 
 
 def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
@@ -295,11 +291,8 @@ def search_relations(
     ns = _optional_namespace(namespace)
     count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
     where, params = _namespace_sql(ns)
-    if (
-        not count
-        or conn.execute(f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1", params).fetchone()
-        is None
-    ):
+    any_relation = f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1"
+    if not count or conn.execute(any_relation, params).fetchone() is None:
         return []
     terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
     if not terms:

@@ -196,13 +196,8 @@ def _with_sources(
             and (namespace, source) not in imported
             and not store.get(source, namespace=namespace).memories
         ):
-            errors.append(
-                LineError(
-                    number,
-                    f"source_memory {source!r} is neither in the file nor in "
-                    f"namespace {namespace!r}",
-                )
-            )
+            where = f"neither in the file nor in namespace {namespace!r}"
+            errors.append(LineError(number, f"source_memory {source!r} is {where}"))
             continue
         good.append((number, row))
     return good

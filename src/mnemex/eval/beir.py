@@ -26,11 +26,8 @@ def run_beir(
     data = load_beir(directory, split)
     query_ids = list(data.queries)[: max_queries or None]
     with eval_store(db, spec, namespace=NAMESPACE) as store:
-        items = [
-            {"id": did, "content": text, "kind": "document"}
-            for did, text in data.corpus.items()
-            if text
-        ]
+        corpus = data.corpus.items()
+        items = [{"id": did, "content": text, "kind": "document"} for did, text in corpus if text]
         ingest_seconds = ingest(store, items, spec, show=progress)
         queries = [(q, data.queries[q], None) for q in query_ids]
         run, samples, modes, fusions = run_queries(store, queries, depth, spec, progress)

@@ -363,10 +363,8 @@ class Lexicon:
         index's own (all namespaces searched, or the namespace holds every row)."""
         if namespace is None:
             return None
-        row = self._conn.execute(
-            "SELECT docs, tokens, changes, lo, hi FROM namespace_stats WHERE namespace = ?",
-            (namespace,),
-        ).fetchone()
+        sql = "SELECT docs, tokens, changes, lo, hi FROM namespace_stats WHERE namespace = ?"
+        row = self._conn.execute(sql, (namespace,)).fetchone()
         if row is None:
             row = (0, 0, 0, 0, -1)
         if row[0] == self.n_docs():
@@ -714,11 +712,10 @@ def bm25_of(
         sizes = dict(zip(rows, lengths.tolist(), strict=True))
         return _bm25(dict(zip(rows, counts, strict=True)), weights, sizes, scope.avgdl)
     if lexical.raw is not None:
+        where = f"memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"
         rows = conn.execute(
-            f"SELECT rowid, -{_BM25} FROM memories_fts "
-            f"WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})",
-            [lexical.match, *seqs],
-        ).fetchall()
+            f"SELECT rowid, -{_BM25} FROM memories_fts WHERE {where}", [lexical.match, *seqs]
+        )
         return {seq: raw for seq, raw in rows if raw > 0}
     _load(conn, lexicon, seqs)
     freqs = _frequencies(conn, [t for t, _ in terms])
@@ -781,12 +778,10 @@ def _load(
     if new is not None:
         conn.execute("INSERT INTO temp.mnemex_score (rowid, content, tags) VALUES (0, ?, ?)", new)
     if seqs:
-        conn.execute(
-            "INSERT INTO temp.mnemex_score (rowid, content, tags) "
-            f"SELECT seq, content, tags FROM memories_fts_source "
-            f"WHERE seq IN ({marks(len(seqs))})",
-            list(seqs),
+        rows = (
+            f"SELECT seq, content, tags FROM memories_fts_source WHERE seq IN ({marks(len(seqs))})"
         )
+        conn.execute(f"INSERT INTO temp.mnemex_score (rowid, content, tags) {rows}", list(seqs))
 
 
 def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, list[float]]:
@@ -794,13 +789,10 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
     tokens = sorted({token for t in terms for token in t.key.split(" ")})
     if not tokens:
         return {}
-    at: dict[tuple[int, str, int], str] = {}  # (row, column, offset) -> query token
-    for term, doc, col, offset in conn.execute(
-        "SELECT term, doc, col, offset FROM temp.mnemex_score_v "
-        f"WHERE term IN ({marks(len(tokens))})",
-        tokens,
-    ):
-        at[(doc, col, offset)] = term
+    where = f"WHERE term IN ({marks(len(tokens))})"
+    sql = f"SELECT term, doc, col, offset FROM temp.mnemex_score_v {where}"
+    # (row, column, offset) -> query token
+    at = {(doc, col, offset): term for term, doc, col, offset in conn.execute(sql, tokens)}
     freqs: dict[int, list[float]] = {}
     for (doc, col, offset), token in at.items():
         for i, term in enumerate(terms):
@@ -880,10 +872,7 @@ def snippets(
     """FTS5 ``snippet()`` of the content of each row, with highlight markers."""
     if not seqs or not match:
         return {}
-    rows = conn.execute(
-        f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
-            FROM memories_fts WHERE memories_fts MATCH ?
-            AND rowid IN ({marks(len(seqs))})""",
-        [start, end, tokens, match, *seqs],
-    ).fetchall()
+    sql = f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
+              FROM memories_fts WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"""
+    rows = conn.execute(sql, [start, end, tokens, match, *seqs])
     return {seq: unsegment(text) for seq, text in rows if text is not None}

@@ -302,11 +302,8 @@ def _cached(
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
     known = _known(conn, ws.id, count=False)
-    settled: dict[str, files.Stat] | None = {
-        path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()
-    }
-    if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
-        settled = None
+    racy = any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values())
+    settled = None if racy else {path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()}
     store.session.files_cache[ws.id] = (version, known, settled)
     return known, settled
 
