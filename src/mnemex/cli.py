@@ -8,6 +8,7 @@ usage mistakes). Heavy modules are imported inside commands so that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -1282,31 +1283,23 @@ def _add_to_workspace(
         fail(f"{appended.location.path} could not be indexed; the text is in the file", 1)
 
 
-class _PhaseBars:
+class _PhaseBars(contextlib.ExitStack):
     """Progress bars for a sync's phases (reading files, embedding chunks), one at a time."""
 
     def __init__(self, enabled: bool) -> None:
-        import contextlib
-
+        super().__init__()
         self.enabled = enabled
-        self.stack = contextlib.ExitStack()
         self.phase: str | None = None
         self.done = 0
         self.advance: Callable[[int], None] = lambda n: None
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if phase != self.phase:
-            self.stack.close()
-            self.advance = self.stack.enter_context(progress_bar(total, phase, self.enabled))
+            self.close()
+            self.advance = self.enter_context(progress_bar(total, phase, self.enabled))
             self.phase, self.done = phase, 0
         self.advance(done - self.done)
         self.done = done
-
-    def __enter__(self) -> _PhaseBars:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()
 
 
 @cli.command()
@@ -1446,9 +1439,8 @@ def watch(obj: Context, directory: str, debounce: float | None) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     for name in ("mnemex", "mnemex.watch"):
         logging.getLogger(name).addHandler(handler)
-    logging.getLogger("mnemex").setLevel(logging.INFO)
+        logging.getLogger(name).setLevel(logging.INFO)
     logging.getLogger("mnemex.watch").propagate = False
-    logging.getLogger("mnemex.watch").setLevel(logging.INFO)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     obj.store(create=True).watch(directory, debounce=debounce, stop=stop)

@@ -95,10 +95,8 @@ def text_overlap(
     lexical = plan(lexicon, content, STOPWORDS)
     if lexical.empty:
         return []
-    row = conn.execute(
-        f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?",
-        (lexical.match, seq),
-    ).fetchone()
+    sql = f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?"
+    row = conn.execute(sql, (lexical.match, seq)).fetchone()
     own = row[0] if row else 0.0
     if not own or own <= 0:
         return []
@@ -313,11 +311,10 @@ def merge(conn: sqlite3.Connection, keep: Match, duplicate: Sequence[Any], max_b
     """
     duplicate_id, content, tags_text, source, confidence, pinned, created_at = duplicate
     tags = json.loads(tags_text)
-    row = conn.execute(
-        "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?",
-        (keep.seq,),
+    sql = "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?"
+    old_content, old_tags, old_confidence, old_pinned, old_metadata = conn.execute(
+        sql, (keep.seq,)
     ).fetchone()
-    old_content, old_tags, old_confidence, old_pinned, old_metadata = row
     merged_tags = list(dict.fromkeys([*json.loads(old_tags), *tags]))
     tags_json, fts_tags = tags_columns(tuple(merged_tags))
     metadata = json.loads(old_metadata)
@@ -385,11 +382,9 @@ def new_vector(
     try:
         with connection() as conn:
             vectors.check_dimension(embedder)
-            known = conn.execute(
-                "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
-                "AND dim = ? LIMIT 1",
-                (embedder.model_id, digest, embedder.dim),
-            ).fetchone()
+            where = "model = ? AND content_hash = ? AND dim = ? LIMIT 1"
+            sql = f"SELECT vector FROM embeddings WHERE {where}"
+            known = conn.execute(sql, (embedder.model_id, digest, embedder.dim)).fetchone()
         if known is not None and len(known[0]) == 4 * embedder.dim:
             vector = np.frombuffer(known[0], dtype=np.float32)
         else:
@@ -515,9 +510,8 @@ def _older_copy(
     """The older memory that row ``(seq, id, content, content_hash)`` repeats, if it is
     still in the namespace and repeats one."""
     seq, _, content, digest = row
-    if not conn.execute(
-        "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?", (seq, namespace)
-    ).fetchone():
+    present = "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?"
+    if not conn.execute(present, (seq, namespace)).fetchone():
         return None
     same = conn.execute(
         "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq < ? "

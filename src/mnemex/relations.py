@@ -264,13 +264,10 @@ def neighbors(
     key = _entity_key(clean_entity(entity))
     ns = _optional_namespace(namespace)
     where, params = _namespace_sql(ns)
-    rows = conn.execute(
-        f"""SELECT {_COLUMNS} FROM relations
-            WHERE (subject_key = ? OR object_key = ?){where}
-            ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?""",
-        [key, key, *params, check_count("limit", limit, 1, MAX_SEARCH_LIMIT)],
-    ).fetchall()
-    return [_relation(r) for r in rows]
+    sql = f"""SELECT {_COLUMNS} FROM relations WHERE (subject_key = ? OR object_key = ?){where}
+              ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?"""
+    limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return [_relation(r) for r in conn.execute(sql, [key, key, *params, limit])]
 
 
 def _namespace_sql(namespace: str | None, alias: str = "") -> tuple[str, list[object]]:
@@ -375,13 +372,11 @@ def _matches(
 ) -> list[tuple[int, float, float]]:
     """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best first."""
     where, params = _namespace_sql(namespace, "r")
-    rows = conn.execute(
-        f"""SELECT r.seq, -bm25(relations_fts) AS raw, r.confidence
-            FROM relations_fts CROSS JOIN relations AS r ON r.seq = relations_fts.rowid
-            WHERE relations_fts MATCH ?{where}
-            ORDER BY raw * r.confidence DESC, r.seq DESC LIMIT ?""",
-        [match, *params, -1 if limit is None else limit],
-    ).fetchall()
+    sql = f"""SELECT r.seq, -bm25(relations_fts) AS raw, r.confidence
+              FROM relations_fts CROSS JOIN relations AS r ON r.seq = relations_fts.rowid
+              WHERE relations_fts MATCH ?{where}
+              ORDER BY raw * r.confidence DESC, r.seq DESC LIMIT ?"""
+    rows = conn.execute(sql, [match, *params, -1 if limit is None else limit])
     return [(int(seq), float(raw), float(conf)) for seq, raw, conf in rows]
 
 

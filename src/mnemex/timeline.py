@@ -50,11 +50,9 @@ def latest(
     """Rows of :data:`COLUMNS`: the ``limit`` newest within ``filters`` (or oldest)."""
     where, params = filters.sql()
     order = "ASC" if oldest_first else "DESC"
-    return conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m WHERE 1{where}
-            ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
-        [*params, limit],
-    ).fetchall()
+    sql = f"""SELECT {COLUMNS} FROM memories AS m WHERE 1{where}
+              ORDER BY m.created_at {order}, m.seq {order} LIMIT ?"""
+    return conn.execute(sql, [*params, limit]).fetchall()
 
 
 def around_anchor(

@@ -103,13 +103,8 @@ def import_jsonl(
             related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
         if progress:
             progress(len(relation_rows))
-    return ImportReport(
-        imported=imported,
-        skipped=len(ids) - imported + len(relation_rows) - related,  # ids already taken
-        errors=tuple(errors),
-        ids=tuple(ids),
-        relations=related,
-    )
+    skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken
+    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related)
 
 
 def _store_batch(

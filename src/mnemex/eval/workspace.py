@@ -125,10 +125,8 @@ def _answer(
     ]
     out = {f"found@{k}": found_in_chunks(places[:k], evidence_lines) for k in CUTOFFS}
     top = hits[:TOPK_CUT_HITS]
-    got = {
-        m.id: m
-        for m in (store.get([h.id for h in top], namespace=q.namespace).memories if top else ())
-    }
+    stored = store.get([h.id for h in top], namespace=q.namespace).memories if top else ()
+    got = {m.id: m for m in stored}
     now = utcnow()
     lines = [
         render_line(m.kind, m.content, m.confidence, format_age(age_days(m.created_at, now)))

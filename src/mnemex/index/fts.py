@@ -84,6 +84,14 @@ _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_score_v "
     "USING fts5vocab(temp, mnemex_score, instance)",
 )
+# A term's rows in a namespace: bm25() under column weights w and 2w, and the row's size.
+_POSTINGS = f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}),
+        bm25(memories_fts, 2.0, {2 * TAGS_WEIGHT}), d.sz
+    FROM memories_fts
+    CROSS JOIN memories AS m INDEXED BY memories_seq_namespace ON m.seq = memories_fts.rowid
+    JOIN memories_fts_docsize AS d ON d.id = memories_fts.rowid
+    WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ? AND m.namespace = ?
+    ORDER BY memories_fts.rowid"""
 BM25_K1 = 1.2  # FTS5's bm25() constants
 BM25_B = 0.75
 _COLUMN_WEIGHTS = {"content": 1.0, "tags": TAGS_WEIGHT}
@@ -393,18 +401,8 @@ class Lexicon:
                 continue
             if totals is None:
                 totals = _totals(self._conn)
-            rows = self._conn.execute(
-                f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}),
-                        bm25(memories_fts, 2.0, {2 * TAGS_WEIGHT}), d.sz
-                    FROM memories_fts
-                    CROSS JOIN memories AS m INDEXED BY memories_seq_namespace
-                        ON m.seq = memories_fts.rowid
-                    JOIN memories_fts_docsize AS d ON d.id = memories_fts.rowid
-                    WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ?
-                    AND m.namespace = ?
-                    ORDER BY memories_fts.rowid""",
-                (term.match, scope.lo, scope.hi, scope.namespace),
-            ).fetchall()
+            params = (term.match, scope.lo, scope.hi, scope.namespace)
+            rows = self._conn.execute(_POSTINGS, params).fetchall()
             found = _postings_of(rows, totals)
             out.append(found)
             self._postings[key] = found

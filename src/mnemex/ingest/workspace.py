@@ -283,12 +283,9 @@ def _known(conn: sqlite3.Connection, workspace_id: int, *, count: bool) -> dict[
     """The files rows of a workspace by path; with ``count``, their real chunk counts
     (a chunk forgotten through the API makes its file be read again), else the recorded."""
     actual = "(SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id)" if count else "f.chunks"
-    rows = conn.execute(
-        f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
-                   {actual} FROM files AS f WHERE f.workspace_id = ?""",
-        (workspace_id,),
-    ).fetchall()
-    return {r[0]: _Known(*r[1:]) for r in rows}
+    sql = f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
+                     {actual} FROM files AS f WHERE f.workspace_id = ?"""
+    return {r[0]: _Known(*r[1:]) for r in conn.execute(sql, (workspace_id,))}
 
 
 def _cached(
@@ -551,13 +548,11 @@ class _Writer:
 
     def _existing(self, file_id: int) -> list[tuple[Any, ...]]:
         """(seq, id, content_hash, source, created_at, position, heading, start, end)."""
-        return self.conn.execute(
-            """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
-                      c.heading, c.start_line, c.end_line
-               FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
-               WHERE c.file_id = ? ORDER BY c.position, c.seq""",
-            (file_id,),
-        ).fetchall()
+        sql = """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
+                        c.heading, c.start_line, c.end_line
+                 FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
+                 WHERE c.file_id = ? ORDER BY c.position, c.seq"""
+        return self.conn.execute(sql, (file_id,)).fetchall()
 
     def _relabel(self, file_id: int, path: str, mtime_ns: int) -> int:
         """Give a file's chunks the ids, source and time its (new) path and mtime call for."""
@@ -679,17 +674,13 @@ def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
 
 def _models(conn: sqlite3.Connection) -> list[str]:
     """The models with stored vectors (a skip-scan of the (model, content_hash) index)."""
-    return [
-        r[0]
-        for r in conn.execute(
-            """WITH RECURSIVE m(model) AS (
-                   SELECT min(model) FROM embeddings
-                   UNION ALL
-                   SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
-                   WHERE m.model IS NOT NULL)
-               SELECT model FROM m WHERE model IS NOT NULL"""
-        )
-    ]
+    sql = """WITH RECURSIVE m(model) AS (
+                 SELECT min(model) FROM embeddings
+                 UNION ALL
+                 SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
+                 WHERE m.model IS NOT NULL)
+             SELECT model FROM m WHERE model IS NOT NULL"""
+    return [r[0] for r in conn.execute(sql)]
 
 
 def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
