@@ -8,6 +8,7 @@ usage mistakes). Heavy modules are imported inside commands so that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -143,6 +144,14 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
+def emit(as_json: bool, data: Any, text: str) -> None:
+    """``data`` (a value of :mod:`mnemex.models`, or JSON) as JSON for scripts, else ``text``."""
+    if as_json:
+        emit_json(data.to_dict() if hasattr(data, "to_dict") else data)
+    else:
+        click.echo(text)
+
+
 def console(stderr: bool = False) -> Any:
     """Rich output for a terminal; for a pipe or a file, plain lines: no wrapping, no
     padding to a width."""
@@ -183,6 +192,12 @@ def highlighted(text: str, start: str, end: str) -> Any:
         rest = rest[cut + len(marker) :]
         bold = not bold
     return out
+
+
+def _exit_if_missing(missing: Sequence[str]) -> None:
+    if missing:
+        click.echo(f"error: not found: {', '.join(missing)}", err=True)
+        sys.exit(1)
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -237,6 +252,13 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} ({n:,})" for name, n in ranked)
 
 
+def _scope(all_namespaces: bool = True) -> Any:
+    """The namespace a read names: every one (``ALL``) or, ``None``, the store's own."""
+    from mnemex.store import ALL
+
+    return ALL if all_namespaces else None
+
+
 def _when(dt: datetime) -> str:
     return f"{dt.year:04d}-{dt:%m-%d %H:%M}"
 
@@ -245,7 +267,7 @@ _HITS = click.IntRange(1, config.MAX_SEARCH_LIMIT)
 _HITS_OR_NONE = click.IntRange(0, config.MAX_SEARCH_LIMIT)
 mode_option = click.option(
     "--mode",
-    type=click.Choice([m for m in config.MODES if m != "auto"]),
+    type=click.Choice(config.MODES[1:]),
     help=f"Search arms to run; {config.default_text('search_mode')}: hybrid with an "
     "embedder, else lexical.",
 )
@@ -325,7 +347,7 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 @click.option("--pinned", is_flag=True, help="Never decays.")
 @click.option("--created-at", help="When it happened (ISO 8601, epoch seconds, or 3d).")
 @click.option("--meta", "meta", multiple=True, help="Metadata KEY=VALUE (repeatable).")
-@click.option("--id", "ident", help="Use this id instead of a new one.")
+@click.option("--id", "id", help="Use this id instead of a new one.")
 @click.option(
     "--no-dedup",
     is_flag=True,
@@ -342,18 +364,16 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
 @handle_errors
 def add(
     obj: Context,
+    /,
     content: str,
     kind: str | None,
     tags: tuple[str, ...],
-    source: str | None,
     confidence: float | None,
-    pinned: bool,
-    created_at: str | None,
     meta: tuple[str, ...],
-    ident: str | None,
     no_dedup: bool,
     workspace: str | None,
     as_json: bool,
+    **given: Any,  # source, pinned, created_at, id
 ) -> None:
     """Store a memory (CONTENT, or - to read it from standard input).
 
@@ -363,7 +383,8 @@ def add(
     instead, and the id printed is that of the chunk holding it.
     """
     if workspace is not None:
-        _add_to_workspace(obj, workspace, content, kind, tags, created_at, as_json, locals())
+        given.update(confidence=confidence, meta=meta, no_dedup=no_dedup)
+        _add_to_workspace(obj, workspace, content, kind, tags, as_json, given)
         return
     metadata: dict[str, str] = {}
     for pair in meta:
@@ -375,13 +396,10 @@ def add(
         _read_text(content),
         kind=kind or config.DEFAULT_KIND,
         tags=_split(tags),
-        source=source,
         confidence=config.DEFAULT_CONFIDENCE if confidence is None else confidence,
-        pinned=pinned,
-        created_at=created_at,
         metadata=metadata or None,
-        id=ident,
         dedup=False if no_dedup else None,
+        **given,
     )
     warning = obj.store().last_embedding_error
     if as_json:
@@ -448,30 +466,20 @@ def _weights(value: str | None) -> tuple[float, float] | None:
 @handle_errors
 def search(
     obj: Context,
+    /,
     query: str,
-    limit: int | None,
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    mode: str | None,
-    fusion: str | None,
     weights: str | None,
-    explain: bool,
-    raw: bool,
-    decay: bool | None,
-    mmr: bool | None,
     no_threshold: bool,
-    relations: int | None,
     all_namespaces: bool,
     as_json: bool,
+    **given: Any,  # limit, since, until, mode, fusion, explain, raw, decay, mmr, relations
 ) -> None:
     """Find the memories that best match QUERY (plain text; any characters are fine).
 
     Relations (`mnemex relate`) that match QUERY are listed after the memories.
     """
-    from mnemex.store import ALL
-
     text = _read_text(query)
     if not text.strip():
         fail(
@@ -481,21 +489,12 @@ def search(
     store = obj.store()
     result = store.search(
         text,
-        limit,
         kinds=_split(kinds),
         tags=_split(tags),
-        since=since,
-        until=until,
-        mode=mode,
-        fusion=fusion,
         weights=_weights(weights),
-        explain=explain,
-        raw=raw,
-        decay=decay,
-        mmr=mmr,
         threshold=False if no_threshold else None,
-        relations=relations,
-        namespace=ALL if all_namespaces else None,
+        namespace=_scope(all_namespaces),
+        **given,
     )
     if not result.hits:
         _what_exists(store, _split(kinds), all_namespaces)
@@ -588,6 +587,7 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @click.option(
     "-b",
     "--budget",
+    "budget_tokens",
     type=click.IntRange(1, None),
     help=f"Most tokens in the block; {config.default_text('recall_budget')}.",
 )
@@ -617,17 +617,14 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @handle_errors
 def recall(
     obj: Context,
+    /,
     task: str,
-    budget: int | None,
     max_memories: int | None,
     max_memories_n: int | None,
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
-    mode: str | None,
-    decay: bool | None,
-    mmr: bool | None,
-    token_counter: str | None,
     as_json: bool,
+    **given: Any,  # budget_tokens, mode, decay, mmr, token_counter
 ) -> None:
     """Print the memories relevant to TASK as a markdown block for a prompt.
 
@@ -640,14 +637,10 @@ def recall(
     store = obj.store()
     result = store.recall(
         text,
-        budget,
-        max_memories_n if max_memories is None else max_memories,
+        max_memories=max_memories_n if max_memories is None else max_memories,
         kinds=_split(kinds),
         tags=_split(tags),
-        mode=mode,
-        decay=decay,
-        mmr=mmr,
-        token_counter=token_counter,
+        **given,
     )
     if not result.memories:
         _what_exists(store, _split(kinds))
@@ -712,37 +705,21 @@ def dedup(obj: Context, dry_run: bool, as_json: bool) -> None:
 @handle_errors
 def timeline(
     obj: Context,
-    start: str | None,
-    end: str | None,
+    /,
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
-    limit: int,
-    oldest_first: bool,
-    around: str | None,
-    before: int,
-    after: int,
     all_namespaces: bool,
     as_json: bool,
+    **given: Any,  # start, end, limit, oldest_first, around, before, after
 ) -> None:
     """List memories by time: id, when, kind, tags and a one-line summary.
 
     With --around ID: that memory, the --before memories created just before
     it and the --after just after it (instead of the --limit newest).
     """
-    from mnemex.store import ALL
-
     store = obj.store()
     entries = store.timeline(
-        start,
-        end,
-        kinds=_split(kinds),
-        tags=_split(tags),
-        limit=limit,
-        oldest_first=oldest_first,
-        around=around,
-        before=before,
-        after=after,
-        namespace=ALL if all_namespaces else None,
+        kinds=_split(kinds), tags=_split(tags), namespace=_scope(all_namespaces), **given
     )
     if not entries:
         _what_exists(store, _split(kinds), all_namespaces)
@@ -794,9 +771,7 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
                 out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
             out.print(m.content, markup=False)
             out.print()
-    if result.missing:
-        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
-        sys.exit(1)
+    _exit_if_missing(result.missing)
 
 
 @cli.command()
@@ -812,39 +787,24 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
 @handle_errors
 def update(
     obj: Context,
+    /,
     ident: str,
     content: str | None,
-    kind: str | None,
     tags: tuple[str, ...],
-    source: str | None,
-    confidence: float | None,
-    pinned: bool | None,
     as_json: bool,
+    **given: Any,  # kind, source, confidence, pinned
 ) -> None:
     """Change fields of a memory."""
-    changes: dict[str, Any] = {}
-    if content is not None:
-        changes["content"] = _read_text(content)
-    if kind is not None:
-        changes["kind"] = kind
-    if tags:
-        changes["tags"] = _split(tags)
-    if source is not None:
-        changes["source"] = source
-    if confidence is not None:
-        changes["confidence"] = confidence
-    if pinned is not None:
-        changes["pinned"] = pinned
+    given["content"] = None if content is None else _read_text(content)
+    given["tags"] = _split(tags) if tags else None
+    changes = {name: value for name, value in given.items() if value is not None}
     if not changes:
         fail(
             "nothing to change: give --content, --kind, --tag, --source, --confidence or --pinned",
             2,
         )
     memory = obj.store().update(ident, **changes)
-    if as_json:
-        emit_json(memory.to_dict())
-    else:
-        click.echo(memory.id)
+    emit(as_json, memory, memory.id)
 
 
 @cli.command()
@@ -860,19 +820,10 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
     """
     store = obj.store()
     result = store.forget_relations(_split(ids)) if relation_ids else store.forget(_split(ids))
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        n = len(result.forgotten)
-        what = (
-            ("relation" if n == 1 else "relations")
-            if relation_ids
-            else ("memory" if n == 1 else "memories")
-        )
-        click.echo(f"forgot {n} {what}")
-    if result.missing:
-        click.echo(f"error: not found: {', '.join(result.missing)}", err=True)
-        sys.exit(1)
+    n = len(result.forgotten)
+    one, many = ("relation", "relations") if relation_ids else ("memory", "memories")
+    emit(as_json, result, f"forgot {n} {one if n == 1 else many}")
+    _exit_if_missing(result.missing)
 
 
 @cli.command()
@@ -885,25 +836,14 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
 @click.pass_obj
 @handle_errors
 def relate(
-    obj: Context,
-    subject: str,
-    predicate: str,
-    object_: str,
-    confidence: float,
-    source_memory: str | None,
-    as_json: bool,
+    obj: Context, /, subject: str, predicate: str, object_: str, as_json: bool, **given: Any
 ) -> None:
     """Store the relation SUBJECT -[PREDICATE]-> OBJECT (e.g. Jared works_on engram).
 
     Relating a known triple again keeps one relation, with the higher confidence.
     """
-    rel = obj.store(create=True).relate(
-        subject, predicate, object_, confidence=confidence, source_memory=source_memory
-    )
-    if as_json:
-        emit_json(rel.to_dict())
-    else:
-        click.echo(rel.id)
+    rel = obj.store(create=True).relate(subject, predicate, object_, **given)
+    emit(as_json, rel, rel.id)
 
 
 @cli.command()
@@ -915,10 +855,8 @@ def relate(
 @handle_errors
 def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_json: bool) -> None:
     """Relations with ENTITY as subject or object (whole name, any case)."""
-    from mnemex.store import ALL
-
     store = obj.store()
-    found = store.neighbors(entity, limit=limit, namespace=ALL if all_namespaces else None)
+    found = store.neighbors(entity, limit=limit, namespace=_scope(all_namespaces))
     if not found:
         _what_exists(store, (), all_namespaces)
     if as_json:
@@ -936,46 +874,38 @@ def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_js
 @handle_errors
 def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     """What is in the store."""
-    from mnemex.store import ALL
-
     store = obj.store()
-    s = store.stats(namespace=ALL if all_namespaces else None)
+    s = store.stats(namespace=_scope(all_namespaces))
     if not s.memories:
         _what_exists(store, (), all_namespaces)
     if as_json:
         emit_json(s.to_dict())
         return
-    out = console()
-    out.print(f"store       {s.path}", markup=False)
-    out.print(f"namespace   {s.namespace}: {s.memories:,} memories", markup=False)
-    out.print(f"all         {s.total_memories:,} memories in {len(s.namespaces)} namespace(s)")
+    lines = [
+        f"store       {s.path}",
+        f"namespace   {s.namespace}: {s.memories:,} memories",
+        f"all         {s.total_memories:,} memories in {len(s.namespaces)} namespace(s)",
+    ]
     if s.kinds:
-        out.print(
-            "kinds       " + ", ".join(f"{k} {v:,}" for k, v in s.kinds.items()), markup=False
-        )
+        lines.append("kinds       " + ", ".join(f"{k} {v:,}" for k, v in s.kinds.items()))
     if s.oldest and s.newest:
-        out.print(f"span        {_when(s.oldest)} .. {_when(s.newest)}")
+        lines.append(f"span        {_when(s.oldest)} .. {_when(s.newest)}")
     if s.embedder:
-        out.print(
-            f"vectors     {s.vectors:,} for {s.embedder}, {s.pending_vectors:,} pending",
-            markup=False,
-        )
+        lines.append(f"vectors     {s.vectors:,} for {s.embedder}, {s.pending_vectors:,} pending")
         if s.pending_vectors:
-            out.print("            run `mnemex embed` to embed the pending memories", markup=False)
+            lines.append("            run `mnemex embed` to embed the pending memories")
     else:
-        out.print(
-            "vectors     none (lexical only; pip install 'mnemex[embed]' for the local model)",
-            markup=False,
+        lines.append(
+            "vectors     none (lexical only; pip install 'mnemex[embed]' for the local model)"
         )
     if s.other_models:
-        out.print(
-            "other       "
-            + ", ".join(f"{n:,} vectors of {m}" for m, n in s.other_models.items())
-            + " (unused; `mnemex reindex --prune` deletes them)",
-            markup=False,
-        )
-    out.print(f"relations   {s.relations:,}")
-    out.print(f"size        {s.size_bytes / 1e6:.1f} MB, schema v{s.schema_version}")
+        others = ", ".join(f"{n:,} vectors of {m}" for m, n in s.other_models.items())
+        lines.append(f"other       {others} (unused; `mnemex reindex --prune` deletes them)")
+    lines.append(f"relations   {s.relations:,}")
+    lines.append(f"size        {s.size_bytes / 1e6:.1f} MB, schema v{s.schema_version}")
+    out = console()
+    for line in lines:
+        out.print(line, markup=False)
 
 
 @cli.command(name="import")
@@ -995,12 +925,12 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
 @handle_errors
 def import_(
     obj: Context,
+    /,
     file: str,
     directory: str | None,
-    strict: bool,
-    keep_namespaces: bool,
     on_conflict: str,
     as_json: bool,
+    **given: Any,  # strict, keep_namespaces
 ) -> None:
     """Import memories from a JSONL file (- for standard input).
 
@@ -1029,14 +959,8 @@ def import_(
             total = sum(1 for _ in stream)
             stream.seek(0)
         with progress_bar(total, "importing", enabled=not as_json) as advance:
-            report = import_jsonl(
-                store,
-                stream,
-                strict=strict,
-                keep_namespaces=keep_namespaces,
-                skip_existing=on_conflict == "skip",
-                progress=advance,
-            )
+            skip = on_conflict == "skip"
+            report = import_jsonl(store, stream, skip_existing=skip, progress=advance, **given)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
@@ -1060,10 +984,9 @@ def import_(
 @handle_errors
 def export(obj: Context, file: str, all_namespaces: bool) -> None:
     """Write memories and relations as JSONL to FILE (default: standard output)."""
-    from mnemex.store import ALL
     from mnemex.transfer import export_jsonl
 
-    namespace = ALL if all_namespaces else None
+    namespace = _scope(all_namespaces)
     if not file.strip():
         fail("FILE is empty: name the file to write, or - for standard output")
     store = obj.store()
@@ -1084,7 +1007,7 @@ def export(obj: Context, file: str, all_namespaces: bool) -> None:
 def embed(obj: Context, as_json: bool) -> None:
     """Embed every memory that has no vector for the configured model yet."""
     store = obj.store()
-    total = store.stats(namespace=_all()).pending_vectors
+    total = store.stats(namespace=_scope()).pending_vectors
     with progress_bar(total, "embedding", enabled=not as_json) as advance:
         report = store.embed(progress=advance)
     _print_embed(report, as_json)
@@ -1104,33 +1027,20 @@ def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
     by the lexical arm only until they are embedded.
     """
     store = obj.store()
-    stats = store.stats(namespace=_all())
+    stats = store.stats(namespace=_scope())
     total = stats.total_memories if force else stats.pending_vectors
     with progress_bar(total, "embedding", enabled=not as_json) as advance:
         report = store.reindex(progress=advance, force=force, prune=prune)
     if report is None:
-        if as_json:
-            emit_json({"fts": "rebuilt", "model": None})
-        else:
-            click.echo("full-text index rebuilt; no embedder configured, so no vectors")
+        text = "full-text index rebuilt; no embedder configured, so no vectors"
+        emit(as_json, {"fts": "rebuilt", "model": None}, text)
         return
     _print_embed(report, as_json)
 
 
-def _all() -> Any:
-    from mnemex.store import ALL
-
-    return ALL
-
-
 def _print_embed(report: Any, as_json: bool) -> None:
-    if as_json:
-        emit_json(report.to_dict())
-        return
-    click.echo(
-        f"{report.model}: embedded {report.embedded:,}, reused {report.reused:,} "
-        f"identical, {report.pending:,} still pending"
-    )
+    done = f"embedded {report.embedded:,}, reused {report.reused:,} identical"
+    emit(as_json, report, f"{report.model}: {done}, {report.pending:,} still pending")
 
 
 @cli.command()
@@ -1197,14 +1107,7 @@ def mcp_(
             f"namespace {settings.namespace!r}" + (", bearer token required)" if token else ")"),
             err=True,
         )
-    serve(
-        settings,
-        http=use_http,
-        host=host,
-        port=port,
-        allow_remote=allow_remote,
-        token=token,
-    )
+    serve(settings, http=use_http, host=host, port=port, allow_remote=allow_remote, token=token)
 
 
 @cli.group(name="eval")
@@ -1212,48 +1115,46 @@ def eval_() -> None:
     """Measure retrieval quality and latency on public benchmarks."""
 
 
-def _spec(
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
-    embed_cache: str | None = None,
-    no_embed_cache: bool = False,
-) -> Any:
-    from mnemex.eval.embed_cache import default_cache_dir
-    from mnemex.eval.runner import Spec
-
-    return Spec(
-        mode=mode,
-        fusion=fusion,
-        weights=_weights(weights),
-        lexical_budget=budget,
-        embedder=embedder,
-        embed_cache=None
-        if no_embed_cache
-        else (Path(embed_cache) if embed_cache else default_cache_dir()),
-    )
-
-
 def eval_options(func: F) -> F:
-    """Options shared by the evaluations: what to search with, and where to keep the store."""
+    """Options shared by the evaluations: what to search with (handed to the command as
+    ``spec``, a :class:`mnemex.eval.runner.Spec`), and where to keep the store (``db``)."""
+
+    @wraps(func)
+    def command(
+        weights: str | None,
+        budget: int | None,
+        keep_db: str | None,
+        embed_cache: str | None,
+        no_embed_cache: bool,
+        **given: Any,
+    ) -> Any:
+        from mnemex.eval.embed_cache import default_cache_dir
+        from mnemex.eval.runner import Spec
+
+        cache = Path(embed_cache) if embed_cache else default_cache_dir()
+        spec = Spec(
+            mode=given.pop("mode"),
+            fusion=given.pop("fusion"),
+            weights=_weights(weights),
+            lexical_budget=budget,
+            embedder=given.pop("embedder"),
+            embed_cache=None if no_embed_cache else cache,
+        )
+        return func(spec=spec, db=Path(keep_db) if keep_db else None, **given)
+
     for option in reversed(
         [
             click.option(
                 "--mode",
-                type=click.Choice(["lexical", "vector", "hybrid"]),
+                type=click.Choice(config.MODES[1:]),
                 help="Search mode (default: hybrid with an embedder, else lexical).",
             ),
-            click.option("--fusion", type=click.Choice(["rrf", "weighted", "adaptive"])),
+            click.option("--fusion", type=click.Choice(config.FUSIONS)),
             click.option("--weights", metavar="VECTOR,TEXT"),
             click.option(
                 "--budget", type=click.IntRange(0), help="Lexical scoring budget (0 = exact)."
             ),
-            click.option(
-                "--embedder",
-                type=click.Choice(["auto", "local", "sentence-transformers", "openai", "none"]),
-            ),
+            click.option("--embedder", type=click.Choice(config.EMBEDDERS)),
             click.option(
                 "--depth",
                 type=click.IntRange(10, 1000),
@@ -1278,8 +1179,8 @@ def eval_options(func: F) -> F:
             json_option,
         ]
     ):
-        func = option(func)
-    return func
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
 @eval_.command(name="beir")
@@ -1288,34 +1189,12 @@ def eval_options(func: F) -> F:
 @click.option("--max-queries", type=int, help="Evaluate only the first N queries.")
 @eval_options
 @handle_errors
-def eval_beir(
-    directory: str,
-    split: str,
-    max_queries: int | None,
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
-    depth: int,
-    keep_db: str | None,
-    embed_cache: str | None,
-    no_embed_cache: bool,
-    as_json: bool,
-) -> None:
+def eval_beir(directory: str, as_json: bool, **given: Any) -> None:
     """Evaluate on a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/)."""
     from mnemex.eval.beir import run_beir
     from mnemex.eval.report import print_report
 
-    report = run_beir(
-        Path(directory),
-        split=split,
-        depth=depth,
-        max_queries=max_queries,
-        spec=_spec(mode, fusion, weights, budget, embedder, embed_cache, no_embed_cache),
-        db=Path(keep_db) if keep_db else None,
-        progress=not as_json,
-    )
+    report = run_beir(Path(directory), progress=not as_json, **given)
     emit_json(report) if as_json else print_report(report)
 
 
@@ -1337,15 +1216,9 @@ def eval_beir(
 def eval_locomo(
     file: str,
     as_workspace: bool,
-    mode: str | None,
-    fusion: str | None,
-    weights: str | None,
-    budget: int | None,
-    embedder: str | None,
+    spec: Any,
     depth: int,
-    keep_db: str | None,
-    embed_cache: str | None,
-    no_embed_cache: bool,
+    db: Path | None,
     as_json: bool,
     separate: bool,
 ) -> None:
@@ -1353,8 +1226,6 @@ def eval_locomo(
     --as-workspace each conversation a markdown workspace)."""
     from mnemex.eval.report import print_report
 
-    spec = _spec(mode, fusion, weights, budget, embedder, embed_cache, no_embed_cache)
-    db = Path(keep_db) if keep_db else None
     if as_workspace:
         from mnemex.eval.workspace import run_workspace
 
@@ -1377,7 +1248,6 @@ def _add_to_workspace(
     content: str,
     kind: str | None,
     tags: tuple[str, ...],
-    created_at: str | None,
     as_json: bool,
     given: dict[str, Any],
 ) -> None:
@@ -1389,7 +1259,7 @@ def _add_to_workspace(
             ("--confidence", "confidence", None),
             ("--pinned", "pinned", False),
             ("--meta", "meta", ()),
-            ("--id", "ident", None),
+            ("--id", "id", None),
             ("--no-dedup", "no_dedup", False),
         )
         if given[name] != unset
@@ -1397,7 +1267,7 @@ def _add_to_workspace(
     if refused:
         fail(f"--to-workspace writes to a markdown file, which cannot hold {', '.join(refused)}", 2)
     appended = obj.store(create=True).add_to_workspace(
-        _read_text(content), workspace, kind=kind, tags=_split(tags), created_at=created_at
+        _read_text(content), workspace, kind=kind, tags=_split(tags), created_at=given["created_at"]
     )
     if as_json:
         emit_json(appended.to_dict())
@@ -1413,31 +1283,23 @@ def _add_to_workspace(
         fail(f"{appended.location.path} could not be indexed; the text is in the file", 1)
 
 
-class _PhaseBars:
+class _PhaseBars(contextlib.ExitStack):
     """Progress bars for a sync's phases (reading files, embedding chunks), one at a time."""
 
     def __init__(self, enabled: bool) -> None:
-        import contextlib
-
+        super().__init__()
         self.enabled = enabled
-        self.stack = contextlib.ExitStack()
         self.phase: str | None = None
         self.done = 0
         self.advance: Callable[[int], None] = lambda n: None
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if phase != self.phase:
-            self.stack.close()
-            self.advance = self.stack.enter_context(progress_bar(total, phase, self.enabled))
+            self.close()
+            self.advance = self.enter_context(progress_bar(total, phase, self.enabled))
             self.phase, self.done = phase, 0
         self.advance(done - self.done)
         self.done = done
-
-    def __enter__(self) -> _PhaseBars:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()
 
 
 @cli.command()
@@ -1479,10 +1341,8 @@ def sync(
     store = obj.store(create=not remove)
     if remove:
         removed = store.remove_workspace(directory)
-        if as_json:
-            emit_json({"removed": True, "chunks": removed})
-        else:
-            click.echo(f"removed the workspace {directory}: {removed:,} chunks dropped")
+        text = f"removed the workspace {directory}: {removed:,} chunks dropped"
+        emit(as_json, {"removed": True, "chunks": removed}, text)
         return
     with _PhaseBars(enabled=not as_json) as bars:
         report = store.sync(
@@ -1522,9 +1382,7 @@ def sync(
 def status(obj: Context, directory: str | None, all_namespaces: bool, as_json: bool) -> None:
     """Workspaces: files, chunks, vectors still to compute, the last sync, and how many
     files changed on disk since (checked now)."""
-    from mnemex.store import ALL
-
-    found = obj.store().workspace_status(directory, namespace=ALL if all_namespaces else None)
+    found = obj.store().workspace_status(directory, namespace=_scope(all_namespaces))
     if as_json:
         emit_json({"workspaces": [w.to_dict() for w in found]})
         return
@@ -1581,9 +1439,8 @@ def watch(obj: Context, directory: str, debounce: float | None) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     for name in ("mnemex", "mnemex.watch"):
         logging.getLogger(name).addHandler(handler)
-    logging.getLogger("mnemex").setLevel(logging.INFO)
+        logging.getLogger(name).setLevel(logging.INFO)
     logging.getLogger("mnemex.watch").propagate = False
-    logging.getLogger("mnemex.watch").setLevel(logging.INFO)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     obj.store(create=True).watch(directory, debounce=debounce, stop=stop)

@@ -133,9 +133,7 @@ class Settings:
     dedup_cosine: float = DEDUP_COSINE
     recall_budget: int = RECALL_BUDGET_TOKENS
     recall_max: int = RECALL_MAX_MEMORIES
-    token_counter: str = (
-        "chars"  # chars: len/4, 1 a CJK char; wordpiece: the local model's tokenizer
-    )
+    token_counter: str = "chars"  # chars: len/4 (a CJK char 1); wordpiece: the model's tokenizer
     query_expansion: bool = True  # multilingual stop words, CJK pieces, Korean particles
     search_relations: int = SEARCH_RELATIONS  # 0: searches return no relations
     chunk_tokens: int = CHUNK_TOKENS
@@ -311,8 +309,7 @@ def _check_storage_and_search(s: Settings) -> None:
         raise InvalidInput("lexical_budget must be >= 0 (0 disables query shaping)")
     if not 1 <= s.snippet_tokens <= 64:
         raise InvalidInput("snippet_tokens must be between 1 and 64 (an FTS5 limit)")
-    if s.embedder not in EMBEDDERS:
-        raise InvalidInput(f"embedder must be one of {', '.join(EMBEDDERS)}, got {s.embedder!r}")
+    check_choice("embedder", s.embedder, EMBEDDERS)
     check_choice("search_mode", s.search_mode, MODES)
     check_choice("fusion", s.fusion, FUSIONS)
     if s.rrf_k < 1:
@@ -333,10 +330,7 @@ def _check_embedding_and_ranking(s: Settings) -> None:
         raise InvalidInput("half_life_days must be > 0")
     if not 0.0 <= s.mmr_lambda <= 1.0:
         raise InvalidInput("mmr_lambda must be between 0 and 1")
-    if s.mmr_similarity not in SIMILARITIES:
-        raise InvalidInput(
-            f"mmr_similarity must be one of {', '.join(SIMILARITIES)}, got {s.mmr_similarity!r}"
-        )
+    check_choice("mmr_similarity", s.mmr_similarity, SIMILARITIES)
     for name in ("min_text_score", "dedup_text"):
         if not 0.0 <= getattr(s, name) <= 1.0:
             raise InvalidInput(f"{name} must be between 0 and 1")
@@ -361,10 +355,7 @@ def _check_workspace_and_serving(s: Settings) -> None:
         raise InvalidInput(
             "mcp_max_sessions must be at least 1 and mcp_session_idle a positive number of seconds"
         )
-    if s.token_counter not in TOKEN_COUNTERS:
-        raise InvalidInput(
-            f"token_counter must be one of {', '.join(TOKEN_COUNTERS)}, got {s.token_counter!r}"
-        )
+    check_choice("token_counter", s.token_counter, TOKEN_COUNTERS)
 
 
 def check_patterns(patterns: Sequence[str], what: str) -> tuple[str, ...]:

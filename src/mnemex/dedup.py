@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +82,6 @@ class Match:
     similarity: float
     by: str  # exact | text | cosine
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "similarity": round(self.similarity, 4), "by": self.by}
-
 
 def text_overlap(
     conn: sqlite3.Connection,
@@ -98,10 +95,8 @@ def text_overlap(
     lexical = plan(lexicon, content, STOPWORDS)
     if lexical.empty:
         return []
-    row = conn.execute(
-        f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?",
-        (lexical.match, seq),
-    ).fetchone()
+    sql = f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?"
+    row = conn.execute(sql, (lexical.match, seq)).fetchone()
     own = row[0] if row else 0.0
     if not own or own <= 0:
         return []
@@ -132,53 +127,6 @@ def coverage(lexicon: Lexicon, text: str, by: str, *, by_stored: bool = True) ->
     return shared / total if total > 0 else 0.0
 
 
-def find(
-    conn: sqlite3.Connection,
-    lexicon: Lexicon,
-    *,
-    seq: int,
-    content: str,
-    content_hash: str,
-    namespace: str,
-    text_threshold: float,
-    budget: int,
-    vector: np.ndarray | None = None,
-    index: VectorIndex | None = None,
-    cosine_threshold: float = 1.0,
-    older_only: bool = False,
-) -> Match | None:
-    """The memory row ``seq`` (already in the index) repeats, if any.
-
-    With ``older_only`` only rows written before it count (for a pass over
-    existing memories, so that the older copy is the one kept).
-    """
-    limit = " AND seq < ?" if older_only else ""
-    params: list[Any] = [namespace, content_hash, seq] + ([seq] if older_only else [])
-    row = conn.execute(
-        "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq != ?"
-        f"{limit} AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq LIMIT 1",
-        params,
-    ).fetchone()
-    if row:
-        return Match(row[0], row[1], 1.0, "exact")
-    found: list[tuple[float, int, str]] = []  # (similarity, seq, by)
-    filters = Filters(namespace=namespace)
-    close = [
-        (other, ratio)
-        for other, ratio in text_overlap(conn, lexicon, seq, content, filters, budget)
-        if ratio > text_threshold and (not older_only or other < seq)
-    ]
-    found.extend(_covered(conn, lexicon, content, close, text_threshold, by_stored=True))
-    if vector is not None and index is not None:
-        mask = index.mask_for(filters, first_windows=True)  # whole memories, not windows
-        for hit in index.top(vector, mask, CANDIDATES + 1):
-            if hit.seq == seq or (older_only and hit.seq > seq):
-                continue
-            if hit.cosine > cosine_threshold:
-                found.append((hit.cosine, hit.seq, "cosine"))
-    return _best(conn, content, found)
-
-
 @dataclass(frozen=True, slots=True)
 class NewMemory:
     """A memory about to be stored, as the duplicate check needs it."""
@@ -201,14 +149,12 @@ def lookup(
     conn: sqlite3.Connection,
     lexicon: Lexicon,
     new: NewMemory,
-    *,
-    text_threshold: float,
-    budget: int,
+    settings: Settings,
     vector: np.ndarray | None = None,
     index: VectorIndex | None = None,
-    cosine_threshold: float = 1.0,
 ) -> Lookup:
-    """The memory ``new`` repeats, if any, among the rows stored now.
+    """The memory ``new`` repeats, if any, among the rows stored now (thresholds as the
+    settings say).
 
     Call it inside one read transaction, without the write lock; then
     :func:`recheck` the rows after ``seen`` under the lock.
@@ -220,13 +166,13 @@ def lookup(
     lexical = plan(lexicon, new.content, STOPWORDS)
     seqs: list[int] = []
     if not lexical.empty:
-        found = retrieve(conn, lexical, Filters(namespace=new.namespace), CANDIDATES, budget)
-        seqs = [c.seq for c in found.candidates]
-    close = _close_texts(conn, lexicon, new, seqs, text_threshold, lexical)
+        filters, budget = Filters(namespace=new.namespace), settings.lexical_budget
+        seqs = [c.seq for c in retrieve(conn, lexical, filters, CANDIDATES, budget).candidates]
+    close = _close_texts(conn, lexicon, new, seqs, settings.dedup_text, lexical)
     if vector is not None and index is not None:
         mask = index.mask_for(Filters(namespace=new.namespace), first_windows=True)
         for hit in index.top(vector, mask, CANDIDATES + 1):
-            if hit.cosine > cosine_threshold:
+            if hit.cosine > settings.dedup_cosine:
                 close.append((hit.cosine, hit.seq, "cosine"))
     return Lookup(_best(conn, new.content, close), seen)
 
@@ -255,32 +201,20 @@ def recheck(
     rarest = sorted((df, i) for i, df in enumerate(lexical.doc_freqs) if df)[:RECHECK_TERMS]
     if not rarest:
         return None
-    seqs = [
-        r[0]
-        for r in conn.execute(
-            "SELECT m.seq FROM memories_fts CROSS JOIN memories AS m "
-            "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
-            "AND memories_fts.rowid > ? AND m.namespace = ? ORDER BY m.seq LIMIT ?",
-            (
-                " AND ".join(lexical.terms[i].match for _, i in rarest),
-                seen,
-                new.namespace,
-                RECHECK_ROWS,
-            ),
-        )
-    ]
+    sql = (
+        "SELECT m.seq FROM memories_fts CROSS JOIN memories AS m "
+        "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
+        "AND memories_fts.rowid > ? AND m.namespace = ? ORDER BY m.seq LIMIT ?"
+    )
+    match = " AND ".join(lexical.terms[i].match for _, i in rarest)
+    seqs = [r[0] for r in conn.execute(sql, (match, seen, new.namespace, RECHECK_ROWS))]
     return _best(conn, new.content, _close_texts(conn, lexicon, new, seqs, text_threshold, lexical))
 
 
 def still_there(conn: sqlite3.Connection, match: Match, namespace: str) -> bool:
     """Whether a lookup's match is still in the namespace (checked under the lock)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM memories WHERE seq = ? AND id = ? AND namespace = ?",
-            (match.seq, match.id, namespace),
-        ).fetchone()
-        is not None
-    )
+    sql = "SELECT 1 FROM memories WHERE seq = ? AND id = ? AND namespace = ?"
+    return conn.execute(sql, (match.seq, match.id, namespace)).fetchone() is not None
 
 
 def _same_text(conn: sqlite3.Connection, new: NewMemory, after: int) -> Match | None:
@@ -324,12 +258,8 @@ def _covered(
     (see :func:`coverage`): (similarity, seq, "text")."""
     if not close:
         return []
-    others = dict(
-        conn.execute(
-            f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})",
-            [c[0] for c in close],
-        ).fetchall()
-    )
+    sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})"
+    others = dict(conn.execute(sql, [c[0] for c in close]).fetchall())
     found = []
     for other, ratio in close:
         back = coverage(lexicon, others.get(other, ""), content, by_stored=by_stored)
@@ -347,13 +277,8 @@ def _best(
     found = [f for f in found if f[1] not in chunks]
     if not found:
         return None
-    rows = {
-        seq: (ident, text)
-        for seq, ident, text in conn.execute(
-            f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})",
-            [f[1] for f in found],
-        )
-    }
+    sql = f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})"
+    rows = {seq: (ident, text) for seq, ident, text in conn.execute(sql, [f[1] for f in found])}
     mine = markers(content)
     for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
         if other in rows and markers(rows[other][1]) == mine:
@@ -365,10 +290,8 @@ def file_chunks(conn: sqlite3.Connection, seqs: list[int]) -> set[int]:
     """Which of these memories are chunks of workspace files."""
     if not seqs:
         return set()
-    return {
-        r[0]
-        for r in conn.execute(f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})", seqs)
-    }
+    sql = f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})"
+    return {r[0] for r in conn.execute(sql, seqs)}
 
 
 def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -380,25 +303,18 @@ def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
     )
 
 
-def merge(
-    conn: sqlite3.Connection,
-    keep: Match,
-    *,
-    content: str,
-    tags: list[str],
-    confidence: float,
-    pinned: bool,
-    created_at: str,
-    source: str | None,
-    duplicate_id: str | None,
-    max_bytes: int,
-) -> None:
-    """Fold a duplicate into the memory it repeats (within the caller's transaction)."""
-    row = conn.execute(
-        "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?",
-        (keep.seq,),
+def merge(conn: sqlite3.Connection, keep: Match, duplicate: Sequence[Any], max_bytes: int) -> None:
+    """Fold a duplicate into the memory it repeats (within the caller's transaction).
+
+    ``duplicate`` is ``(id, content, tags, source, confidence, pinned, created_at)``
+    as stored (tags as JSON; the id is ``None`` for a memory never stored).
+    """
+    duplicate_id, content, tags_text, source, confidence, pinned, created_at = duplicate
+    tags = json.loads(tags_text)
+    sql = "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?"
+    old_content, old_tags, old_confidence, old_pinned, old_metadata = conn.execute(
+        sql, (keep.seq,)
     ).fetchone()
-    old_content, old_tags, old_confidence, old_pinned, old_metadata = row
     merged_tags = list(dict.fromkeys([*json.loads(old_tags), *tags]))
     tags_json, fts_tags = tags_columns(tuple(merged_tags))
     metadata = json.loads(old_metadata)
@@ -427,7 +343,7 @@ def merge(
             tags_json,
             fts_tags,
             max(old_confidence, confidence),
-            int(bool(old_pinned) or pinned),
+            int(bool(old_pinned) or bool(pinned)),
             text,
             format_time(utcnow()),
             keep.seq,
@@ -471,11 +387,9 @@ def new_vector(
     try:
         with connection() as conn:
             vectors.check_dimension(embedder)
-            known = conn.execute(
-                "SELECT vector FROM embeddings WHERE model = ? AND content_hash = ? "
-                "AND dim = ? AND window = 0 LIMIT 1",
-                (embedder.model_id, digest, embedder.dim),
-            ).fetchone()
+            where = "model = ? AND content_hash = ? AND dim = ? AND window = 0 LIMIT 1"
+            sql = f"SELECT vector FROM embeddings WHERE {where}"
+            known = conn.execute(sql, (embedder.model_id, digest, embedder.dim)).fetchone()
         if known is not None and len(known[0]) == 4 * embedder.dim:
             vector = np.frombuffer(known[0], dtype=np.float32)
         else:
@@ -509,16 +423,7 @@ def remember(
     indexed = (text if row[12] is None else row[12], row[4] if row[13] is None else row[13])
     new = NewMemory(row[1], text, row[10], indexed)
     with connection() as conn, read_transaction(conn):
-        found = lookup(
-            conn,
-            lexicon,
-            new,
-            text_threshold=settings.dedup_text,
-            budget=settings.lexical_budget,
-            vector=vector,
-            index=index,
-            cosine_threshold=settings.dedup_cosine,
-        )
+        found = lookup(conn, lexicon, new, settings, vector, index)
     with transaction() as conn:
         match, seen = found.match, found.seen
         if match is not None and not still_there(conn, match, new.namespace):
@@ -526,23 +431,11 @@ def remember(
         if match is None:
             match = recheck(conn, lexicon, new, seen, text_threshold=settings.dedup_text)
         if match is None:
-            cursor = conn.execute(
-                f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})", row
-            )
+            insert = f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})"
+            cursor = conn.execute(insert, row)
             assert cursor.lastrowid is not None
             return None, cursor.lastrowid, vector
-        merge(
-            conn,
-            match,
-            content=text,
-            tags=json.loads(row[4]),
-            confidence=row[6],
-            pinned=bool(row[7]),
-            created_at=row[8],
-            source=row[5],
-            duplicate_id=None,
-            max_bytes=settings.max_content_bytes,
-        )
+        merge(conn, match, (None, text, *row[4:9]), settings.max_content_bytes)
     return match, 0, vector
 
 
@@ -623,24 +516,27 @@ def _older_copy(
     """The older memory that row ``(seq, id, content, content_hash)`` repeats, if it is
     still in the namespace and repeats one."""
     seq, _, content, digest = row
-    if not conn.execute(
-        "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?", (seq, namespace)
-    ).fetchone():
+    present = "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?"
+    if not conn.execute(present, (seq, namespace)).fetchone():
         return None
-    return find(
-        conn,
-        lexicon,
-        seq=seq,
-        content=content,
-        content_hash=digest,
-        namespace=namespace,
-        text_threshold=settings.dedup_text,
-        budget=settings.lexical_budget,
-        vector=None if index is None else index.vectors_of([seq]).get(seq),
-        index=index,
-        cosine_threshold=settings.dedup_cosine,
-        older_only=True,
-    )
+    same = conn.execute(
+        "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq < ? "
+        "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq LIMIT 1",
+        (namespace, digest, seq),
+    ).fetchone()
+    if same:
+        return Match(same[0], same[1], 1.0, "exact")
+    threshold, filters = settings.dedup_text, Filters(namespace=namespace)
+    overlap = text_overlap(conn, lexicon, seq, content, filters, settings.lexical_budget)
+    close = [(other, ratio) for other, ratio in overlap if ratio > threshold and other < seq]
+    found = _covered(conn, lexicon, content, close, threshold, by_stored=True)
+    vector = None if index is None else index.vectors_of([seq]).get(seq)
+    if vector is not None and index is not None:
+        mask = index.mask_for(filters, first_windows=True)  # whole memories, not windows
+        for hit in index.top(vector, mask, CANDIDATES + 1):
+            if hit.seq < seq and hit.cosine > settings.dedup_cosine:
+                found.append((hit.cosine, hit.seq, "cosine"))
+    return _best(conn, content, found)
 
 
 def _fold(
@@ -649,22 +545,10 @@ def _fold(
     """Merge row ``(seq, id, content, content_hash)`` into ``keep`` and move it, unchanged,
     to the namespace ``moved_to``."""
     seq, ident, content, _ = row
-    tags, confidence, pinned, created, source = conn.execute(
-        "SELECT tags, confidence, pinned, created_at, source FROM memories WHERE seq = ?",
-        (seq,),
+    stored = conn.execute(
+        "SELECT tags, source, confidence, pinned, created_at FROM memories WHERE seq = ?", (seq,)
     ).fetchone()
-    merge(
-        conn,
-        keep,
-        content=content,
-        tags=json.loads(tags),
-        confidence=confidence,
-        pinned=bool(pinned),
-        created_at=created,
-        source=source,
-        duplicate_id=ident,
-        max_bytes=max_bytes,
-    )
+    merge(conn, keep, (ident, content, *stored), max_bytes)
     conn.execute(
         "UPDATE memories SET namespace = ?, "
         "metadata = json_set(metadata, '$.duplicate_of', ?) WHERE seq = ?",

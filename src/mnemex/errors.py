@@ -39,9 +39,8 @@ class UnknownMemory(MnemexError, LookupError):
     def __init__(self, ids: list[str], namespace: str) -> None:
         self.ids = ids
         self.namespace = namespace
-        shown = ", ".join(repr(i) for i in ids[:5]) + (
-            f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-        )
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        shown = ", ".join(repr(i) for i in ids[:5]) + more
         super().__init__(
             f"no memory with id {shown} in namespace {namespace!r}; "
             "find ids with `mnemex search` or `mnemex timeline`"

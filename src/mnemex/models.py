@@ -9,6 +9,25 @@ from typing import Any
 from mnemex.text import format_time
 
 
+def _plain(value: Any) -> Any:
+    """A field as JSON: times formatted, tuples as lists, values of this module as dicts."""
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+def _dump(obj: Any, names: str, *, optional: str = "", **given: Any) -> dict[str, Any]:
+    """The attributes ``names`` of ``obj`` in that order as JSON (``given`` replaces a
+    value), then those of ``optional`` that are not ``None``."""
+    data = {n: given[n] if n in given else _plain(getattr(obj, n)) for n in names.split()}
+    for name in optional.split():
+        if getattr(obj, name) is not None:
+            data[name] = given[name] if name in given else _plain(getattr(obj, name))
+    return data
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """Where a chunk of a workspace file lives: ``path:start_line-end_line``.
@@ -29,14 +48,7 @@ class Location:
         return f"{self.path}:{self.start_line}-{self.end_line}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workspace": self.workspace,
-            "path": self.path,
-            "start_line": self.start_line,
-            "end_line": self.end_line,
-            "heading": list(self.heading),
-            "label": self.label,
-        }
+        return _dump(self, "workspace path start_line end_line heading label")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,23 +70,12 @@ class Memory:
     location: Location | None = None  # for a chunk of a workspace file
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
-            "id": self.id,
-            "namespace": self.namespace,
-            "kind": self.kind,
-            "content": self.content,
-            "tags": list(self.tags),
-            "source": self.source,
-            "confidence": self.confidence,
-            "pinned": self.pinned,
-            "created_at": format_time(self.created_at),
-            "updated_at": format_time(self.updated_at),
-            "content_hash": self.content_hash,
-            "metadata": self.metadata,
-        }
-        if self.location is not None:
-            data["location"] = self.location.to_dict()
-        return data
+        return _dump(
+            self,
+            "id namespace kind content tags source confidence pinned created_at updated_at "
+            "content_hash metadata",
+            optional="location",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +93,12 @@ class Hit:
     namespace: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "namespace": self.namespace,
-            "score": round(self.score, 6),
-            "snippet": self.snippet,
-            "kind": self.kind,
-            "tags": list(self.tags),
-            "created_at": format_time(self.created_at),
-        }
-        if self.location is not None:
-            data["location"] = self.location.to_dict()
-        if self.explain is not None:
-            data["explain"] = self.explain
-        return data
+        return _dump(
+            self,
+            "id namespace score snippet kind tags created_at",
+            optional="location explain",
+            score=round(self.score, 6),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +117,12 @@ class Relation:
     score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "namespace": self.namespace,
-            "subject": self.subject,
-            "predicate": self.predicate,
-            "object": self.object,
-            "confidence": self.confidence,
-            "source_memory": self.source_memory,
-            "created_at": format_time(self.created_at),
-            "updated_at": format_time(self.updated_at),
-        }
-        if self.score is not None:
-            data["score"] = round(self.score, 6)
-        return data
+        return _dump(
+            self,
+            "id namespace subject predicate object confidence source_memory created_at updated_at",
+            optional="score",
+            score=None if self.score is None else round(self.score, 6),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,17 +148,8 @@ class SearchResult:
     relations: tuple[Relation, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "namespace": self.namespace,
-            "mode_used": self.mode_used,
-            "fusion": self.fusion,
-            "stale": self.stale,
-            "notes": list(self.notes),
-            "took_ms": round(self.took_ms, 3),
-            "hits": [h.to_dict() for h in self.hits],
-            "relations": [r.to_dict() for r in self.relations],
-        }
+        names = "query namespace mode_used fusion stale notes took_ms hits relations"
+        return _dump(self, names, took_ms=round(self.took_ms, 3))
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +164,7 @@ class TimelineEntry:
     namespace: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "namespace": self.namespace,
-            "created_at": format_time(self.created_at),
-            "kind": self.kind,
-            "tags": list(self.tags),
-            "summary": self.summary,
-        }
+        return _dump(self, "id namespace created_at kind tags summary")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +175,7 @@ class GetResult:
     missing: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memories": [m.to_dict() for m in self.memories], "missing": list(self.missing)}
+        return _dump(self, "memories missing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +186,7 @@ class ForgetResult:
     missing: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"forgotten": list(self.forgotten), "missing": list(self.missing)}
+        return _dump(self, "forgotten missing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,24 +211,11 @@ class Stats:
     relations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "namespace": self.namespace,
-            "memories": self.memories,
-            "total_memories": self.total_memories,
-            "namespaces": self.namespaces,
-            "kinds": self.kinds,
-            "oldest": format_time(self.oldest) if self.oldest else None,
-            "newest": format_time(self.newest) if self.newest else None,
-            "size_bytes": self.size_bytes,
-            "schema_version": self.schema_version,
-            "tokenizer": self.tokenizer,
-            "embedder": self.embedder,
-            "vectors": self.vectors,
-            "pending_vectors": self.pending_vectors,
-            "other_models": self.other_models,
-            "relations": self.relations,
-        }
+        return _dump(
+            self,
+            "path namespace memories total_memories namespaces kinds oldest newest size_bytes "
+            "schema_version tokenizer embedder vectors pending_vectors other_models relations",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +226,7 @@ class LineError:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "message": self.message}
+        return _dump(self, "line message")
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,12 +240,7 @@ class ImportReport:
     relations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "imported": self.imported,
-            "skipped": self.skipped,
-            "relations": self.relations,
-            "errors": [e.to_dict() for e in self.errors],
-        }
+        return _dump(self, "imported skipped relations errors")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,17 +258,8 @@ class Recalled:
     cut: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "content": self.content,
-            "confidence": self.confidence,
-            "created_at": format_time(self.created_at),
-            "score": round(self.score, 6),
-            "line": self.line,
-            "tokens": self.tokens,
-            "cut": self.cut,
-        }
+        names = "id kind content confidence created_at score line tokens cut"
+        return _dump(self, names, score=round(self.score, 6))
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,20 +288,11 @@ class RecallResult:
         return tuple(m.id for m in self.memories)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "markdown": self.markdown,
-            "ids": list(self.ids),
-            "memories": [m.to_dict() for m in self.memories],
-            "tokens": self.tokens,
-            "budget_tokens": self.budget_tokens,
-            "max_memories": self.max_memories,
-            "skipped": self.skipped,
-            "mode_used": self.mode_used,
-            "token_counter": self.token_counter,
-            "stale": self.stale,
-            "notes": list(self.notes),
-        }
+        return _dump(
+            self,
+            "task markdown ids memories tokens budget_tokens max_memories skipped mode_used "
+            "token_counter stale notes",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,12 +327,7 @@ class DuplicatePair:
     by: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "keep": self.keep,
-            "duplicate": self.duplicate,
-            "similarity": round(self.similarity, 4),
-            "by": self.by,
-        }
+        return _dump(self, "keep duplicate similarity by", similarity=round(self.similarity, 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,14 +341,8 @@ class DedupReport:
     moved_to: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "checked": self.checked,
-            "duplicates": len(self.pairs),
-            "dry_run": self.dry_run,
-            "moved_to": self.moved_to,
-            "pairs": [p.to_dict() for p in self.pairs],
-        }
+        names = "namespace checked duplicates dry_run moved_to pairs"
+        return _dump(self, names, duplicates=len(self.pairs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,7 +353,7 @@ class FileProblem:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "message": self.message}
+        return _dump(self, "path message")
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,27 +395,13 @@ class SyncReport:
         return self.added + self.changed + self.renamed + self.deleted
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workspace": self.workspace,
-            "namespace": self.namespace,
-            "files": self.files,
-            "chunks": self.chunks,
-            "added": self.added,
-            "changed": self.changed,
-            "renamed": self.renamed,
-            "deleted": self.deleted,
-            "unchanged": self.unchanged,
-            "chunks_added": self.chunks_added,
-            "chunks_removed": self.chunks_removed,
-            "embedded": self.embedded,
-            "reused": self.reused,
-            "pending_vectors": self.pending_vectors,
-            "problems": [p.to_dict() for p in self.problems],
-            "complete": self.complete,
-            "remaining": self.remaining,
-            "took_ms": round(self.took_ms, 3),
-            "embedding_error": self.embedding_error,
-        }
+        return _dump(
+            self,
+            "workspace namespace files chunks added changed renamed deleted unchanged "
+            "chunks_added chunks_removed embedded reused pending_vectors problems complete "
+            "remaining took_ms embedding_error",
+            took_ms=round(self.took_ms, 3),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,22 +434,11 @@ class WorkspaceStatus:
         return self.exists and self.changed == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workspace": self.workspace,
-            "namespace": self.namespace,
-            "globs": list(self.globs),
-            "ignore": list(self.ignore),
-            "exists": self.exists,
-            "files": self.files,
-            "chunks": self.chunks,
-            "problems": [p.to_dict() for p in self.problems],
-            "pending_vectors": self.pending_vectors,
-            "embedder": self.embedder,
-            "synced_at": format_time(self.synced_at) if self.synced_at else None,
-            "changed": self.changed,
-            "in_sync": self.in_sync,
-            "last_sync": self.last_sync,
-        }
+        return _dump(
+            self,
+            "workspace namespace globs ignore exists files chunks problems pending_vectors "
+            "embedder synced_at changed in_sync last_sync",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,9 +458,4 @@ class Appended:
         return self.ids[0] if self.ids else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "ids": list(self.ids),
-            "location": self.location.to_dict(),
-            "sync": self.sync.to_dict(),
-        }
+        return _dump(self, "id ids location sync")

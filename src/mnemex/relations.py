@@ -30,15 +30,8 @@ from typing import Any, Final
 
 from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT, check_count
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.index.fts import LexicalPlan, Lexicon
-from mnemex.index.query import (
-    MAX_QUERY_TERMS,
-    Term,
-    content_terms,
-    expand_terms,
-    keep_rarest,
-    normalized_score,
-)
+from mnemex.index.fts import LexicalPlan, Lexicon, counted_plan
+from mnemex.index.query import Term, content_terms, expand_terms, normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import ForgetResult, Relation
 from mnemex.storage import IN_CHUNK, marks
@@ -129,18 +122,10 @@ def _optional_namespace(namespace: str | None) -> str | None:
 
 
 def _relation(row: Sequence[Any], score: float | None = None) -> Relation:
-    return Relation(
-        id=row[0],
-        namespace=row[1],
-        subject=row[2],
-        predicate=row[3],
-        object=row[4],
-        confidence=row[5],
-        source_memory=row[6],
-        created_at=parse_stored_time(row[7]),
-        updated_at=parse_stored_time(row[8]),
-        score=score,
-    )
+    """The relation of a row of ``_COLUMNS`` (the order of :class:`Relation`'s fields)."""
+    ident, namespace, subject, predicate, obj, confidence, source, created, updated = row
+    times = parse_stored_time(created), parse_stored_time(updated)
+    return Relation(ident, namespace, subject, predicate, obj, confidence, source, *times, score)
 
 
 # -- writes ---------------------------------------------------------------------
@@ -175,10 +160,8 @@ def relation_row(
     relation_id: str | None = None,
     created_at: datetime | None = None,
 ) -> tuple[Any, ...]:
-    """Validate a relation into a row for :func:`upsert`.
-
-    ``relation_id`` and ``created_at`` keep an imported relation's own id and time.
-    """
+    """Validate a relation into a row for :func:`upsert` (``relation_id`` and ``created_at``
+    keep an imported relation's own id and time)."""
     ns = clean_namespace(namespace)
     subj = clean_entity(subject, "subject")
     pred = clean_predicate(predicate)
@@ -222,10 +205,8 @@ def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[Re
 
 
 def _memory_exists(conn: sqlite3.Connection, memory_id: str, namespace: str) -> bool:
-    found = conn.execute(
-        "SELECT 1 FROM memories WHERE id = ? AND namespace = ?", (memory_id, namespace)
-    ).fetchone()
-    return found is not None
+    sql = "SELECT 1 FROM memories WHERE id = ? AND namespace = ?"
+    return conn.execute(sql, (memory_id, namespace)).fetchone() is not None
 
 
 def forget_relations(
@@ -249,25 +230,17 @@ def forget_relations(
 
 def count_relations(conn: sqlite3.Connection, namespace: str | None) -> int:
     """Relations in the namespace (``None``: in every namespace)."""
-    ns = _optional_namespace(namespace)
-    if ns is None:
-        return int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
-    return int(
-        conn.execute("SELECT count(*) FROM relations WHERE namespace = ?", (ns,)).fetchone()[0]
-    )
+    where, params = _namespace_sql(_optional_namespace(namespace))
+    return int(conn.execute(f"SELECT count(*) FROM relations WHERE 1{where}", params).fetchone()[0])
 
 
 def page(
     conn: sqlite3.Connection, namespace: str | None, after: int, limit: int
 ) -> list[tuple[int, Relation]]:
     """(seq, relation) of up to ``limit`` relations with ``seq > after``, oldest first."""
-    ns = _optional_namespace(namespace)
-    where, params = _namespace_sql(ns)
-    rows = conn.execute(
-        f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?",
-        [after, *params, limit],
-    ).fetchall()
-    return [(int(r[0]), _relation(r[1:])) for r in rows]
+    where, params = _namespace_sql(_optional_namespace(namespace))
+    sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?"
+    return [(int(r[0]), _relation(r[1:])) for r in conn.execute(sql, [after, *params, limit])]
 
 
 def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
@@ -286,20 +259,15 @@ def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
 def neighbors(
     conn: sqlite3.Connection, entity: str, namespace: str | None, limit: int = 50
 ) -> list[Relation]:
-    """Relations with ``entity`` as subject or object, most confident then newest first.
-
-    The name must match a whole subject or object, ignoring case.
-    """
+    """Relations with ``entity`` as their whole subject or object (ignoring case), most
+    confident then newest first."""
     key = _entity_key(clean_entity(entity))
     ns = _optional_namespace(namespace)
     where, params = _namespace_sql(ns)
-    rows = conn.execute(
-        f"""SELECT {_COLUMNS} FROM relations
-            WHERE (subject_key = ? OR object_key = ?){where}
-            ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?""",
-        [key, key, *params, check_count("limit", limit, 1, MAX_SEARCH_LIMIT)],
-    ).fetchall()
-    return [_relation(r) for r in rows]
+    sql = f"""SELECT {_COLUMNS} FROM relations WHERE (subject_key = ? OR object_key = ?){where}
+              ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?"""
+    limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return [_relation(r) for r in conn.execute(sql, [key, key, *params, limit])]
 
 
 def _namespace_sql(namespace: str | None, alias: str = "") -> tuple[str, list[object]]:
@@ -320,11 +288,8 @@ def search_relations(
     ns = _optional_namespace(namespace)
     count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
     where, params = _namespace_sql(ns)
-    if (
-        not count
-        or conn.execute(f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1", params).fetchone()
-        is None
-    ):
+    any_relation = f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1"
+    if not count or conn.execute(any_relation, params).fetchone() is None:
         return []
     terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
     if not terms:
@@ -342,14 +307,8 @@ def _plan(conn: sqlite3.Connection, terms: Sequence[Term]) -> LexicalPlan:
     """The terms to search (at most ``MAX_QUERY_TERMS``, the rarest) with their statistics."""
     kept, dropped = content_terms(terms)
     freqs = _doc_freqs(conn, [*kept, *dropped])
-    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
-    return LexicalPlan(
-        terms=tuple(kept[i] for i in keep),
-        doc_freqs=tuple(freqs[i] for i in keep),
-        n_docs=int(conn.execute("SELECT count(*) FROM relations").fetchone()[0]),
-        dropped=tuple(dropped),
-        dropped_freqs=tuple(freqs[len(kept) :]),
-    )
+    n_docs = int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
+    return counted_plan(kept, dropped, freqs, n_docs)
 
 
 def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
@@ -357,12 +316,10 @@ def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
     found: dict[str, int] = {}
     words = sorted({t.key for t in terms if not t.phrase})
     for chunk in batched(words, IN_CHUNK):
-        found.update(
-            conn.execute(
-                f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN ({marks(len(chunk))})",
-                chunk,
-            ).fetchall()
+        sql = (
+            f"SELECT term, doc FROM temp.mnemex_relations_vocab WHERE term IN ({marks(len(chunk))})"
         )
+        found.update(conn.execute(sql, chunk).fetchall())
     for term in terms:
         if term.phrase and term.key not in found:
             found[term.key] = conn.execute(
@@ -382,13 +339,8 @@ def _ranked(
     scores = dict(best)
     rows: dict[int, Sequence[Any]] = {}
     for chunk in batched([seq for seq, _ in best], IN_CHUNK):
-        rows.update(
-            (r[0], r[1:])
-            for r in conn.execute(
-                f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})",
-                chunk,
-            )
-        )
+        sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})"
+        rows.update((r[0], r[1:]) for r in conn.execute(sql, chunk))
     return [_relation(rows[seq], scores[seq]) for seq, _ in best if seq in rows]
 
 
@@ -420,13 +372,11 @@ def _matches(
 ) -> list[tuple[int, float, float]]:
     """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best first."""
     where, params = _namespace_sql(namespace, "r")
-    rows = conn.execute(
-        f"""SELECT r.seq, -bm25(relations_fts) AS raw, r.confidence
-            FROM relations_fts CROSS JOIN relations AS r ON r.seq = relations_fts.rowid
-            WHERE relations_fts MATCH ?{where}
-            ORDER BY raw * r.confidence DESC, r.seq DESC LIMIT ?""",
-        [match, *params, -1 if limit is None else limit],
-    ).fetchall()
+    sql = f"""SELECT r.seq, -bm25(relations_fts) AS raw, r.confidence
+              FROM relations_fts CROSS JOIN relations AS r ON r.seq = relations_fts.rowid
+              WHERE relations_fts MATCH ?{where}
+              ORDER BY raw * r.confidence DESC, r.seq DESC LIMIT ?"""
+    rows = conn.execute(sql, [match, *params, -1 if limit is None else limit])
     return [(int(seq), float(raw), float(conf)) for seq, raw, conf in rows]
 
 

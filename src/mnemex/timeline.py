@@ -50,11 +50,9 @@ def latest(
     """Rows of :data:`COLUMNS`: the ``limit`` newest within ``filters`` (or oldest)."""
     where, params = filters.sql()
     order = "ASC" if oldest_first else "DESC"
-    return conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m WHERE 1{where}
-            ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
-        [*params, limit],
-    ).fetchall()
+    sql = f"""SELECT {COLUMNS} FROM memories AS m WHERE 1{where}
+              ORDER BY m.created_at {order}, m.seq {order} LIMIT ?"""
+    return conn.execute(sql, [*params, limit]).fetchall()
 
 
 def around_anchor(
@@ -71,28 +69,21 @@ def around_anchor(
     if anchor is None:
         raise UnknownMemory([anchor_id], filters.namespace or "*")
     seq, created = anchor[0], anchor[2]
-    older = conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m
-            WHERE m.created_at <= ? AND (m.created_at < ? OR m.seq < ?){where}
-            ORDER BY m.created_at DESC, m.seq DESC LIMIT ?""",
-        [created, created, seq, *params, before],
-    ).fetchall()
-    newer = conn.execute(
-        f"""SELECT {COLUMNS} FROM memories AS m
-            WHERE m.created_at >= ? AND (m.created_at > ? OR m.seq > ?){where}
-            ORDER BY m.created_at ASC, m.seq ASC LIMIT ?""",
-        [created, created, seq, *params, after],
-    ).fetchall()
-    return [*reversed(older), anchor[1:], *newer]
+
+    def beside(op: str, order: str, count: int) -> list[Sequence[Any]]:
+        return conn.execute(
+            f"""SELECT {COLUMNS} FROM memories AS m
+                WHERE m.created_at {op}= ? AND (m.created_at {op} ? OR m.seq {op} ?){where}
+                ORDER BY m.created_at {order}, m.seq {order} LIMIT ?""",
+            [created, created, seq, *params, count],
+        ).fetchall()
+
+    return [*reversed(beside("<", "DESC", before)), anchor[1:], *beside(">", "ASC", after)]
 
 
 def entry(row: Sequence[Any]) -> TimelineEntry:
     """The entry of a row of :data:`COLUMNS`."""
+    ident, created, kind, tags, text, namespace = row
     return TimelineEntry(
-        id=row[0],
-        created_at=parse_stored_time(row[1]),
-        kind=row[2],
-        tags=tuple(json.loads(row[3])),
-        summary=summarize(row[4]),
-        namespace=row[5],
+        ident, parse_stored_time(created), kind, tuple(json.loads(tags)), summarize(text), namespace
     )

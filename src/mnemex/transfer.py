@@ -29,18 +29,8 @@ Progress = Callable[[int], None]  # called with the number of lines handled sinc
 IMPORT_BATCH = 2_000
 _MAX_SHOWN_ERRORS = 20
 _RELATION_KEYS = frozenset(
-    {
-        "type",
-        "id",
-        "namespace",
-        "subject",
-        "predicate",
-        "object",
-        "confidence",
-        "source_memory",
-        "created_at",
-        "updated_at",
-    }
+    "type id namespace subject predicate object confidence source_memory created_at "
+    "updated_at".split()
 )
 
 
@@ -57,12 +47,11 @@ def import_jsonl(
 ) -> ImportReport:
     """Import memories from JSONL lines.
 
-    Bad lines (invalid UTF-8 or JSON, JSON nested too deeply, invalid or
-    out-of-range fields) are reported with their line numbers and skipped; the good ones are imported in batches of
-    ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
-    embedded, unless ``embed`` is false). With
-    ``strict``, any bad line imports nothing at all. Lines whose ``id``
-    already exists are skipped (counted in ``skipped``) unless
+    Bad lines (invalid UTF-8 or JSON, JSON nested too deeply, invalid or out-of-range
+    fields) are reported with their line numbers and skipped; the good ones are imported
+    in batches of ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
+    embedded, unless ``embed`` is false). With ``strict``, any bad line imports nothing
+    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``) unless
     ``skip_existing`` is false, which makes them errors.
     """
     ns = store.resolve_namespace(namespace)
@@ -116,13 +105,8 @@ def import_jsonl(
             related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
         if progress:
             progress(len(relation_rows))
-    return ImportReport(
-        imported=imported,
-        skipped=len(ids) - imported + len(relation_rows) - related,  # ids already taken
-        errors=tuple(errors),
-        ids=tuple(ids),
-        relations=related,
-    )
+    skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken
+    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related)
 
 
 def _store_batch(
@@ -209,13 +193,8 @@ def _with_sources(
             and (namespace, source) not in imported
             and not store.get(source, namespace=namespace).memories
         ):
-            errors.append(
-                LineError(
-                    number,
-                    f"source_memory {source!r} is neither in the file nor in "
-                    f"namespace {namespace!r}",
-                )
-            )
+            where = f"neither in the file nor in namespace {namespace!r}"
+            errors.append(LineError(number, f"source_memory {source!r} is {where}"))
             continue
         good.append((number, row))
     return good

@@ -26,15 +26,11 @@ def run_beir(
     data = load_beir(directory, split)
     query_ids = list(data.queries)[: max_queries or None]
     with eval_store(db, spec, namespace=NAMESPACE) as store:
-        items = [
-            {"id": did, "content": text, "kind": "document"}
-            for did, text in data.corpus.items()
-            if text
-        ]
+        corpus = data.corpus.items()
+        items = [{"id": did, "content": text, "kind": "document"} for did, text in corpus if text]
         ingest_seconds = ingest(store, items, spec, show=progress)
-        run, samples, modes, fusions = run_queries(
-            store, [(q, data.queries[q], None) for q in query_ids], depth, spec, progress
-        )
+        queries = [(q, data.queries[q], None) for q in query_ids]
+        run, samples, modes, fusions = run_queries(store, queries, depth, spec, progress)
         memories = store.count()
         described = spec.describe(store, fusions)
     qrels = {q: data.qrels[q] for q in query_ids}
@@ -48,7 +44,7 @@ def run_beir(
         "queries": len(query_ids),
         "depth": depth,
         "ingest_seconds": round(ingest_seconds, 3),
-        "metrics": {k: round(v, 4) for k, v in mean(scores.values(), DEFAULT_MEASURES).items()},
+        "metrics": mean(scores.values(), DEFAULT_MEASURES),
         "latency_ms": latency(samples),
         "machine": machine(),
     }

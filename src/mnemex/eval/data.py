@@ -51,8 +51,7 @@ def load_beir(directory: Path, split: str = "test") -> BeirData:
         raise InvalidInput(f"{qrels_path} does not exist: pick another --split")
     qrels: dict[str, dict[str, int]] = {}
     with open(qrels_path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        for row in reader:
+        for row in csv.reader(handle, delimiter="\t"):
             if not row or row[0] == "query-id":
                 continue
             qid, did, score = row[0], row[1], int(row[2])
@@ -155,13 +154,6 @@ def load_locomo(path: Path, categories: tuple[int, ...] = (1, 2, 3, 4)) -> Locom
             if not evidence:
                 unanswerable += 1
                 continue
-            questions.append(
-                Question(
-                    ns,
-                    f"{ns}:q{number}",
-                    str(qa["question"]),
-                    int(qa["category"]),
-                    tuple(dict.fromkeys(evidence)),
-                )
-            )
+            ident, text, category = f"{ns}:q{number}", str(qa["question"]), int(qa["category"])
+            questions.append(Question(ns, ident, text, category, tuple(dict.fromkeys(evidence))))
     return LocomoData(turns, questions, dropped, unanswerable)

@@ -90,11 +90,9 @@ class CachedEmbedder:
         with self._lock:
             unique = list(dict.fromkeys(keys))
             for chunk in batched(unique, IN_CHUNK):
-                for key, dim, blob in self._conn.execute(
-                    "SELECT sha256, dim, vector FROM vectors WHERE model = ? AND sha256 IN "
-                    f"({marks(len(chunk))})",
-                    [model, *chunk],
-                ):
+                where = f"model = ? AND sha256 IN ({marks(len(chunk))})"
+                sql = f"SELECT sha256, dim, vector FROM vectors WHERE {where}"
+                for key, dim, blob in self._conn.execute(sql, [model, *chunk]):
                     found[key] = np.frombuffer(blob, dtype=np.float32, count=dim)
         missing = [i for i, key in enumerate(keys) if key not in found]
         todo = list(dict.fromkeys(keys[i] for i in missing))

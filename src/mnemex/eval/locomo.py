@@ -75,7 +75,7 @@ def run_locomo(
         "questions_without_evidence": data.unanswerable,
         "depth": depth,
         "ingest_seconds": round(ingest_seconds, 3),
-        "metrics": {k: round(v, 4) for k, v in mean(scores.values(), MEASURES).items()},
+        "metrics": mean(scores.values(), MEASURES),
         **_breakdown(data, scores),
         "latency_ms": latency(samples),
         "machine": machine(),
@@ -86,10 +86,7 @@ def _breakdown(data: LocomoData, scores: dict[str, dict[str, float]]) -> dict[st
     """The metrics per category and per conversation, each with its number of questions."""
 
     def summary(ids: list[str]) -> dict[str, Any]:
-        return {
-            "questions": len(ids),
-            **{k: round(v, 4) for k, v in mean((scores[i] for i in ids), MEASURES).items()},
-        }
+        return {"questions": len(ids), **mean((scores[i] for i in ids), MEASURES)}
 
     questions = data.questions
     return {

@@ -38,10 +38,11 @@ def per_query(qrels: Qrels, run: Run, measures: Sequence[str]) -> dict[str, dict
 
 
 def mean(values: Iterable[dict[str, float]], measures: Sequence[str]) -> dict[str, float]:
+    """Each measure's mean over ``values``, to four decimals (0 when there are none)."""
     rows = list(values)
     if not rows:
         return dict.fromkeys(measures, 0.0)
-    return {m: sum(r[m] for r in rows) / len(rows) for m in measures}
+    return {m: round(sum(r[m] for r in rows) / len(rows), 4) for m in measures}
 
 
 def latency(samples_ms: Sequence[float]) -> dict[str, float]:

@@ -10,11 +10,7 @@ def print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     out = Console(highlight=False)
-    how = [report["mode"]]
-    if report.get("fusion"):
-        how.append(report["fusion"])
-    if report.get("embedder"):
-        how.append(report["embedder"])
+    how = [report["mode"], *(report[key] for key in ("fusion", "embedder") if report.get(key))]
     title = f"{report['dataset']}  ({'; '.join(how)})"
     out.print(f"[bold]{title}[/bold]", markup=True)
     out.print(

@@ -17,6 +17,7 @@ from mnemex.config import Settings, load_settings
 from mnemex.embed import resolve as resolve_embedder
 from mnemex.eval.embed_cache import CachedEmbedder
 from mnemex.eval.metrics import ranked_run
+from mnemex.models import SearchResult
 from mnemex.progress import progress_bar
 from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
@@ -35,8 +36,25 @@ class Spec:
     embedder: str | None = None
     embed_cache: Path | None = None  # keep corpus vectors here between runs (see embed_cache.py)
 
+    @property
+    def vectors(self) -> bool:
+        """Whether the searches may use vectors (every mode but lexical)."""
+        return (self.mode or "auto") != "lexical"
+
     def settings(self) -> dict[str, Any]:
         return {"lexical_budget": self.lexical_budget, "embedder": self.embedder}
+
+    def search(self, store: Store, text: str, limit: int, namespace: str | None) -> SearchResult:
+        """One search as the spec says, without snippets (nothing reads them)."""
+        return store.search(
+            text,
+            limit,
+            mode=self.mode,
+            fusion=self.fusion,
+            weights=self.weights,
+            namespace=namespace,
+            snippets=False,
+        )
 
     def describe(self, store: Store, fusions: Collection[str] = ()) -> dict[str, Any]:
         """How the searches ran; ``fusions``: the fusion versions their results report."""
@@ -81,7 +99,7 @@ def eval_store(db: Path | None, spec: Spec, **settings: Any) -> Iterator[Store]:
 def _opened(settings: Settings, spec: Spec) -> Iterator[Store]:
     """A store on ``settings``, its embedder behind the spec's embedding cache if any."""
     cached = None
-    if spec.embed_cache is not None and (spec.mode or "auto") != "lexical":
+    if spec.embed_cache is not None and spec.vectors:
         inner = resolve_embedder(settings)
         if inner is not None:
             cached = CachedEmbedder(inner, spec.embed_cache)
@@ -104,7 +122,7 @@ def ingest(
 ) -> float:
     """Add items in batches, then embed them when the spec searches vectors (each with a
     progress bar that moves per batch); seconds taken."""
-    embed = (spec.mode or "auto") != "lexical" and store.embedder is not None
+    embed = spec.vectors and store.embedder is not None
     started = time.perf_counter()
     with progress_bar(len(items), "ingesting", show) as advance:
         for start in range(0, len(items), INGEST_BATCH):
@@ -134,15 +152,7 @@ def run_queries(
     with progress_bar(len(queries), "searching", show) as advance:
         for qid, text, namespace in queries:
             started = time.perf_counter()
-            result = store.search(
-                text,
-                depth,
-                mode=spec.mode,
-                fusion=spec.fusion,
-                weights=spec.weights,
-                namespace=namespace,
-                snippets=False,
-            )
+            result = spec.search(store, text, depth, namespace)
             samples.append((time.perf_counter() - started) * 1000)
             run[qid] = ranked_run([h.id for h in result.hits])
             modes[result.mode_used] += 1

@@ -116,15 +116,7 @@ def _answer(
     evidence_lines = [ws.lines[e] for e in q.evidence if e in ws.lines]
     evidence_text = [ws.text[e] for e in q.evidence if e in ws.text]
     started = time.perf_counter()
-    result = store.search(
-        q.text,
-        max(*CUTOFFS, TOPK_CUT_HITS),
-        mode=spec.mode,
-        fusion=spec.fusion,
-        weights=spec.weights,
-        namespace=q.namespace,
-        snippets=False,
-    )
+    result = spec.search(store, q.text, max(*CUTOFFS, TOPK_CUT_HITS), q.namespace)
     hits = result.hits
     elapsed = (time.perf_counter() - started) * 1000
     places = [
@@ -133,10 +125,8 @@ def _answer(
     ]
     out = {f"found@{k}": found_in_chunks(places[:k], evidence_lines) for k in CUTOFFS}
     top = hits[:TOPK_CUT_HITS]
-    got = {
-        m.id: m
-        for m in (store.get([h.id for h in top], namespace=q.namespace).memories if top else ())
-    }
+    stored = store.get([h.id for h in top], namespace=q.namespace).memories if top else ()
+    got = {m.id: m for m in stored}
     now = utcnow()
     lines = [
         render_line(m.kind, m.content, m.confidence, format_age(age_days(m.created_at, now)))
@@ -166,8 +156,7 @@ def run_workspace(
         written = write_all(data, folder or Path(tmp))
         with eval_store(db, spec) as store:
             started = time.perf_counter()
-            embed = (spec.mode or "auto") != "lexical" and store.embedder is not None
-            chunks = sync_all(store, written, embed, progress)
+            chunks = sync_all(store, written, spec.vectors and store.embedder is not None, progress)
             seconds = time.perf_counter() - started
             return evaluate(store, data, written, spec, file, progress, chunks, seconds)
 

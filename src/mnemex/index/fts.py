@@ -84,6 +84,14 @@ _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_score_v "
     "USING fts5vocab(temp, mnemex_score, instance)",
 )
+# A term's rows in a namespace: bm25() under column weights w and 2w, and the row's size.
+_POSTINGS = f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}),
+        bm25(memories_fts, 2.0, {2 * TAGS_WEIGHT}), d.sz
+    FROM memories_fts
+    CROSS JOIN memories AS m INDEXED BY memories_seq_namespace ON m.seq = memories_fts.rowid
+    JOIN memories_fts_docsize AS d ON d.id = memories_fts.rowid
+    WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ? AND m.namespace = ?
+    ORDER BY memories_fts.rowid"""
 BM25_K1 = 1.2  # FTS5's bm25() constants
 BM25_B = 0.75
 _COLUMN_WEIGHTS = {"content": 1.0, "tags": TAGS_WEIGHT}
@@ -195,14 +203,8 @@ class LexicalPlan:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """One namespace's statistics (``namespace_stats``), when other namespaces share the index.
-
-    FTS5's ``bm25()`` takes N, the average row length and each term's
-    document frequency from the whole index; a namespace searched with
-    these would rank by what other namespaces hold. With a scope, they are
-    the namespace's own and the lexical arm scores rows itself, exactly as
-    ``bm25()`` would in a store holding this namespace alone.
-    """
+    """One namespace's statistics (``namespace_stats``), when other namespaces share the
+    index: the lexical arm then scores rows itself with these (see the module docstring)."""
 
     namespace: str
     docs: int
@@ -246,6 +248,9 @@ class Retrieval:
     notes: list[str] = field(default_factory=list)
 
 
+_FALLBACK = "shaped candidates < pool; scored every matching row"
+
+
 class Lexicon:
     """Per-connection access to FTS5's tokenizer and term statistics."""
 
@@ -261,12 +266,8 @@ class Lexicon:
         self._setup()
 
     def _setup(self) -> None:
-        """Create the temp tables, once, when the connection is set up.
-
-        They are connection-local state: created inside a transaction or a
-        savepoint, a rollback would drop them while this object believes
-        they exist, so they are made outside any transaction.
-        """
+        """Create the temp tables once, outside any transaction: connection-local state
+        that a rollback would drop while this object believes it exists."""
         if not self._ready:
             if self._conn.in_transaction:
                 raise RuntimeError("a Lexicon is set up outside any transaction")
@@ -315,11 +316,8 @@ class Lexicon:
         return tokens
 
     def invalidate(self, counts: bool = False) -> None:
-        """Forget the cached row count (call after this connection writes).
-
-        With ``counts`` the cached document frequencies go too (after a
-        rolled-back write, whose rows they may have counted).
-        """
+        """Forget the cached row count (call after this connection writes); with ``counts``
+        the cached document frequencies too (after a rollback: they may count its rows)."""
         self._n_docs = None
         if counts:
             self._df.clear()
@@ -327,11 +325,8 @@ class Lexicon:
             self._postings_rows = 0
 
     def n_docs(self) -> int:
-        """Rows in the index (what ``bm25()`` calls N), cached until the data changes.
-
-        ``PRAGMA data_version`` changes when another connection commits; this
-        connection's own writes call :meth:`invalidate`.
-        """
+        """Rows in the index (``bm25()``'s N), cached until ``PRAGMA data_version`` says
+        another connection committed (this one's writes call :meth:`invalidate`)."""
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if self._n_docs is None or self._n_docs[0] != version:
             count = self._conn.execute("SELECT count(*) FROM memories").fetchone()[0]
@@ -360,12 +355,8 @@ class Lexicon:
         words = sorted({t.key for t in terms if not t.phrase and not cache.get(t.key)})
         for start in range(0, len(words), IN_CHUNK):
             chunk = words[start : start + IN_CHUNK]
-            found = dict(
-                self._conn.execute(
-                    f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})",
-                    chunk,
-                ).fetchall()
-            )
+            sql = f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})"
+            found = dict(self._conn.execute(sql, chunk).fetchall())
             for word in chunk:
                 cache[word] = int(found.get(word, 0))
         for term in terms:
@@ -380,10 +371,8 @@ class Lexicon:
         index's own (all namespaces searched, or the namespace holds every row)."""
         if namespace is None:
             return None
-        row = self._conn.execute(
-            "SELECT docs, tokens, changes, lo, hi FROM namespace_stats WHERE namespace = ?",
-            (namespace,),
-        ).fetchone()
+        sql = "SELECT docs, tokens, changes, lo, hi FROM namespace_stats WHERE namespace = ?"
+        row = self._conn.execute(sql, (namespace,)).fetchone()
         if row is None:
             row = (0, 0, 0, 0, -1)
         if row[0] == self.n_docs():
@@ -412,18 +401,8 @@ class Lexicon:
                 continue
             if totals is None:
                 totals = _totals(self._conn)
-            rows = self._conn.execute(
-                f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}),
-                        bm25(memories_fts, 2.0, {2 * TAGS_WEIGHT}), d.sz
-                    FROM memories_fts
-                    CROSS JOIN memories AS m INDEXED BY memories_seq_namespace
-                        ON m.seq = memories_fts.rowid
-                    JOIN memories_fts_docsize AS d ON d.id = memories_fts.rowid
-                    WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ?
-                    AND m.namespace = ?
-                    ORDER BY memories_fts.rowid""",
-                (term.match, scope.lo, scope.hi, scope.namespace),
-            ).fetchall()
+            params = (term.match, scope.lo, scope.hi, scope.namespace)
+            rows = self._conn.execute(_POSTINGS, params).fetchall()
             found = _postings_of(rows, totals)
             out.append(found)
             self._postings[key] = found
@@ -494,14 +473,21 @@ def plan(
             scope=scope,
             postings=tuple(postings[i] for i in keep),
         )
-    doc_freqs = lexicon.doc_freqs([*kept, *dropped])
-    keep = keep_rarest(kept, doc_freqs[: len(kept)], MAX_QUERY_TERMS)
+    return counted_plan(kept, dropped, lexicon.doc_freqs([*kept, *dropped]), lexicon.n_docs())
+
+
+def counted_plan(
+    kept: Sequence[Term], dropped: Sequence[Term], freqs: Sequence[int], n_docs: int
+) -> LexicalPlan:
+    """The plan of the ``kept`` terms (at most ``MAX_QUERY_TERMS``, the rarest) and the stop
+    words ``dropped``, given the document frequencies of both (in that order)."""
+    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
     return LexicalPlan(
         terms=tuple(kept[i] for i in keep),
-        doc_freqs=tuple(doc_freqs[i] for i in keep),
-        n_docs=lexicon.n_docs(),
+        doc_freqs=tuple(freqs[i] for i in keep),
+        n_docs=n_docs,
         dropped=tuple(dropped),
-        dropped_freqs=tuple(doc_freqs[len(kept) :]),
+        dropped_freqs=tuple(freqs[len(kept) :]),
     )
 
 
@@ -581,25 +567,23 @@ def retrieve(
         return Retrieval([])
     if lexical.scope is not None and lexical.raw is None:
         return _retrieve_scoped(conn, lexical, filters, pool, budget)
-    if lexical.raw is not None:
-        try:
-            return Retrieval(_candidates(conn, exact_sql(lexical.raw, filters, pool)))
-        except sqlite3.OperationalError as exc:
-            raise InvalidQuery(
-                f"invalid FTS5 query {lexical.raw!r}: {exc}; "
-                "search without the raw FTS5 option to use plain text"
-            ) from None
-    essential, rest = _split(lexical, pool, budget)
-    if rest:
-        found = _candidates(conn, shaped_sql(_or(essential), _or(rest), filters, pool))
-        if len(found) >= pool:
-            return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
-        # Fewer candidates than wanted: rows with only common terms may still qualify.
-        exact = _candidates(conn, exact_sql(lexical.match, filters, pool))
-        result = Retrieval(exact, fallback=True)
-        result.notes.append("shaped candidates < pool; scored every matching row")
-        return result
-    return Retrieval(_candidates(conn, exact_sql(lexical.match, filters, pool)))
+    try:
+        found = _candidates(conn, lexical_sql(lexical, filters, pool, budget))
+    except sqlite3.OperationalError as exc:
+        if lexical.raw is None:
+            raise
+        raise InvalidQuery(
+            f"invalid FTS5 query {lexical.raw!r}: {exc}; "
+            "search without the raw FTS5 option to use plain text"
+        ) from None
+    essential, rest = ([], []) if lexical.raw is not None else _split(lexical, pool, budget)
+    if not rest:
+        return Retrieval(found)
+    if len(found) >= pool:
+        return Retrieval(found, shaped=True, essential=tuple(t.key for t in essential))
+    # Fewer candidates than wanted: rows with only common terms may still qualify.
+    exact = _candidates(conn, exact_sql(lexical.match, filters, pool))
+    return Retrieval(exact, fallback=True, notes=[_FALLBACK])
 
 
 def _retrieve_scoped(
@@ -636,10 +620,8 @@ def _retrieve_scoped(
             )
     seqs, lengths = _allowed(conn, filters, postings)
     score = _bm25_phrases(scope, seqs, lengths, phrases(range(len(terms))))
-    result = Retrieval(_best(seqs, score, pool), fallback=bool(rest_idx))
-    if rest_idx:
-        result.notes.append("shaped candidates < pool; scored every matching row")
-    return result
+    notes = [_FALLBACK] if rest_idx else []
+    return Retrieval(_best(seqs, score, pool), fallback=bool(rest_idx), notes=notes)
 
 
 def _allowed(
@@ -655,17 +637,9 @@ def _allowed(
     lengths = np.concatenate([p.lengths for p in postings])[first]
     if filters.narrow and len(seqs):
         where, params = filters.sql()
-        allowed = np.fromiter(
-            (
-                r[0]
-                for r in conn.execute(
-                    "SELECT m.seq FROM memories AS m WHERE m.seq IN "
-                    f"(SELECT value FROM json_each(?)){where}",
-                    [json.dumps(seqs.tolist()), *params],
-                )
-            ),
-            dtype=np.int64,
-        )
+        sql = f"SELECT seq FROM memories AS m WHERE seq IN (SELECT value FROM json_each(?)){where}"
+        rows = conn.execute(sql, [json.dumps(seqs.tolist()), *params])
+        allowed = np.fromiter((r[0] for r in rows), dtype=np.int64)
         keep = np.isin(seqs, allowed)
         seqs, lengths = seqs[keep], lengths[keep]
     return seqs, lengths
@@ -731,31 +705,23 @@ def bm25_of(
         keep = np.isin(found, wanted)
         found, lengths = found[keep], lengths[keep]
         counts = np.stack([_freqs_in(p, found) for p in live], axis=1).tolist()
-        return _bm25_rows(
-            terms,
-            dict(zip(found.tolist(), counts, strict=True)),
-            dict(zip(found.tolist(), lengths.tolist(), strict=True)),
-            lexical.scope.docs,
-            lexical.scope.avgdl,
-        )
+        rows, scope = found.tolist(), lexical.scope
+        weights = [term.count * idf(df, scope.docs) for term, df in terms]
+        sizes = dict(zip(rows, lengths.tolist(), strict=True))
+        return _bm25(dict(zip(rows, counts, strict=True)), weights, sizes, scope.avgdl)
     if lexical.raw is not None:
+        where = f"memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"
         rows = conn.execute(
-            f"SELECT rowid, -{_BM25} FROM memories_fts "
-            f"WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})",
-            [lexical.match, *seqs],
-        ).fetchall()
+            f"SELECT rowid, -{_BM25} FROM memories_fts WHERE {where}", [lexical.match, *seqs]
+        )
         return {seq: raw for seq, raw in rows if raw > 0}
     _load(conn, lexicon, seqs)
     freqs = _frequencies(conn, [t for t, _ in terms])
-    sizes = {
-        seq: sum(_varints(size))
-        for seq, size in conn.execute(
-            f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})",
-            list(seqs),
-        )
-    }
+    sql = f"SELECT id, sz FROM memories_fts_docsize WHERE id IN ({marks(len(seqs))})"
+    sizes = {seq: sum(_varints(size)) for seq, size in conn.execute(sql, list(seqs))}
     n_rows, total_tokens = _totals(conn)
-    return _bm25_rows(terms, freqs, sizes, n_rows, total_tokens / n_rows if n_rows else 1.0)
+    weights = [term.count * idf(df, n_rows) for term, df in terms]
+    return _bm25(freqs, weights, sizes, total_tokens / n_rows if n_rows else 1.0)
 
 
 def bm25_beside(
@@ -781,10 +747,8 @@ def bm25_beside(
     terms = list(lexical.terms)
     freqs = _frequencies(conn, terms)
     own = freqs.pop(0, [0.0] * len(terms))
-    sizes = {
-        doc: sum(_varints(size))
-        for doc, size in conn.execute("SELECT id, sz FROM temp.mnemex_score_docsize")
-    }
+    sql = "SELECT id, sz FROM temp.mnemex_score_docsize"
+    sizes = {doc: sum(_varints(size)) for doc, size in conn.execute(sql)}
     n_rows, total_tokens = _totals(conn)
     n_rows += 1
     total_tokens += sizes.get(0, 0)
@@ -812,12 +776,10 @@ def _load(
     if new is not None:
         conn.execute("INSERT INTO temp.mnemex_score (rowid, content, tags) VALUES (0, ?, ?)", new)
     if seqs:
-        conn.execute(
-            "INSERT INTO temp.mnemex_score (rowid, content, tags) "
-            f"SELECT seq, content, tags FROM memories_fts_source "
-            f"WHERE seq IN ({marks(len(seqs))})",
-            list(seqs),
+        rows = (
+            f"SELECT seq, content, tags FROM memories_fts_source WHERE seq IN ({marks(len(seqs))})"
         )
+        conn.execute(f"INSERT INTO temp.mnemex_score (rowid, content, tags) {rows}", list(seqs))
 
 
 def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, list[float]]:
@@ -825,13 +787,10 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
     tokens = sorted({token for t in terms for token in t.key.split(" ")})
     if not tokens:
         return {}
-    at: dict[tuple[int, str, int], str] = {}  # (row, column, offset) -> query token
-    for term, doc, col, offset in conn.execute(
-        "SELECT term, doc, col, offset FROM temp.mnemex_score_v "
-        f"WHERE term IN ({marks(len(tokens))})",
-        tokens,
-    ):
-        at[(doc, col, offset)] = term
+    where = f"WHERE term IN ({marks(len(tokens))})"
+    sql = f"SELECT term, doc, col, offset FROM temp.mnemex_score_v {where}"
+    # (row, column, offset) -> query token
+    at = {(doc, col, offset): term for term, doc, col, offset in conn.execute(sql, tokens)}
     freqs: dict[int, list[float]] = {}
     for (doc, col, offset), token in at.items():
         for i, term in enumerate(terms):
@@ -841,17 +800,6 @@ def _frequencies(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[int, l
             ):
                 freqs.setdefault(doc, [0.0] * len(terms))[i] += _COLUMN_WEIGHTS[col]
     return freqs
-
-
-def _bm25_rows(
-    terms: Sequence[tuple[Term, int]],
-    freqs: dict[int, list[float]],
-    sizes: Mapping[int, float],
-    n_rows: int,
-    avgdl: float,
-) -> dict[int, float]:
-    """BM25 of each row from its term frequencies (in the order of ``terms``) and length."""
-    return _bm25(freqs, [term.count * idf(df, n_rows) for term, df in terms], sizes, avgdl)
 
 
 def _bm25(
@@ -922,10 +870,7 @@ def snippets(
     """FTS5 ``snippet()`` of the content of each row, with highlight markers."""
     if not seqs or not match:
         return {}
-    rows = conn.execute(
-        f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
-            FROM memories_fts WHERE memories_fts MATCH ?
-            AND rowid IN ({marks(len(seqs))})""",
-        [start, end, tokens, match, *seqs],
-    ).fetchall()
+    sql = f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
+              FROM memories_fts WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"""
+    rows = conn.execute(sql, [start, end, tokens, match, *seqs])
     return {seq: unsegment(text) for seq, text in rows if text is not None}

@@ -117,16 +117,9 @@ def chunk_markdown(text: str, tokens: int = 400, overlap: int = 80) -> list[Chun
             end = _best_break(units, start, end, len(lead.text) if lead else 0, budget)
         body = units[start:end]
         parts = [lead, *body] if lead else body
-        chunks.append(
-            Chunk(
-                text="".join(u.text for u in parts),
-                start_line=parts[0].first,
-                end_line=body[-1].last,
-                heading=parts[0].heading,
-                overlap=len(lead.text) if lead else 0,
-                entry=next((t for t in reversed(body[-1].heading) if ENTRY_TITLE.match(t)), ""),
-            )
-        )
+        entry = next((t for t in reversed(body[-1].heading) if ENTRY_TITLE.match(t)), "")
+        place = (parts[0].first, body[-1].last, parts[0].heading, len(lead.text) if lead else 0)
+        chunks.append(Chunk("".join(u.text for u in parts), *place, entry))
         starts_section = end < len(units) and units[end].quality >= HEADING_BREAK
         lead = None if starts_section or not carry else _tail(parts, carry)
         start = end
@@ -162,13 +155,8 @@ def _tail(parts: list[_Unit], room: int) -> _Unit | None:
         partial = parts[index - 1]
         cut = _word_cut(partial.text, room - taken)
         if cut is not None:
-            head = _Unit(
-                text=partial.text[cut:],
-                first=partial.first + partial.text.count("\n", 0, cut),
-                last=partial.last,
-                quality=INSIDE_LINE,
-                heading=partial.heading,
-            )
+            first = partial.first + partial.text.count("\n", 0, cut)
+            head = _Unit(partial.text[cut:], first, partial.last, INSIDE_LINE, partial.heading)
             return _join([head, *whole])
     while whole and whole[0].quality <= INSIDE_FENCE and whole[0].fence:
         whole = whole[1:]  # never start inside a fenced block
@@ -187,14 +175,9 @@ def _word_cut(text: str, room: int) -> int | None:
 
 
 def _join(parts: list[_Unit]) -> _Unit:
-    return _Unit(
-        text="".join(u.text for u in parts),
-        first=parts[0].first,
-        last=parts[-1].last,
-        quality=parts[0].quality,
-        heading=parts[0].heading,
-        fence=any(u.fence for u in parts),
-    )
+    text, first = "".join(u.text for u in parts), parts[0]
+    fence = any(u.fence for u in parts)
+    return _Unit(text, first.first, parts[-1].last, first.quality, first.heading, fence=fence)
 
 
 def _units(text: str, budget: int, piece: int) -> Iterator[_Unit]:
@@ -304,10 +287,7 @@ def _fence_units(
             units[-1] = _with_text(units[-1], units[-1].text + line)
             continue
         for index, part in enumerate(_split_line(line, piece)):
-            if offset == 0 and index == 0:
-                q = quality
-            else:
-                q = INSIDE_FENCE if index == 0 else INSIDE_LINE
+            q = quality if offset == index == 0 else INSIDE_FENCE if index == 0 else INSIDE_LINE
             units.append(_Unit(part, number, min(number, last), q, heading, fence=True))
     return units
 

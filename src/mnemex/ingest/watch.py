@@ -172,20 +172,13 @@ def _stopped(observer: Any) -> None:
 
 def _log(report: SyncReport, what: str, reported: set[tuple[str, str]]) -> None:
     """Log a sync, and each file problem once (until it goes away and comes back)."""
+    counts = "added changed renamed deleted files chunks chunks_added chunks_removed embedded"
     logger.info(
         "%s of %s: %d added, %d changed, %d renamed, %d deleted; %d files, %d chunks "
         "(+%d -%d), %d embedded, in %.0f ms",
         what,
         report.workspace,
-        report.added,
-        report.changed,
-        report.renamed,
-        report.deleted,
-        report.files,
-        report.chunks,
-        report.chunks_added,
-        report.chunks_removed,
-        report.embedded,
+        *(getattr(report, name) for name in counts.split()),
         report.took_ms,
     )
     current = {(p.path, p.message) for p in report.problems}

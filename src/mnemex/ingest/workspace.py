@@ -73,6 +73,8 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 BATCH_FILES = 500  # files per write transaction
 BATCH_CHUNKS = 5_000  # chunks per write transaction (a transaction may exceed it by one file)
+# What a sync counts, per file and per chunk (fields of _Tally and of SyncReport).
+COUNTS = ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added", "chunks_removed")
 _DATED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 
 
@@ -140,16 +142,10 @@ _WS_COLUMNS = "id, root, namespace, globs, ignore, chunking, synced_at, last_syn
 
 
 def _workspace(row: Sequence[Any]) -> Workspace:
-    return Workspace(
-        id=row[0],
-        root=row[1],
-        namespace=row[2],
-        globs=tuple(json.loads(row[3])),
-        ignore=tuple(json.loads(row[4])),
-        chunking=row[5],
-        synced_at=row[6],
-        last_sync=json.loads(row[7]),
-    )
+    """The workspace of a row of ``_WS_COLUMNS`` (the order of :class:`Workspace`'s fields)."""
+    ident, root, namespace, globs, ignore, chunking, synced_at, last_sync = row
+    patterns = tuple(json.loads(globs)), tuple(json.loads(ignore))
+    return Workspace(ident, root, namespace, *patterns, chunking, synced_at, json.loads(last_sync))
 
 
 def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | None:
@@ -162,12 +158,8 @@ def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | Non
 def listed(conn: sqlite3.Connection, namespace: str | None) -> list[Workspace]:
     """The workspaces of a namespace (all when ``None``)."""
     where, params = ("WHERE namespace = ?", [namespace]) if namespace is not None else ("", [])
-    return [
-        _workspace(r)
-        for r in conn.execute(
-            f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root", params
-        )
-    ]
+    sql = f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root"
+    return [_workspace(r) for r in conn.execute(sql, params)]
 
 
 def register(
@@ -254,23 +246,21 @@ def remove(store: Store, directory: str | os.PathLike[str], namespace: str) -> i
     return chunks
 
 
+def _count(conn: sqlite3.Connection, sql: str, workspace_id: int) -> int:
+    return int(conn.execute(sql, (workspace_id,)).fetchone()[0])
+
+
 def _recorded_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
     """The chunks the files rows say they have (their real count differs after a forget)."""
-    return int(
-        conn.execute(
-            "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?", (workspace_id,)
-        ).fetchone()[0]
-    )
+    sql = "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?"
+    return _count(conn, sql, workspace_id)
 
 
 def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
-    return int(
-        conn.execute(
-            "SELECT count(*) FROM chunks WHERE file_id IN "
-            "(SELECT id FROM files WHERE workspace_id = ?)",
-            (workspace_id,),
-        ).fetchone()[0]
+    sql = (
+        "SELECT count(*) FROM chunks WHERE file_id IN (SELECT id FROM files WHERE workspace_id = ?)"
     )
+    return _count(conn, sql, workspace_id)
 
 
 # -- comparing the disk with the index --------------------------------------------------
@@ -293,12 +283,9 @@ def _known(conn: sqlite3.Connection, workspace_id: int, *, count: bool) -> dict[
     """The files rows of a workspace by path; with ``count``, their real chunk counts
     (a chunk forgotten through the API makes its file be read again), else the recorded."""
     actual = "(SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id)" if count else "f.chunks"
-    rows = conn.execute(
-        f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
-                   {actual} FROM files AS f WHERE f.workspace_id = ?""",
-        (workspace_id,),
-    ).fetchall()
-    return {r[0]: _Known(*r[1:]) for r in rows}
+    sql = f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
+                     {actual} FROM files AS f WHERE f.workspace_id = ?"""
+    return {r[0]: _Known(*r[1:]) for r in conn.execute(sql, (workspace_id,))}
 
 
 def _cached(
@@ -312,11 +299,8 @@ def _cached(
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
     known = _known(conn, ws.id, count=False)
-    settled: dict[str, files.Stat] | None = {
-        path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()
-    }
-    if any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values()):
-        settled = None
+    racy = any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values())
+    settled = None if racy else {path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()}
     store.session.files_cache[ws.id] = (version, known, settled)
     return known, settled
 
@@ -449,18 +433,9 @@ def _cut(prepared: _Prepared, sizes: tuple[int, int], max_bytes: int) -> None:
             digest = content_hash(content)
             occurrence = seen.get(digest, 0)
             seen[digest] = occurrence + 1
-            rows.append(
-                _ChunkRow(
-                    content,
-                    digest,
-                    occurrence,
-                    len(rows),
-                    json.dumps(list(piece.heading), ensure_ascii=False),
-                    piece.start_line,
-                    piece.end_line,
-                    *entry_labels(piece.entry),
-                )
-            )
+            heading = json.dumps(list(piece.heading), ensure_ascii=False)
+            place = (len(rows), heading, piece.start_line, piece.end_line)
+            rows.append(_ChunkRow(content, digest, occurrence, *place, *entry_labels(piece.entry)))
     except InvalidInput as exc:
         prepared.error = str(exc)
         return
@@ -509,11 +484,9 @@ class _Writer:
         self.doomed: list[int] = []
 
     def file(self, item: _Prepared, renamed_from: int | None) -> None:
-        conn, path, text = self.conn, item.text.path, item.text
-        row = conn.execute(
-            "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND path = ?",
-            (self.ws.id, path),
-        ).fetchone()
+        conn, path, text, tally = self.conn, item.text.path, item.text, self.tally
+        select = "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND "
+        row = conn.execute(select + "path = ?", (self.ws.id, path)).fetchone()
         if text.gone:
             if row is not None:
                 self._drop_file(row[0])
@@ -521,36 +494,27 @@ class _Writer:
         if not text.readable:  # keep what was indexed; try again at the next sync
             if row is None:
                 row = (self._new_file(item), None, None)
-            conn.execute(
-                "UPDATE files SET error = ?, synced_at = ? WHERE id = ?",
-                (item.error, self.now, row[0]),
-            )
+            update = "UPDATE files SET error = ?, synced_at = ? WHERE id = ?"
+            conn.execute(update, (item.error, self.now, row[0]))
             return
         moved = False
         if row is None and renamed_from is not None:
-            moved = (
-                conn.execute(
-                    "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?",
-                    (path, renamed_from, self.ws.id),
-                ).rowcount
-                == 1
-            )
+            rename = "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?"
+            moved = conn.execute(rename, (path, renamed_from, self.ws.id)).rowcount == 1
             if moved:
-                row = conn.execute(
-                    "SELECT id, sha256, error FROM files WHERE id = ?", (renamed_from,)
-                ).fetchone()
+                row = conn.execute(select + "id = ?", (self.ws.id, renamed_from)).fetchone()
         if row is None:
             file_id, same = self._new_file(item), False
-            self.tally.added += 1
+            tally.added += 1
         else:
             file_id = row[0]
             same = row[1] == text.sha256 and row[2] == item.error
             if moved:
-                self.tally.renamed += 1
+                tally.renamed += 1
             elif same:
-                self.tally.unchanged += 1
+                tally.unchanged += 1
             else:
-                self.tally.changed += 1
+                tally.changed += 1
         if item.chunks is None and item.error is None and (row is None or row[1] != text.sha256):
             # another process synced this file in between: cut it after all
             _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
@@ -560,15 +524,11 @@ class _Writer:
         elif item.chunks is None:  # same text as indexed: keep the chunks, relabel them
             count = self._relabel(file_id, path, item.mtime_ns)
         else:
-            before = (self.tally.chunks_added, self.tally.chunks_removed)
+            before = (tally.chunks_added, tally.chunks_removed)
             count = self._reconcile(file_id, path, item)
-            if (
-                same
-                and not moved
-                and before != (self.tally.chunks_added, self.tally.chunks_removed)
-            ):
-                self.tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
-                self.tally.changed += 1
+            if same and not moved and before != (tally.chunks_added, tally.chunks_removed):
+                tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
+                tally.changed += 1
         conn.execute(
             """UPDATE files SET size = ?, mtime_ns = ?, read_ns = ?, sha256 = ?, chunks = ?,
                    error = ?, synced_at = ? WHERE id = ?""",
@@ -588,36 +548,26 @@ class _Writer:
 
     def _existing(self, file_id: int) -> list[tuple[Any, ...]]:
         """(seq, id, content_hash, source, created_at, position, heading, start, end)."""
-        return self.conn.execute(
-            """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
-                      c.heading, c.start_line, c.end_line
-               FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
-               WHERE c.file_id = ? ORDER BY c.position, c.seq""",
-            (file_id,),
-        ).fetchall()
+        sql = """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
+                        c.heading, c.start_line, c.end_line
+                 FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
+                 WHERE c.file_id = ? ORDER BY c.position, c.seq"""
+        return self.conn.execute(sql, (file_id,)).fetchall()
 
     def _relabel(self, file_id: int, path: str, mtime_ns: int) -> int:
         """Give a file's chunks the ids, source and time its (new) path and mtime call for."""
         existing = self._existing(file_id)
         seen: dict[str, int] = {}
         created = format_time(file_time(path, mtime_ns))
-        for seq, ident, digest, source, created_at, *_ in existing:
-            occurrence = seen.get(digest, 0)
-            seen[digest] = occurrence + 1
-            self._label(seq, ident, source, created_at, path, digest, occurrence, created)
+        for old in existing:
+            occurrence = seen.get(old[2], 0)
+            seen[old[2]] = occurrence + 1
+            self._label(old, path, occurrence, created)
         return len(existing)
 
-    def _label(
-        self,
-        seq: int,
-        ident: str,
-        source: str | None,
-        created_at: str,
-        path: str,
-        digest: str,
-        occurrence: int,
-        created: str,
-    ) -> None:
+    def _label(self, old: Sequence[Any], path: str, occurrence: int, created: str) -> None:
+        """Give a chunk (a row of :meth:`_existing`) the id, source and time of its place."""
+        seq, ident, digest, source, created_at = old[:5]
         wanted = chunk_id(self.ws.namespace, self.ws.root, path, digest, occurrence)
         if (
             wanted != ident
@@ -648,10 +598,9 @@ class _Writer:
             if old is None:
                 fresh.append(chunk)
                 continue
-            seq, ident, digest, source, created_at, position, heading, start, end = old
-            self._label(seq, ident, source, created_at, path, digest, chunk.occurrence, created)
-            place = (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
-            if place != (position, heading, start, end):
+            self._label(old, path, chunk.occurrence, created)
+            seq, place = old[0], (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
+            if place != tuple(old[5:]):
                 conn.execute(
                     "UPDATE chunks SET position = ?, heading = ?, start_line = ?, end_line = ? "
                     "WHERE seq = ?",
@@ -668,12 +617,8 @@ class _Writer:
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
         taken: set[str] = set()
         for chunk in batched(ids, IN_CHUNK):
-            taken.update(
-                r[0]
-                for r in self.conn.execute(
-                    f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})", chunk
-                )
-            )
+            sql = f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})"
+            taken.update(r[0] for r in self.conn.execute(sql, chunk))
         now = utcnow()
         rows = [
             prepare(
@@ -729,17 +674,13 @@ def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
 
 def _models(conn: sqlite3.Connection) -> list[str]:
     """The models with stored vectors (a skip-scan of the (model, content_hash) index)."""
-    return [
-        r[0]
-        for r in conn.execute(
-            """WITH RECURSIVE m(model) AS (
-                   SELECT min(model) FROM embeddings
-                   UNION ALL
-                   SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
-                   WHERE m.model IS NOT NULL)
-               SELECT model FROM m WHERE model IS NOT NULL"""
-        )
-    ]
+    sql = """WITH RECURSIVE m(model) AS (
+                 SELECT min(model) FROM embeddings
+                 UNION ALL
+                 SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
+                 WHERE m.model IS NOT NULL)
+             SELECT model FROM m WHERE model IS NOT NULL"""
+    return [r[0] for r in conn.execute(sql)]
 
 
 def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
@@ -837,10 +778,8 @@ def sync(
 
 
 def _renames(plan: _Plan, prepared: list[_Prepared]) -> dict[str, int]:
-    """New paths whose text is that of a deleted file: new path -> the old file's row id.
-
-    Matched paths leave ``plan.gone``.
-    """
+    """New paths whose text is that of a deleted file (new path -> the old file's row id);
+    the matched paths leave ``plan.gone``."""
     by_hash: dict[str, list[str]] = {}
     for path in plan.gone:
         known = plan.known[path]
@@ -889,8 +828,7 @@ def _write_batch(
         return
     finally:
         store.session.after_write()
-    for name in ("added", "changed", "renamed", "deleted", "unchanged", "chunks_added",
-                 "chunks_removed", "reused"):  # fmt: skip
+    for name in (*COUNTS, "reused"):
         setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
 
 
@@ -915,33 +853,22 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
 
 
 def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
-    return [
-        r[0]
-        for r in conn.execute(
-            """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-               WHERE f.workspace_id = ? AND NOT EXISTS (
-                   SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
-               ORDER BY c.seq""",
-            (workspace_id, model),
-        )
-    ]
+    sql = """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+             WHERE f.workspace_id = ? AND NOT EXISTS (
+                 SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
+             ORDER BY c.seq"""
+    return [r[0] for r in conn.execute(sql, (workspace_id, model))]
 
 
 def _counts(conn: sqlite3.Connection, workspace_id: int) -> tuple[int, int]:
     """Files recorded (indexed or not) and chunk rows, counted from the tables."""
-    count = conn.execute("SELECT count(*) FROM files WHERE workspace_id = ?", (workspace_id,))
-    return int(count.fetchone()[0]), _count_chunks(conn, workspace_id)
+    files_sql = "SELECT count(*) FROM files WHERE workspace_id = ?"
+    return _count(conn, files_sql, workspace_id), _count_chunks(conn, workspace_id)
 
 
 def _problems(conn: sqlite3.Connection, ws: Workspace) -> list[FileProblem]:
-    return [
-        FileProblem(path, error)
-        for path, error in conn.execute(
-            "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL "
-            "ORDER BY path",
-            (ws.id,),
-        )
-    ]
+    sql = "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL ORDER BY path"
+    return [FileProblem(path, error) for path, error in conn.execute(sql, (ws.id,))]
 
 
 def _report(
@@ -965,13 +892,7 @@ def _report(
         namespace=ws.namespace,
         files=counts[0],
         chunks=counts[1],
-        added=tally.added,
-        changed=tally.changed,
-        renamed=tally.renamed,
-        deleted=tally.deleted,
-        unchanged=tally.unchanged,
-        chunks_added=tally.chunks_added,
-        chunks_removed=tally.chunks_removed,
+        **{name: getattr(tally, name) for name in COUNTS},
         embedded=embedding.embedded if embedding is not None else 0,
         reused=tally.reused + (embedding.reused if embedding is not None else 0),
         pending_vectors=pending,
@@ -1184,12 +1105,8 @@ def append(
             f"{', '.join(ws.globs)}): add memory/**/*.md to them"
         )
     text = clean_content(content, store.settings.max_content_bytes)
-    parts = [local.strftime("%H:%M")]
-    if kind:
-        parts.append(kind)
-    if tags:
-        parts.append(" ".join("#" + "-".join(tag.split()) for tag in tags))
-    title = ENTRY_SEPARATOR.join(parts)
+    labels = [kind or "", " ".join("#" + "-".join(tag.split()) for tag in tags)]
+    title = ENTRY_SEPARATOR.join([local.strftime("%H:%M"), *filter(None, labels)])
     entry = f"## {title}\n\n{text}\n"
     path = ws.folder / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1209,16 +1126,11 @@ def append(
     end = start + entry.count("\n") - 1
     report = sync(store, ws, only=[relative], retry=True, record=False)
     with store.session.connection() as conn:
-        ids = tuple(
-            r[0]
-            for r in conn.execute(
-                """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-                   JOIN memories AS m ON m.seq = c.seq
-                   WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
-                     AND c.end_line >= ? ORDER BY c.position""",
-                (ws.id, relative, end, start),
-            )
-        )
+        sql = """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
+                 JOIN memories AS m ON m.seq = c.seq
+                 WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
+                   AND c.end_line >= ? ORDER BY c.position"""
+        ids = tuple(r[0] for r in conn.execute(sql, (ws.id, relative, end, start)))
     heading = (local.date().isoformat(), title)
     return Appended(Location(ws.root, relative, start, end, heading), ids, report)
 

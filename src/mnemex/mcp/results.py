@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from mnemex import models
 from mnemex.text import clip
 
+M = TypeVar("M", bound=BaseModel)
 SNIPPET_CHARS = 300  # about 75 tokens: a search hit stays within 50-100 tokens
 
 
@@ -150,117 +151,77 @@ def tool_result(value: BaseModel) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
+def _pick(model: type[M], source: Any, **given: Any) -> M:
+    """``model`` filled from the same-named attributes of ``source``; ``given`` replaces them."""
+    names = [name for name in model.model_fields if name not in given]
+    return model(**{name: getattr(source, name) for name in names}, **given)
+
+
+def _label(location: models.Location | None) -> str | None:
+    return None if location is None else location.label
+
+
 def search_output(result: models.SearchResult) -> SearchOutput:
-    return SearchOutput(
-        hits=[
-            Hit(
-                id=h.id,
-                score=round(h.score, 3),
-                snippet=clip(" ".join(h.snippet.split()), SNIPPET_CHARS),
-                kind=h.kind,
-                tags=list(h.tags),
-                created_at=when(h.created_at),
-                location=None if h.location is None else h.location.label,
-            )
-            for h in result.hits
-        ],
-        relations=[relation(r) for r in result.relations],
-        mode_used=result.mode_used,
-        notes=list(result.notes) or None,
-        stale=result.stale or None,
-    )
+    hits = [
+        _pick(
+            Hit,
+            h,
+            score=round(h.score, 3),
+            snippet=clip(" ".join(h.snippet.split()), SNIPPET_CHARS),
+            created_at=when(h.created_at),
+            location=_label(h.location),
+        )
+        for h in result.hits
+    ]
+    relations = [relation(r) for r in result.relations]
+    return _pick(SearchOutput, result, hits=hits, relations=relations, **_notes(result))
+
+
+def _notes(result: models.SearchResult | models.RecallResult) -> dict[str, Any]:
+    return {"notes": list(result.notes) or None, "stale": result.stale or None}
 
 
 def relation(found: models.Relation) -> Relation:
-    return Relation(
-        id=found.id,
-        subject=found.subject,
-        predicate=found.predicate,
-        object=found.object,
-        confidence=found.confidence,
-        source_memory=found.source_memory,
-        score=None if found.score is None else round(found.score, 3),
-    )
+    return _pick(Relation, found, score=None if found.score is None else round(found.score, 3))
 
 
 def timeline_output(entries: list[models.TimelineEntry]) -> TimelineOutput:
-    return TimelineOutput(
-        entries=[
-            Entry(
-                id=e.id,
-                created_at=when(e.created_at),
-                kind=e.kind,
-                tags=list(e.tags),
-                summary=e.summary,
-            )
-            for e in entries
-        ]
-    )
+    return TimelineOutput(entries=[_pick(Entry, e, created_at=when(e.created_at)) for e in entries])
 
 
 def get_output(result: models.GetResult) -> GetOutput:
-    return GetOutput(
-        memories=[
-            Memory(
-                id=m.id,
-                kind=m.kind,
-                content=m.content,
-                tags=list(m.tags),
-                source=m.source,
-                confidence=m.confidence,
-                pinned=m.pinned,
-                created_at=when(m.created_at),
-                updated_at=when(m.updated_at),
-                metadata=m.metadata or None,
-                location=None if m.location is None else m.location.label,
-            )
-            for m in result.memories
-        ],
-        missing=list(result.missing),
-    )
+    memories = [
+        _pick(
+            Memory,
+            m,
+            created_at=when(m.created_at),
+            updated_at=when(m.updated_at),
+            metadata=m.metadata or None,
+            location=_label(m.location),
+        )
+        for m in result.memories
+    ]
+    return GetOutput(memories=memories, missing=list(result.missing))
 
 
 def recall_output(result: models.RecallResult) -> RecallOutput:
-    return RecallOutput(
-        markdown=result.markdown,
-        ids=list(result.ids),
-        tokens=result.tokens,
-        budget_tokens=result.budget_tokens,
-        mode_used=result.mode_used,
-        notes=list(result.notes) or None,
-        stale=result.stale or None,
-    )
+    return _pick(RecallOutput, result, **_notes(result))
 
 
 def add_output(added: models.Added, warning: str | None) -> AddOutput:
-    return AddOutput(
-        id=added.id,
-        deduplicated=added.deduplicated,
-        similarity=None if added.similarity is None else round(added.similarity, 3),
-        by=added.by,
-        warning=warning,
-    )
+    similarity = None if added.similarity is None else round(added.similarity, 3)
+    return _pick(AddOutput, added, similarity=similarity, warning=warning)
 
 
 def update_output(memory: models.Memory) -> UpdateOutput:
-    return UpdateOutput(
-        id=memory.id,
-        tags=list(memory.tags),
-        confidence=memory.confidence,
-        pinned=memory.pinned,
-        updated_at=when(memory.updated_at),
-    )
+    return _pick(UpdateOutput, memory, updated_at=when(memory.updated_at))
 
 
 def stats_output(stats: models.Stats) -> StatsOutput:
-    return StatsOutput(
-        namespace=stats.namespace,
-        memories=stats.memories,
-        kinds=stats.kinds,
-        oldest=None if stats.oldest is None else when(stats.oldest),
-        newest=None if stats.newest is None else when(stats.newest),
-        embedder=stats.embedder,
-        vectors=stats.vectors,
-        pending_vectors=stats.pending_vectors,
-        relations=stats.relations,
+    oldest, newest = stats.oldest, stats.newest
+    return _pick(
+        StatsOutput,
+        stats,
+        oldest=None if oldest is None else when(oldest),
+        newest=None if newest is None else when(newest),
     )

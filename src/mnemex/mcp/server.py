@@ -105,18 +105,9 @@ Since = Annotated[
     Field(max_length=64, description=f"Only memories created at or after this time: {TIME_FORMS}."),
 ]
 Start = Since
-Until = Annotated[
-    str | None,
-    Field(
-        max_length=64, description="Only memories created before this time (same forms as since)."
-    ),
-]
-End = Annotated[
-    str | None,
-    Field(
-        max_length=64, description="Only memories created before this time (same forms as start)."
-    ),
-]
+_BEFORE = "Only memories created before this time (same forms as {})."
+Until = Annotated[str | None, Field(max_length=64, description=_BEFORE.format("since"))]
+End = Annotated[str | None, Field(max_length=64, description=_BEFORE.format("start"))]
 Confidence = Annotated[float, Field(ge=0, le=1, description="How sure, from 0 to 1.")]
 
 
@@ -185,14 +176,7 @@ def memory_timeline(
     after one memory (around). Then call memory_get with the ids worth reading.
     """
     entries = _store(ctx).timeline(
-        start,
-        end,
-        kinds=kinds,
-        tags=tags,
-        limit=limit,
-        around=around,
-        before=before,
-        after=after,
+        start, end, kinds=kinds, tags=tags, limit=limit, around=around, before=before, after=after
     )
     return tool_result(results.timeline_output(entries))
 
@@ -382,9 +366,8 @@ TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
 
 
 def _unknown(ids: list[str], what: str = "memory") -> ToolError:
-    shown = ", ".join(repr(i) for i in ids[:5]) + (
-        f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    )
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    shown = ", ".join(repr(i) for i in ids[:5]) + more
     where = "memory_search" if what == "relation" else "memory_search or memory_timeline"
     return ToolError(f"no {what} with id {shown} here; find ids with {where}")
 
@@ -499,18 +482,15 @@ class Server(MCPServer[Store]):
             )
         try:
             return await super().call_tool(name, arguments, context)
-        except UnexpectedToolError as exc:
-            if isinstance(exc.__cause__, MnemexError):
-                raise ToolError(
-                    f"Error executing tool {name}: {_explain(exc.__cause__)}"
-                ) from exc.__cause__
-            raise
-        except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
-                raise ToolError(
-                    f"Error executing tool {name}: {_invalid(exc.__cause__)}"
-                ) from exc.__cause__
-            raise
+        except ToolError as exc:  # UnexpectedToolError too: a subclass
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) and isinstance(cause, MnemexError):
+                message = _explain(cause)
+            elif not isinstance(exc, UnexpectedToolError) and isinstance(cause, ValidationError):
+                message = _invalid(cause)
+            else:
+                raise
+            raise ToolError(f"Error executing tool {name}: {message}") from cause
 
 
 class StaticToken:

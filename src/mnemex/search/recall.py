@@ -289,14 +289,11 @@ def counter(choice: str | TokenCounter) -> tuple[str, TokenCounter]:
 
 def read_bodies(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
     """The whole content and the confidence of each memory, which a search hit lacks."""
-    return {
-        ident: (content, confidence)
-        for chunk in batched(ids, IN_CHUNK)
-        for ident, content, confidence in conn.execute(
-            f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})",
-            chunk,
-        )
-    }
+    found: dict[str, tuple[str, float]] = {}
+    for chunk in batched(ids, IN_CHUNK):
+        sql = f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})"
+        found.update((ident, (text, sure)) for ident, text, sure in conn.execute(sql, chunk))
+    return found
 
 
 def recall(
@@ -322,20 +319,14 @@ def recall(
 
     lines = [line(index, bodies[hit.id][0]) for index, hit in enumerate(hits)]
     packed = pack(lines, options.budget, options.most, count, trim)
-    chosen = tuple(
-        Recalled(
-            id=hits[index].id,
-            kind=hits[index].kind,
-            content=bodies[hits[index].id][0],
-            confidence=bodies[hits[index].id][1],
-            created_at=hits[index].created_at,
-            score=hits[index].score,
-            line=packed.lines[position],
-            tokens=count(packed.lines[position]),
-            cut=packed.cut == index or index in packed.excerpts,
-        )
-        for position, index in enumerate(packed.chosen)
-    )
+
+    def recalled(index: int, text: str) -> Recalled:
+        hit, cut = hits[index], packed.cut == index or index in packed.excerpts
+        content, confidence = bodies[hit.id]
+        made = (hit.id, hit.kind, content, confidence, hit.created_at, hit.score)
+        return Recalled(*made, text, count(text), cut)
+
+    chosen = tuple(map(recalled, packed.chosen, packed.lines))
     return RecallResult(
         task=task,
         markdown=packed.markdown,
