@@ -93,11 +93,13 @@ def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[s
         bm.update(bm25_of(conn, lexicon, lexical, [h.seq for h in vec if h.seq not in bm]))
         cos = {h.seq: h.cosine for h in vec}
         cos.update(index.cosines_of([s for s in bm if s not in cos], qv))  # best windows
+        first = {s: float(v @ qv) for s, v in index.vectors_of(sorted(cos)).items()}
         out[qid] = {
             "lex": [(c.seq, c.raw) for c in lex],
             "vec": [(h.seq, h.cosine) for h in vec],
             "bm": bm,
             "cos": cos,
+            "cos0": first,  # the first window's cosine (the memory's start)
             "norm": lexical.norm,
             "ns": ns,
             "ids": ids,
@@ -353,12 +355,16 @@ def fusion_table() -> None:
 # -- the relevance floor -----------------------------------------------------------------
 
 
-def gated(floor: Floor, fuse: Fusion = adaptive) -> Fusion:
+def gated(floor: Floor, fuse: Fusion = adaptive, gate: str = "cos") -> Fusion:
+    """The floor on ``fuse``; ``gate`` names the cosines the query gate reads (``cos``: each
+    memory's best window, as the arms score; ``cos0``: its first window)."""
+
     def keep(q: Query) -> dict[int, float]:
         scores = fuse(q)
+        cos = q[gate]
         if not any(
-            q["cos"].get(s, -1) >= floor.query_cosine
-            or (q["cos"].get(s, -1) >= floor.agree_cosine and text(q, s) >= floor.agree_text)
+            cos.get(s, -1) >= floor.query_cosine
+            or (cos.get(s, -1) >= floor.agree_cosine and text(q, s) >= floor.agree_text)
             for s in scores
         ):
             return {}
@@ -401,6 +407,9 @@ def floor_table() -> None:
         if floor == shipped_floor:
             label += " **(default)**"
         rows.append((label, gated(floor), gated(floor)))
+        if floor == shipped_floor:
+            label = "the same, the query gate on each memory's first window"
+            rows.append((label, gated(floor, gate="cos0"), gated(floor, gate="cos0")))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best), lexical_only))
     names = list(data["foreign"])
