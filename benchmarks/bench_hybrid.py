@@ -277,7 +277,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
-    base_texts = memories(folder, 100_000)
+    base_texts = memories(folder, min(100_000, max(sizes)))  # the real vectors embedded
     base_vectors, _ = real_embeddings(base_texts, "bench")
     texts = memories(folder, max(sizes))
     vectors = (
