@@ -554,6 +554,21 @@ async def test_real_stdio_subprocess(db: Path) -> None:
         assert saved.tags == ("flags",) and saved.pinned
 
 
+def _wait_for_port(process: subprocess.Popen[bytes], port: int, seconds: float = 30) -> None:
+    """Return once the server ``process`` accepts connections on ``port``; fail if it exits
+    or takes longer than ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                err = b"" if process.stderr is None else process.communicate(timeout=5)[1]
+                raise AssertionError(f"server did not start: {err.decode()}") from None
+            time.sleep(0.1)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -586,16 +601,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str]]:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    _, err = process.communicate(timeout=5)
-                    raise AssertionError(f"server did not start: {err.decode()}") from None
-                time.sleep(0.1)
+        _wait_for_port(process, port)
         yield f"http://127.0.0.1:{port}/mcp", token
     finally:
         process.terminate()
@@ -763,14 +769,7 @@ def test_http_sessions_are_capped_and_expire(db: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        _wait_for_port(process, port)
         opened = [_open_session(url) for _ in range(10)]
         statuses = [status for status, _ in opened]
         assert statuses[:4] == [200] * 4, statuses
