@@ -1098,12 +1098,12 @@ def mcp_(
     if use_http:
         transport.check_bind(host, allow_remote=allow_remote, token=token)
         transport.check_port(host, port)
-    obj.store(create=True)  # a new store is said to be one, before the server starts
+    where = obj.store(create=True).path  # a new store is said to be one, before the server starts
     obj.close(keep=True)
     settings = obj.settings()
     if use_http:
         click.echo(
-            f"mnemex MCP server on {transport.url(host, port)} (store {settings.db_path}, "
+            f"mnemex MCP server on {transport.url(host, port)} (store {where}, "
             f"namespace {settings.namespace!r}" + (", bearer token required)" if token else ")"),
             err=True,
         )

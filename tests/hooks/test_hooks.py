@@ -624,6 +624,30 @@ def test_one_background_embedder_per_store(tmp_path: Path) -> None:
     assert not embedder.running(db)
 
 
+@pytest.mark.postgres
+@pytest.mark.model
+def test_the_background_embedder_embeds_a_postgres_store(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemex.hooks import embedder
+    from mnemex.hooks.run import embed_later
+
+    monkeypatch.setenv("MNEMEX_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    store = mnemex.open(pg_url, embedder="local")
+    store.add_many(["the invoice template is templates/invoice.html"], embed=False)
+    assert store.stats().pending_vectors == 1
+    assert embedder.lock_path(pg_url).parent == tmp_path / "home"
+    embed_later(store)
+    deadline = time.monotonic() + 120
+    while store.stats().pending_vectors and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = tmp_path / "home" / "hooks.log"
+    assert store.stats().pending_vectors == 0, log.read_text() if log.exists() else "no log"
+    assert not (tmp_path / "home" / "memories.db").exists()  # not the default SQLite store
+    store.close()
+
+
 def test_fast_entry_point_parses_only_the_hook_command() -> None:
     from mnemex.hooks.run import parse_argv
 

@@ -756,6 +756,32 @@ def _open_session(url: str) -> tuple[int, str | None]:
         return exc.code, None
 
 
+@pytest.mark.postgres
+def test_http_banner_names_a_postgres_store_without_its_password(pg_url: str) -> None:
+    from mnemex.engine.postgres.connect import redact
+
+    scheme, _, rest = pg_url.partition("://")
+    user, _, place = rest.partition("@")
+    password = "s3cret-pw"  # the test server trusts its socket: any password is accepted
+    url = f"{scheme}://{user.partition(':')[0]}:{password}@{place}"
+    port = _free_port()
+    process = subprocess.Popen(
+        [PYTHON, "-m", "mnemex", "--db", url, "mcp", "--http", "--port", str(port)],
+        env=python_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for_port(process, port)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert process.stderr is not None
+    banner = process.stderr.read().decode()
+    assert f"(store {redact(url)}, namespace 'default')" in banner
+    assert password not in banner
+
+
 @pytest.mark.slow
 def test_http_sessions_are_capped_and_expire(db: Path) -> None:
     """Clients that never end their sessions cannot grow the server: a cap, then idle expiry."""

@@ -3,7 +3,9 @@
 ``python -m mnemex.hooks.embedder DB`` takes an exclusive lock on
 ``DB.embed.lock`` (or exits at once when another process holds it), then
 embeds the memories without vectors until none is left, so memories captured
-while it ran are embedded too.
+while it ran are embedded too. For a PostgreSQL store the URL comes in
+``MNEMEX_DB`` (not on the command line, where any user could read a password)
+and the lock is a file in the data folder named by a digest of the URL.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ MAX_ROUNDS = 20
 
 
 def lock_path(db: str | os.PathLike[str]) -> Path:
-    return Path(f"{db}.embed.lock")
+    text = str(db)
+    if text.startswith(("postgresql://", "postgres://")):
+        import hashlib
+
+        from mnemex.config import default_home
+
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return default_home() / f"embed-{digest}.lock"
+    return Path(f"{text}.embed.lock")
 
 
 def running(db: str | os.PathLike[str]) -> bool:
@@ -54,7 +64,7 @@ def main(db: str) -> None:
 
 if __name__ == "__main__":  # pragma: no cover - started by mnemex.hooks.run.embed_later
     try:
-        main(sys.argv[1])
+        main(sys.argv[1] if len(sys.argv) > 1 else os.environ["MNEMEX_DB"])
     except Exception as exc:
         from mnemex.hooks.run import log
 

@@ -566,17 +566,24 @@ def embed_later(store: Store) -> None:
             return
     from mnemex.hooks import embedder
 
-    if embedder.running(store.path):
+    url = store.settings.db_url
+    if embedder.running(url or store.path):
         return
     import subprocess
 
+    env = {**child_env(store.settings.home), "MNEMEX_EMBEDDER": name}  # this store's choice
+    command = [sys.executable, "-m", "mnemex.hooks.embedder"]
+    if url is None:
+        command.append(str(store.path))
+    else:  # a URL may hold a password: not on the command line
+        env["MNEMEX_DB"] = url
     subprocess.Popen(
-        [sys.executable, "-m", "mnemex.hooks.embedder", str(store.path)],
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env=child_env(store.settings.home),
+        env=env,
     )
 
 
