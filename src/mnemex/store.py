@@ -207,7 +207,7 @@ class Store:
         embeddings; see :mod:`mnemex.dedup`) is merged into it instead of inserted: the result has
         the existing id and ``deduplicated=True``. A memory given its own ``id`` is always inserted.
         Bulk writes (:meth:`add_many`, imports) never deduplicate; run :meth:`dedup` after them. On
-        PostgreSQL only exact repeats (same text) are merged, and always: the schema keeps one
+        PostgreSQL an exact repeat (same text) is merged even then: the schema keeps one
         memory per text and namespace, which two writers racing cannot break.
         """
         item: dict[str, Any] = {
@@ -296,7 +296,6 @@ class Store:
             session.embedding.embed_new([seq])
         return memory
 
-    @sqlite_only("dedup of a namespace")
     def dedup(
         self,
         *,

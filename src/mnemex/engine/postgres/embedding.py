@@ -60,6 +60,16 @@ class PgEmbedding:
                     self._ready = True
         return self._embedder
 
+    def pieces(self, embedder: Embedder, text: str) -> list[str]:
+        """The windows of ``text`` the store gives a vector each (one, the text, with
+        ``embed_windows`` off; see :func:`mnemex.embed.windows`)."""
+        return embedders.windows(embedder, text) if self.session.settings.embed_windows else [text]
+
+    def first(self, text: str) -> str:
+        """The part of ``text`` the store's embedder gives its first vector (window 0)."""
+        embedder = self.embedder
+        return text if embedder is None else self.pieces(embedder, text)[0]
+
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
