@@ -117,7 +117,7 @@ def nearest(
         return []
     rows = conn.execute(
         f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)s::vector({dim})) AS c
-            FROM embeddings WHERE model = %(model)s AND namespace = %(ns)s
+            FROM embeddings WHERE model = %(model)s AND namespace = %(ns)s AND window_no = 0
             ORDER BY c DESC, seq LIMIT %(limit)s""".encode(),
         {"q": literal(vector), "model": model, "ns": namespace, "limit": limit},
     ).fetchall()
@@ -129,7 +129,8 @@ def stored_vector(conn: Conn, model: str, seq: int) -> Any:
     import numpy as np
 
     row = conn.execute(
-        "SELECT vector::text FROM embeddings WHERE model = %s AND seq = %s", (model, seq)
+        "SELECT vector::text FROM embeddings WHERE model = %s AND seq = %s AND window_no = 0",
+        (model, seq),
     ).fetchone()
     return None if row is None else np.asarray(json.loads(row[0]), dtype=np.float32)
 
@@ -139,7 +140,8 @@ def vector_of_text(conn: Conn, model: str, digest: str) -> Any:
     import numpy as np
 
     row = conn.execute(
-        "SELECT vector::text FROM embeddings WHERE model = %s AND content_hash = %s LIMIT 1",
+        "SELECT vector::text FROM embeddings "
+        "WHERE model = %s AND content_hash = %s AND window_no = 0 LIMIT 1",
         (model, digest),
     ).fetchone()
     return None if row is None else np.asarray(json.loads(row[0]), dtype=np.float32)

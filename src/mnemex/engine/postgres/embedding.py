@@ -2,7 +2,8 @@
 its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
 
 The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
-else the one the store records in ``meta``); embedding runs outside any
+else the one the store records in ``meta``; a text longer than the embedder's
+window gets a vector per window, :meth:`PgEmbedding.pieces`); embedding runs outside any
 transaction, and each batch of vectors is one write. A write whose vectors cannot
 be made leaves its memories stored without them (``last_error``); ``embed``
 catches up.
@@ -166,13 +167,19 @@ class PgEmbedding:
                 ).fetchall()
             if not rows:
                 return
-            texts = list(dict.fromkeys(r[1] for r in rows))
+            windows = {r[0]: self.pieces(embedder, r[1]) for r in rows}
+            texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
             vectors = embed_checked(embedder, texts)
             by_text = {t: vectors[i] for i, t in enumerate(texts)}
+            items = [
+                (r[0], r[2], by_text[piece], window)
+                for r in rows
+                for window, piece in enumerate(windows[r[0]])
+            ]
             with self.session.connection() as conn:
-                insert_vectors(conn, embedder.model_id, [(r[0], r[2], by_text[r[1]]) for r in rows])
+                insert_vectors(conn, embedder.model_id, items)
             report.embedded += len(texts)
-            report.reused += len(rows) - len(texts)
+            report.reused += len(items) - len(texts)
             if progress is not None:
                 progress(len(rows))
             last = rows[-1][0]

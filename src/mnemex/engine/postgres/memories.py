@@ -178,7 +178,7 @@ def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -
         ).fetchone()
         models = dict(
             conn.execute(
-                f"SELECT model, count(*) FROM embeddings WHERE true{where} GROUP BY model",
+                f"SELECT model, count(*) FROM embeddings WHERE window_no = 0{where} GROUP BY model",
                 params,
             ).fetchall()
         )

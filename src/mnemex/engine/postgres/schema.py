@@ -187,9 +187,9 @@ def _vector_stats_function(op: str, changed: str) -> str:
         $$"""
 
 
-# Vectors: one row per (model, memory), stamped with the model and the hash of the
-# content it embeds, and the memory's namespace (kept in step by a trigger) so that
-# a namespace's vectors are searched without a join.
+# Vectors: one row per (model, memory) (per window of it since migration 7), stamped
+# with the model and the hash of the content it embeds, and the memory's namespace
+# (kept in step by a trigger) so that a namespace's vectors are searched without a join.
 _VECTORS: Final = (
     """CREATE TABLE IF NOT EXISTS vector_models (
         model text PRIMARY KEY,
@@ -301,6 +301,17 @@ _RELATION_INDEX: Final = (
         EXECUTE FUNCTION mnemex_relations_source_moved()""",
 )
 
+# A long text is embedded in several windows (see mnemex.embed.windows): one row per
+# window of a memory, numbered from 0 in ``window_no`` ("window" is a reserved word
+# here); a memory is scored by its best window. Rows stored before are window 0.
+_WINDOWS: Final = (
+    """ALTER TABLE embeddings ADD COLUMN IF NOT EXISTS window_no integer NOT NULL DEFAULT 0
+        CHECK (window_no >= 0)""",
+    "ALTER TABLE embeddings DROP CONSTRAINT IF EXISTS embeddings_model_seq_key",
+    """ALTER TABLE embeddings ADD CONSTRAINT embeddings_model_seq_window
+        UNIQUE (model, seq, window_no)""",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories with their index terms (tsvector)", _INIT),
     (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
@@ -312,6 +323,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         "relations' lexical index (postings and statistics by statement triggers)",
         _RELATION_INDEX,
     ),
+    (7, "a vector per window of a memory's text (embeddings.window_no)", _WINDOWS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 
