@@ -138,6 +138,7 @@ def test_what_is_not_there_yet_says_so(pg_url: str, call: Any, feature: str) -> 
         with pytest.raises(Unsupported, match="not available on the PostgreSQL engine") as err:
             call(store)
         assert err.value.feature == feature and err.value.engine == "PostgreSQL"
+        assert ("without --raw" in str(err.value)) == (feature == "a raw FTS5 query")
 
 
 @postgres

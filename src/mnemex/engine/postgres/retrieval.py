@@ -50,6 +50,13 @@ if TYPE_CHECKING:
     from mnemex.search.pipeline import Plan, Request
 
 _local = threading.local()
+# Why raw FTS5 syntax is refused here, and what to do: the index holds each term's
+# count in a row, not its positions, so phrases, NEAR and column filters cannot be
+# answered as FTS5 answers them.
+RAW_HINT = (
+    "search without --raw (raw=False): a natural-language query works on every engine; "
+    "FTS5's phrases, NEAR and column filters need a SQLite store (--db PATH)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +121,7 @@ class PostgresEngine:
         """The SQLite arm's plan (:func:`mnemex.index.fts.plan`) with this database's
         statistics of the namespace searched."""
         if request.raw:
-            raise Unsupported("a raw FTS5 query", ENGINE)
+            raise Unsupported("a raw FTS5 query", ENGINE, RAW_HINT)
         tokens = lexicon().tokenize(text)
         if request.expand:
             terms = expand_terms(tokens, STOPWORDS, capital_letters(text))
