@@ -137,6 +137,7 @@ def test_forget_and_update_remove_every_window(make_store, windowed: WindowedFak
         assert store.session.vectors(windowed.dim).size == store.count()
 
 
+@both_engines
 def test_same_text_reuses_every_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=windowed)
     first = store.add(long_text(), namespace="a")

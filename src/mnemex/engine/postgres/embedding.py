@@ -3,7 +3,8 @@ its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
 
 The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
 else the one the store records in ``meta``; a text longer than the embedder's
-window gets a vector per window, :meth:`PgEmbedding.pieces`); embedding runs outside any
+window gets a vector per window, :meth:`PgEmbedding.pieces`); a text already embedded for the model, in any memory, is not embedded again);
+embedding runs outside any
 transaction, and each batch of vectors is one write. A write whose vectors cannot
 be made leaves its memories stored without them (``last_error``); ``embed``
 catches up.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex import embed as embedders
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import logger
-from mnemex.engine.postgres.vectors import insert_vectors
+from mnemex.engine.postgres.vectors import insert_vectors, stored_windows
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 
 if TYPE_CHECKING:
@@ -167,14 +168,19 @@ class PgEmbedding:
                 ).fetchall()
             if not rows:
                 return
-            windows = {r[0]: self.pieces(embedder, r[1]) for r in rows}
+            with self.session.connection() as conn:
+                stored = stored_windows(conn, embedder.model_id, [r[2] for r in rows])
+            new = [r for r in rows if r[2] not in stored]
+            windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
             texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
-            vectors = embed_checked(embedder, texts)
+            vectors: Any = embed_checked(embedder, texts) if texts else []
             by_text = {t: vectors[i] for i, t in enumerate(texts)}
+            for r in new:
+                stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
             items = [
-                (r[0], r[2], by_text[piece], window)
-                for r in rows
-                for window, piece in enumerate(windows[r[0]])
+                (seq, digest, vector, window)
+                for seq, _, digest in rows
+                for window, vector in enumerate(stored[digest])
             ]
             with self.session.connection() as conn:
                 insert_vectors(conn, embedder.model_id, items)

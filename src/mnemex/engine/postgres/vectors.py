@@ -27,6 +27,7 @@ benchmark to settle.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,6 +134,26 @@ def insert_vectors(
             ),
         )
         return cur.rowcount
+
+
+def stored_windows(
+    conn: psycopg.Connection[Any], model: str, digests: Sequence[str]
+) -> dict[str, list[Any]]:
+    """The vectors of ``model`` already stored for texts of these content hashes, each
+    text's windows in order (a text whose stored windows are not 0..n-1 left out)."""
+    found: dict[str, dict[int, Any]] = {}
+    for digest, window, text in conn.execute(
+        "SELECT DISTINCT ON (content_hash, window_no) content_hash, window_no, vector::text "
+        "FROM embeddings WHERE model = %s AND content_hash = ANY(%s) "
+        "ORDER BY content_hash, window_no, seq",
+        (model, sorted(set(digests))),
+    ):
+        found.setdefault(digest, {})[int(window)] = text
+    return {
+        digest: [np.asarray(json.loads(by[w]), dtype=np.float32) for w in range(len(by))]
+        for digest, by in found.items()
+        if sorted(by) == list(range(len(by)))
+    }
 
 
 def counts(conn: psycopg.Connection[Any], model: str, namespace: str | None) -> tuple[int, int]:
