@@ -7,6 +7,13 @@ model's vectors are indexed by a partial HNSW index on
 ``vector::vector(dim)`` for that model alone (pgvector 0.6: cosine
 distance, ``m`` and ``ef_construction`` at their defaults).
 
+A memory has a vector per window of its text (``window_no``; one for a text
+that fits the embedder's window), and a search returns each memory once, at its
+best window: the exact scan groups the window rows by memory; through the index,
+rows come nearest first, and the first ``limit`` distinct memories of such a
+prefix are the ``limit`` nearest memories (a prefix with fewer is asked again,
+twice as long, then exactly). Counts below are of window rows.
+
 A search is exact (every vector of the model in the namespace compared) when
 the namespace holds few vectors, or when so small a share of the model's
 vectors that the index would have to visit more candidates than pgvector 0.6
