@@ -17,12 +17,14 @@ from mnemex.models import DedupReport
 from mnemex.rows import prepare
 from mnemex.store import ALL, Store
 from mnemex.text import content_hash
+from tests.pg_fixtures import both_engines
 
 from .conftest import FakeEmbedder
 
 BASE = "We chose PostgreSQL for the billing service because of its JSONB support"
 
 
+@both_engines
 def test_a_repeat_merges_into_the_existing_memory(store: Store) -> None:
     first = store.remember(BASE, tags=["db"], confidence=0.7, created_at="2026-01-01")
     again = store.remember(
@@ -45,6 +47,7 @@ def test_a_repeat_merges_into_the_existing_memory(store: Store) -> None:
     assert store.count() == 1
 
 
+@both_engines
 def test_dedup_is_idempotent_and_never_deletes(store: Store) -> None:
     ids = {store.add(BASE) for _ in range(5)}
     assert len(ids) == 1 and store.count() == 1
@@ -54,6 +57,7 @@ def test_dedup_is_idempotent_and_never_deletes(store: Store) -> None:
     assert memory.confidence == 0.8
 
 
+@both_engines
 def test_different_facts_are_not_merged(store: Store) -> None:
     store.add("The deploy queue holds 17 jobs at peak")
     store.add("Alice owns the billing service")
@@ -81,6 +85,7 @@ def test_namespaces_and_explicit_ids_and_the_switch(make_store) -> None:  # type
     assert not off.remember(BASE).deduplicated
 
 
+@both_engines
 def test_cosine_dedup_with_embeddings(make_store, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=fake_embedder, dedup_text=0.99, dedup_cosine=0.85)
     first = store.add("alpha beta gamma delta epsilon")
@@ -93,13 +98,14 @@ def test_cosine_dedup_with_embeddings(make_store, fake_embedder: FakeEmbedder) -
     assert store.stats().pending_vectors == 0
 
 
+@both_engines
 def test_the_dedup_pass(store: Store) -> None:
     ids = store.add_many(
         [
             {"content": BASE, "tags": ["a"]},
             "Invoices are emailed at 02:00 UTC",
             {"content": BASE.replace("its ", ""), "tags": ["b"], "confidence": 0.9},
-            BASE,
+            {"content": BASE + ".", "tags": ["a"]},  # PostgreSQL keeps one memory per text
         ]
     )
     dry = store.dedup(dry_run=True)
@@ -119,9 +125,10 @@ def test_the_dedup_pass(store: Store) -> None:
     assert store.check()["ok"]
 
 
+@both_engines
 def test_dedup_pass_keeps_vectors_consistent(make_store, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=fake_embedder)
-    ids = store.add_many([BASE, BASE, "something else entirely"])
+    ids = store.add_many([BASE, BASE + ".", "something else entirely"])
     store.search("warm the vector index", mode="vector")
     store.dedup()
     hits = store.search("PostgreSQL billing JSONB", mode="vector", limit=5).hits

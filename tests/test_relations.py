@@ -16,15 +16,19 @@ from mnemex import InvalidInput, UnknownMemory
 from mnemex.relations import (
     MAX_ENTITY_CHARS,
     Relation,
-    count_relations,
+    count_in,
+    forget_in,
     forget_relations,
     neighbors,
+    neighbors_in,
     relate,
-    search_relations,
+    relate_in,
+    search_in,
 )
 from mnemex.storage import connect, migrations
 from mnemex.storage.migrations import LATEST, TOKENIZER
 from mnemex.store import Store
+from tests.pg_fixtures import both_engines
 
 NS = "default"
 
@@ -41,7 +45,8 @@ TEAM = [
 
 
 def search(store: Store, text: str, namespace: str | None = NS, limit: int = 10) -> list[Relation]:
-    return search_relations(store.session.conn, store.session.lexicon, text, namespace, limit)
+    with store.session.connection() as conn:
+        return search_in(store.session, conn, text, namespace, limit)
 
 
 def triples(found: list[Relation]) -> list[tuple[str, str, str]]:
@@ -51,16 +56,17 @@ def triples(found: list[Relation]) -> list[tuple[str, str, str]]:
 @pytest.fixture
 def team(store: Store) -> Store:
     for subject, predicate, obj in TEAM:
-        relate(store.session.conn, NS, subject, predicate, obj)
+        relate_in(store.session, NS, subject, predicate, obj)
     return store
 
 
 # -- writing ----------------------------------------------------------------------
 
 
+@both_engines
 def test_relate_stores_a_relation(store: Store) -> None:
     now = datetime(2025, 11, 27, 10, 0, tzinfo=UTC)
-    rel = relate(store.session.conn, NS, " Jared ", "works_on", "engram", 0.9, now=now)
+    rel = relate_in(store.session, NS, " Jared ", "works_on", "engram", 0.9, now=now)
     assert (rel.subject, rel.predicate, rel.object, rel.confidence) == (
         "Jared",
         "works_on",
@@ -80,65 +86,69 @@ def test_relate_stores_a_relation(store: Store) -> None:
         "created_at": "2025-11-27T10:00:00.000Z",
         "updated_at": "2025-11-27T10:00:00.000Z",
     }
-    assert relate(store.session.conn, NS, "a", "b", "c").confidence == 0.8
-    assert count_relations(store.session.conn, NS) == 2
+    assert relate_in(store.session, NS, "a", "b", "c").confidence == 0.8
+    assert count_in(store.session, NS) == 2
 
 
+@both_engines
 def test_relating_the_same_triple_again_updates_it(store: Store) -> None:
     first_time = datetime(2025, 1, 1, tzinfo=UTC)
-    first = relate(store.session.conn, NS, "Jared", "works_on", "engram", 0.6, now=first_time)
+    first = relate_in(store.session, NS, "Jared", "works_on", "engram", 0.6, now=first_time)
     later = first_time + timedelta(days=3)
     # Same triple: names compared ignoring case, predicates in one snake_case spelling.
-    again = relate(store.session.conn, NS, "JARED", "worksOn", "Engram", 0.9, now=later)
+    again = relate_in(store.session, NS, "JARED", "worksOn", "Engram", 0.9, now=later)
     assert again.id == first.id
     assert (again.subject, again.predicate, again.object) == ("Jared", "works_on", "engram")
     assert again.confidence == 0.9
     assert again.created_at == first_time and again.updated_at == later
-    weaker = relate(store.session.conn, NS, "jared", "works on", "engram", 0.1, now=later)
+    weaker = relate_in(store.session, NS, "jared", "works on", "engram", 0.1, now=later)
     assert weaker.id == first.id and weaker.confidence == 0.9
-    assert relate(store.session.conn, NS, "jared", "Works-On", "engram").id == first.id
-    assert count_relations(store.session.conn, NS) == 1
+    assert relate_in(store.session, NS, "jared", "Works-On", "engram").id == first.id
+    assert count_in(store.session, NS) == 1
     assert [r.id for r in search(store, "engram")] == [first.id]
 
 
+@both_engines
 def test_source_memory_must_exist_and_is_cleared_when_the_memory_goes(store: Store) -> None:
     memory = store.add("Jared has been working on engram since March")
-    rel = relate(store.session.conn, NS, "Jared", "works_on", "engram", source_memory=memory)
+    rel = relate_in(store.session, NS, "Jared", "works_on", "engram", source_memory=memory)
     assert rel.source_memory == memory
     with pytest.raises(UnknownMemory):
-        relate(store.session.conn, NS, "Jared", "likes", "pizza", source_memory="0000000000000000")
+        relate_in(store.session, NS, "Jared", "likes", "pizza", source_memory="0000000000000000")
     with pytest.raises(UnknownMemory):
-        relate(store.session.conn, "elsewhere", "Jared", "likes", "pizza", source_memory=memory)
-    assert count_relations(store.session.conn, None) == 1  # nothing written by the refused calls
+        relate_in(store.session, "elsewhere", "Jared", "likes", "pizza", source_memory=memory)
+    assert count_in(store.session, None) == 1  # nothing written by the refused calls
     store.forget(memory)
-    (kept,) = neighbors(store.session.conn, "Jared", NS)
+    (kept,) = neighbors_in(store.session, "Jared", NS)
     assert kept.id == rel.id and kept.source_memory is None
 
 
+@both_engines
 def test_forget_relations(team: Store) -> None:
-    conn = team.session.conn
     (pizza,) = search(team, "pizza")
-    result = forget_relations(conn, [pizza.id, "0000000000000000", pizza.id], NS)
+    result = forget_in(team.session, [pizza.id, "0000000000000000", pizza.id], NS)
     assert result.forgotten == (pizza.id,) and result.missing == ("0000000000000000",)
     assert search(team, "pizza") == []
-    assert count_relations(conn, NS) == len(TEAM) - 1
+    assert count_in(team.session, NS) == len(TEAM) - 1
     with pytest.raises(InvalidInput, match="no relation ids"):
-        forget_relations(conn, [], NS)
+        forget_in(team.session, [], NS)
 
 
 # -- ranking ----------------------------------------------------------------------
 
 
+@both_engines
 def test_seed_002_works_on_outranks_likes(store: Store) -> None:
     """The seed's example: a LIKE match gave both relations the constant 0.5."""
-    relate(store.session.conn, NS, "Jared", "likes", "pizza")
-    relate(store.session.conn, NS, "Jared", "works_on", "engram")
+    relate_in(store.session, NS, "Jared", "likes", "pizza")
+    relate_in(store.session, NS, "Jared", "works_on", "engram")
     found = search(store, "what projects does Jared work on")
     assert triples(found) == [("Jared", "works_on", "engram"), ("Jared", "likes", "pizza")]
     assert found[0].score is not None and found[1].score is not None
     assert found[0].score > found[1].score > 0.0
 
 
+@both_engines
 def test_relations_ranked_by_relevance(team: Store) -> None:
     found = search(team, "what projects does Jared work on")
     assert triples(found[:2]) == [
@@ -158,16 +168,18 @@ def test_relations_ranked_by_relevance(team: Store) -> None:
     assert triples(search(team, "postgresql")) == [("billing service", "uses", "PostgreSQL")]
 
 
+@both_engines
 def test_score_is_bm25_times_confidence(store: Store) -> None:
-    relate(store.session.conn, NS, "Ann", "knows", "Bob", 0.9)
-    relate(store.session.conn, NS, "Bob", "knows", "Ann", 0.3)
-    relate(store.session.conn, NS, "Carl", "likes", "tea", 0.5)
+    relate_in(store.session, NS, "Ann", "knows", "Bob", 0.9)
+    relate_in(store.session, NS, "Bob", "knows", "Ann", 0.3)
+    relate_in(store.session, NS, "Carl", "likes", "tea", 0.5)
     strong, weak = search(store, "who knows Ann")
     assert (strong.subject, weak.subject) == ("Ann", "Bob")
     assert strong.score is not None and weak.score is not None
     assert strong.score / weak.score == pytest.approx(3.0)
 
 
+@both_engines
 def test_top_results_are_exact_when_confidences_differ(store: Store) -> None:
     """A limit smaller than the matches gives the first results of the full ranking.
 
@@ -175,11 +187,11 @@ def test_top_results_are_exact_when_confidences_differ(store: Store) -> None:
     yet their normalized BM25 saturates, so sparser rows of full confidence score higher.
     """
     for i in range(100):
-        relate(store.session.conn, NS, f"team {i}", "owns", f"repo {i}")
+        relate_in(store.session, NS, f"team {i}", "owns", f"repo {i}")
     for i in range(12):
-        relate(store.session.conn, NS, f"fly {i}", "deploys_to", "fly fly fly", 0.3)
-        relate(
-            store.session.conn,
+        relate_in(store.session, NS, f"fly {i}", "deploys_to", "fly fly fly", 0.3)
+        relate_in(
+            store.session,
             NS,
             f"the old billing service {i} in the cluster",
             "runs_on",
@@ -194,41 +206,42 @@ def test_top_results_are_exact_when_confidences_differ(store: Store) -> None:
         assert [r.id for r in top] == [r.id for r in everything[:limit]]
 
 
+@both_engines
 def test_predicates_are_searchable_as_words(team: Store) -> None:
     assert ("Jared", "lives_in", "Denver") in triples(search(team, "lives in"))
     assert ("Jared", "lives_in", "Denver") in triples(search(team, "where does Jared live"))
-    relate(team.session.conn, NS, "Ana", "isMemberOf", "platform-team")
+    relate_in(team.session, NS, "Ana", "isMemberOf", "platform-team")
     assert triples(search(team, "member of platform team")) == [
         ("Ana", "is_member_of", "platform-team")
     ]
 
 
+@both_engines
 def test_nothing_matches_nothing_returned(team: Store) -> None:
     assert search(team, "quantum chromodynamics") == []
     assert search(team, "") == []
     assert search(team, "the of and") == []  # stop words present in no relation
-    assert (
-        search_relations(team.session.conn, team.session.lexicon, "pizza", "empty-namespace", 5)
-        == []
-    )
+    assert search(team, "pizza", "empty-namespace", 5) == []
 
 
+@both_engines
 def test_cjk_relations(store: Store) -> None:
-    relate(store.session.conn, NS, "张伟", "喜欢", "咖啡")
-    relate(store.session.conn, NS, "李娜", "在", "北京工作")
+    relate_in(store.session, NS, "张伟", "喜欢", "咖啡")
+    relate_in(store.session, NS, "李娜", "在", "北京工作")
     assert triples(search(store, "谁喜欢咖啡")) == [("张伟", "喜欢", "咖啡")]
     assert triples(search(store, "北京")) == [("李娜", "在", "北京工作")]
-    assert triples(neighbors(store.session.conn, "张伟", NS)) == [("张伟", "喜欢", "咖啡")]
-    relate(store.session.conn, NS, "민수", "좋아한다", "사과")
+    assert triples(neighbors_in(store.session, "张伟", NS)) == [("张伟", "喜欢", "咖啡")]
+    relate_in(store.session, NS, "민수", "좋아한다", "사과")
     assert triples(search(store, "민수는 사과를 좋아해?")) == [("민수", "좋아한다", "사과")]
 
 
 # -- neighbors and namespaces -----------------------------------------------------
 
 
+@both_engines
 def test_neighbors_in_both_directions_ignoring_case(team: Store) -> None:
-    relate(team.session.conn, NS, "Jared", "mentors", "Ana", 0.95)
-    found = neighbors(team.session.conn, "jARED", NS)
+    relate_in(team.session, NS, "Jared", "mentors", "Ana", 0.95)
+    found = neighbors_in(team.session, "jARED", NS)
     assert found[0].predicate == "mentors"  # most confident first
     assert {(r.subject, r.predicate, r.object) for r in found} == {
         ("Jared", "likes", "pizza"),
@@ -239,27 +252,27 @@ def test_neighbors_in_both_directions_ignoring_case(team: Store) -> None:
         ("Jared", "mentors", "Ana"),
     }
     # Equal confidence: the newest first.
-    assert triples(neighbors(team.session.conn, "  BILLING   service ", NS)) == [
+    assert triples(neighbors_in(team.session, "  BILLING   service ", NS)) == [
         ("billing service", "uses", "PostgreSQL"),
         ("Maria", "works_on", "billing service"),
     ]
-    assert len(neighbors(team.session.conn, "jared", NS, limit=2)) == 2
-    assert neighbors(team.session.conn, "Jar", NS) == []  # whole names only
-    relate(team.session.conn, NS, "Straße", "near", "river")
-    assert [r.subject for r in neighbors(team.session.conn, "STRASSE", NS)] == ["Straße"]
+    assert len(neighbors_in(team.session, "jared", NS, limit=2)) == 2
+    assert neighbors_in(team.session, "Jar", NS) == []  # whole names only
+    relate_in(team.session, NS, "Straße", "near", "river")
+    assert [r.subject for r in neighbors_in(team.session, "STRASSE", NS)] == ["Straße"]
 
 
+@both_engines
 def test_namespaces_are_isolated(store: Store) -> None:
-    conn = store.session.conn
-    mine = relate(conn, "alice", "Jared", "works_on", "engram")
-    theirs = relate(conn, "bob", "Jared", "works_on", "engram")
+    mine = relate_in(store.session, "alice", "Jared", "works_on", "engram")
+    theirs = relate_in(store.session, "bob", "Jared", "works_on", "engram")
     assert mine.id != theirs.id
     assert [r.id for r in search(store, "engram", "alice")] == [mine.id]
     assert [r.id for r in search(store, "engram", "bob")] == [theirs.id]
     assert {r.id for r in search(store, "engram", None)} == {mine.id, theirs.id}
-    assert [r.id for r in neighbors(conn, "jared", "bob")] == [theirs.id]
-    assert forget_relations(conn, [mine.id], "bob").missing == (mine.id,)
-    assert (count_relations(conn, "alice"), count_relations(conn, None)) == (1, 2)
+    assert [r.id for r in neighbors_in(store.session, "jared", "bob")] == [theirs.id]
+    assert forget_in(store.session, [mine.id], "bob").missing == (mine.id,)
+    assert (count_in(store.session, "alice"), count_in(store.session, None)) == (1, 2)
 
 
 # -- index sync -------------------------------------------------------------------
@@ -324,9 +337,41 @@ def test_index_follows_inserts_updates_and_deletes(team: Store) -> None:
     assert team.check()["ok"]
 
 
+@pytest.mark.postgres
+def test_postgres_index_follows_writes_and_deletes(pg_url: str) -> None:
+    """The relations' postings and statistics equal a rebuild after every kind of write
+    (check() compares them), and BM25 uses every namespace's statistics, as FTS5 does."""
+    with mnemex.open(pg_url) as store:
+        for subject, predicate, obj in TEAM:
+            store.relate(subject, predicate, obj)
+        store.relate("Jared", "works_on", "engram", confidence=1.0)  # an upsert: same terms
+        other = store.relate("Jared", "works_on", "engram", namespace="other")
+        assert store.check()["ok"]
+        with store.session.connection() as conn:
+            docs = conn.execute("SELECT sum(docs) FROM relation_namespace_stats").fetchone()[0]
+            jared = conn.execute(
+                "SELECT sum(docs) FROM relation_term_stats WHERE term = 'jare'"
+            ).fetchone()[0]
+        assert (docs, jared) == (len(TEAM) + 1, 6)
+        store.forget_relations([r.id for r in store.neighbors("Maria")])
+        with store.session.connection() as conn:
+            conn.execute("DELETE FROM relations WHERE object_key = 'rust'")
+        assert store.check()["ok"]
+        assert search(store, "maria manages") == [] and search(store, "rust") == []
+        assert [r.id for r in search(store, "engram", "other")] == [other.id]
+        with store.session.connection() as conn:
+            conn.execute("DELETE FROM relations")
+            left = conn.execute(
+                "SELECT (SELECT count(*) FROM relation_postings), "
+                "(SELECT coalesce(sum(docs), 0) FROM relation_term_stats)"
+            ).fetchone()
+        assert tuple(left) == (0, 0) and store.check()["ok"]
+
+
 # -- bad input --------------------------------------------------------------------
 
 
+@both_engines
 @pytest.mark.parametrize(
     ("subject", "predicate", "obj", "confidence", "message"),
     [
@@ -351,23 +396,25 @@ def test_bad_relations_are_refused(
     store: Store, subject: object, predicate: object, obj: object, confidence: object, message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message) as caught:
-        relate(store.session.conn, NS, subject, predicate, obj, confidence)  # type: ignore[arg-type]
+        relate_in(store.session, NS, subject, predicate, obj, confidence)  # type: ignore[arg-type]
     assert len(str(caught.value)) < 300
-    assert count_relations(store.session.conn, None) == 0
+    assert count_in(store.session, None) == 0
 
 
+@both_engines
 def test_bad_namespace_and_limits(team: Store) -> None:
     with pytest.raises(InvalidInput, match="namespace"):
-        relate(team.session.conn, "", "a", "b", "c")
+        relate_in(team.session, "", "a", "b", "c")
     for limit in (0, -1, 10_000, True):
         with pytest.raises(InvalidInput, match="limit"):
             search(team, "jared", limit=limit)
         with pytest.raises(InvalidInput, match="limit"):
-            neighbors(team.session.conn, "jared", NS, limit=limit)
+            neighbors_in(team.session, "jared", NS, limit=limit)
     with pytest.raises(InvalidInput, match="entity is empty"):
-        neighbors(team.session.conn, " ", NS)
+        neighbors_in(team.session, " ", NS)
 
 
+@both_engines
 @pytest.mark.parametrize(
     "text",
     [
@@ -456,6 +503,7 @@ def test_a_version_2_store_gains_relations(tmp_path: Path, monkeypatch: pytest.M
 # -- through the store, the CLI and JSONL -------------------------------------------
 
 
+@both_engines
 def test_store_relate_neighbors_and_forget(store: Store) -> None:
     memory = store.add("Jared has been working on engram since March")
     rel = store.relate("Jared", "works on", "engram", confidence=0.9, source_memory=memory)
@@ -476,6 +524,7 @@ def test_store_relate_neighbors_and_forget(store: Store) -> None:
     assert store.check()["ok"]
 
 
+@both_engines
 def test_search_returns_relations_apart_from_memories(store: Store) -> None:
     store.add("Jared has been working on the engram search engine since March")
     store.add("Lunch on Friday was pizza again")
@@ -496,6 +545,7 @@ def test_search_returns_relations_apart_from_memories(store: Store) -> None:
         store.search("Jared", relations=-1)
 
 
+@both_engines
 def test_relations_in_search_stay_in_their_namespace(make_store) -> None:  # type: ignore[no-untyped-def]
     mine = make_store("shared.db", namespace="mine")
     other = make_store("shared.db", namespace="other")
@@ -508,6 +558,7 @@ def test_relations_in_search_stay_in_their_namespace(make_store) -> None:  # typ
     assert {r.namespace for r in both} == {"mine", "other"}
 
 
+@both_engines
 def test_relations_round_trip_through_jsonl(make_store) -> None:  # type: ignore[no-untyped-def]
     from mnemex.transfer import export_lines, import_jsonl
 
@@ -527,6 +578,7 @@ def test_relations_round_trip_through_jsonl(make_store) -> None:  # type: ignore
     assert target.check()["ok"]
 
 
+@both_engines
 def test_bad_relation_lines_are_reported_and_strict_imports_nothing(store: Store) -> None:
     from mnemex.transfer import import_jsonl
 
@@ -548,17 +600,18 @@ def test_bad_relation_lines_are_reported_and_strict_imports_nothing(store: Store
     assert store.neighbors("jared")[0].source_memory == "m1"
 
 
-def test_cli_relate_neighbors_search_forget(tmp_path: Path) -> None:
+@both_engines
+def test_cli_relate_neighbors_search_forget(store_place) -> None:  # type: ignore[no-untyped-def]
     import json
 
     from click.testing import CliRunner
 
     from mnemex.cli import cli
 
-    runner = CliRunner()
+    runner, db = CliRunner(), str(store_place("cli.db"))
 
     def run(*args: str, code: int = 0) -> str:
-        result = runner.invoke(cli, ["--db", str(tmp_path / "cli.db"), *args])
+        result = runner.invoke(cli, ["--db", db, *args])
         assert result.exit_code == code, result.output
         return result.stdout if code == 0 else result.output
 

@@ -24,7 +24,9 @@ A new memory is compared before it is stored, outside the write lock
 (:func:`lookup`): it is scored beside the existing rows as if it were
 already in the index. Under the lock, :func:`recheck` compares it only with
 the rows written since the lookup, so that two processes remembering the
-same fact at once still end with one memory.
+same fact at once still end with one memory. On PostgreSQL (the end of this
+module, over :mod:`mnemex.engine.postgres.dedup`'s reads) the same decisions run
+in one transaction under a lock per namespace instead.
 
 Merging keeps the existing memory and its id, raises its confidence to the
 higher of the two, adds the new tags, pins it if either was pinned, and
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import Settings
-from mnemex.engine import logger
+from mnemex.engine import engine_of, logger
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
@@ -309,14 +311,35 @@ def merge(conn: sqlite3.Connection, keep: Match, duplicate: Sequence[Any], max_b
     ``duplicate`` is ``(id, content, tags, source, confidence, pinned, created_at)``
     as stored (tags as JSON; the id is ``None`` for a memory never stored).
     """
+    sql = "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?"
+    old = conn.execute(sql, (keep.seq,)).fetchone()
+    tags_json, confidence, pinned, text, updated = merged(old, keep, duplicate, max_bytes)
+    conn.execute(
+        "UPDATE memories SET tags = ?, fts_tags = ?, confidence = ?, pinned = ?, metadata = ?, "
+        "updated_at = ? WHERE seq = ?",
+        (
+            tags_json,
+            tags_columns(tuple(json.loads(tags_json)))[1],
+            confidence,
+            int(pinned),
+            text,
+            updated,
+            keep.seq,
+        ),
+    )
+
+
+def merged(
+    old: Sequence[Any], keep: Match, duplicate: Sequence[Any], max_bytes: int
+) -> tuple[str, float, bool, str, str]:
+    """What a merge writes into the kept memory: (tags JSON, confidence, pinned, metadata
+    JSON, updated_at), from its stored (content, tags JSON, confidence, pinned, metadata
+    JSON) and the duplicate as :func:`merge` takes it."""
     duplicate_id, content, tags_text, source, confidence, pinned, created_at = duplicate
     tags = json.loads(tags_text)
-    sql = "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?"
-    old_content, old_tags, old_confidence, old_pinned, old_metadata = conn.execute(
-        sql, (keep.seq,)
-    ).fetchone()
+    old_content, old_tags, old_confidence, old_pinned, old_metadata = old
     merged_tags = list(dict.fromkeys([*json.loads(old_tags), *tags]))
-    tags_json, fts_tags = tags_columns(tuple(merged_tags))
+    tags_json = tags_columns(tuple(merged_tags))[0]
     metadata = json.loads(old_metadata)
     record: dict[str, Any] = {
         "at": created_at,
@@ -336,19 +359,8 @@ def merge(conn: sqlite3.Connection, keep: Match, duplicate: Sequence[Any], max_b
     if len(text.encode("utf-8")) > max_bytes:  # keep the record, drop its text
         record.pop("content", None)
         text = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-    conn.execute(
-        "UPDATE memories SET tags = ?, fts_tags = ?, confidence = ?, pinned = ?, metadata = ?, "
-        "updated_at = ? WHERE seq = ?",
-        (
-            tags_json,
-            fts_tags,
-            max(old_confidence, confidence),
-            int(bool(old_pinned) or bool(pinned)),
-            text,
-            format_time(utcnow()),
-            keep.seq,
-        ),
-    )
+    confidence = max(old_confidence, confidence)
+    return tags_json, confidence, bool(old_pinned) or bool(pinned), text, format_time(utcnow())
 
 
 # -- the operations: remember one memory, deduplicate a namespace -------------------
@@ -442,6 +454,9 @@ def remember(
 def remember_row(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
     """:func:`remember` in the session (comparing vectors when ``embed``), then the new
     memory embedded; see :meth:`mnemex.Store.remember`."""
+    pg = _postgres(session)
+    if pg is not None:
+        return _pg_remember(pg, session, row, embed)
     vectors = Vectors.of(session) if embed else None
     match, seq, vector = remember(
         session.connection, session.transaction, session.lexicon, session.settings, row, vectors
@@ -466,6 +481,10 @@ def dedup(
     """Merge each memory of the namespace that repeats an older one into it, one
     transaction each (each merge a write of its own); see :meth:`mnemex.Store.dedup`."""
     moved_to, settings = f"{namespace}/duplicates", session.settings
+    pg = _postgres(session)
+    if pg is not None:
+        pg_rows, pg_step = _pg_pass(pg, session, namespace, moved_to, dry_run)
+        return _run_pass(session, namespace, pg_rows, pg_step, dry_run, moved_to, progress)
     index = _stored_index(Vectors.of(session), session.connection)
     with session.connection() as conn:
         rows = conn.execute(
@@ -473,14 +492,33 @@ def dedup(
             "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
             (namespace,),
         ).fetchall()
+
+    def step(conn: Any, row: tuple[Any, ...]) -> Match | None:
+        pair = _older_copy(conn, session.lexicon, settings, namespace, row, index)
+        if pair is not None and not dry_run:
+            _fold(conn, pair, row, moved_to, settings.max_content_bytes)
+        return pair
+
+    return _run_pass(session, namespace, rows, step, dry_run, moved_to, progress)
+
+
+def _run_pass(
+    session: SqliteSession,
+    namespace: str,
+    rows: Sequence[tuple[Any, ...]],
+    step: Callable[[Any, tuple[Any, ...]], Match | None],
+    dry_run: bool,
+    moved_to: str,
+    progress: Callable[[int], None] | None,
+) -> DedupReport:
+    """Check (and merge) each row ``(seq, id, content, content_hash)`` in a transaction
+    of its own, by ``step``."""
     pairs: list[DuplicatePair] = []
     for count, row in enumerate(rows, start=1):
         if progress is not None and count % 100 == 0:
             progress(100)
         with session.transaction() as conn:
-            pair = _older_copy(conn, session.lexicon, settings, namespace, row, index)
-            if pair is not None and not dry_run:
-                _fold(conn, pair, row, moved_to, settings.max_content_bytes)
+            pair = step(conn, row)
         if pair is not None:
             pairs.append(DuplicatePair(pair.id, row[1], pair.similarity, pair.by))
             if not dry_run:
@@ -556,3 +594,175 @@ def _fold(
     )
     # the vector index keys rows by namespace: have it re-read this one
     conn.execute("INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, ?)", (seq,))
+
+
+# -- PostgreSQL: the same decisions over mnemex.engine.postgres.dedup's reads ----------
+
+
+def _postgres(session: SqliteSession) -> Any:
+    """The PostgreSQL engine's reads and writes for dedup, or ``None`` on SQLite."""
+    if engine_of(session) == "SQLite":
+        return None
+    from mnemex.engine.postgres import dedup as pg_dedup
+
+    return pg_dedup
+
+
+def _pg_close_texts(
+    pg: Any,
+    conn: Any,
+    new: NewMemory,
+    threshold: float,
+    stored: int | None = None,
+) -> list[tuple[float, int, str]]:
+    """The namespace's rows whose text repeats ``new`` (not stored, or stored as row
+    ``stored``): (similarity, seq, "text"), as :func:`_close_texts` decides."""
+    terms = pg.query_terms(conn, new.content, new.namespace)
+    if not terms:
+        return []
+    if stored is None:
+        own, found = pg.beside(conn, terms, new.namespace, new.indexed, CANDIDATES)
+    else:
+        own = dict(pg.scores(conn, terms, new.namespace, 1, [stored])).get(stored, 0.0)
+        found = pg.scores(conn, terms, new.namespace, CANDIDATES + 1)
+    if own <= 0:
+        return []
+    close = [(seq, min(1.0, raw / own)) for seq, raw in found if seq != stored]
+    close = [(seq, ratio) for seq, ratio in close if ratio > threshold]
+    if not close:
+        return []
+    lexicon, others = (
+        pg.NamespaceLexicon(conn, new.namespace),
+        pg.texts(conn, [c[0] for c in close]),
+    )
+    out = []
+    for other, ratio in close:
+        text = others[other][1] if other in others else ""
+        back = coverage(lexicon, text, new.content, by_stored=stored is not None)
+        if min(ratio, back) > threshold:
+            out.append((min(ratio, back), other, "text"))
+    return out
+
+
+def _pg_best(pg: Any, conn: Any, content: str, found: list[tuple[float, int, str]]) -> Match | None:
+    """:func:`_best` in PostgreSQL: the closest that is no file chunk and has the same
+    numbers and negations."""
+    rows = pg.texts(conn, [f[1] for f in found]) if found else {}
+    mine = markers(content)
+    for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
+        ident, text, kind = rows.get(other, (None, "", "chunk"))
+        if kind != "chunk" and markers(text) == mine:
+            return Match(other, ident, similarity, by)
+    return None
+
+
+def _pg_lookup(
+    pg: Any, conn: Any, new: NewMemory, settings: Settings, vector: Any, model: str | None
+) -> Match | None:
+    """The memory ``new`` repeats in its namespace, if any (under the namespace's lock)."""
+    same = pg.same_text(conn, new.namespace, new.content_hash)
+    if same is not None:
+        return Match(int(same[0]), same[1], 1.0, "exact")
+    close = _pg_close_texts(pg, conn, new, settings.dedup_text)
+    if vector is not None and model is not None:
+        for seq, cosine in pg.nearest(conn, vector, new.namespace, model, CANDIDATES + 1):
+            if cosine > settings.dedup_cosine:
+                close.append((cosine, seq, "cosine"))
+    return _pg_best(pg, conn, new.content, close)
+
+
+def _pg_new_vector(pg: Any, session: SqliteSession, text: str, digest: str) -> Any:
+    """The new text's first-window vector (a stored one for the same text, else embedded),
+    or ``None`` without an embedder or when it fails (the write reports that)."""
+    embedder = session.embedder
+    if embedder is None:
+        return None
+    from mnemex.embed import embed_checked
+
+    try:
+        with session.connection() as conn:
+            known = pg.vector_of_text(conn, embedder.model_id, digest)
+        if known is not None and known.shape[0] == embedder.dim:
+            return known
+        return embed_checked(embedder, [session.embedding.first(text)])[0]
+    except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+        logger().debug("duplicate check without vectors: %s", exc)
+        return None
+
+
+def _pg_remember(pg: Any, session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
+    """:func:`remember_row` in PostgreSQL: the check and the write in one transaction,
+    under the namespace's lock."""
+    from mnemex.errors import DuplicateId
+
+    text, namespace = row[3], row[1]
+    vector = _pg_new_vector(pg, session, text, row[10]) if embed else None
+    model = session.embedder.model_id if vector is not None and session.embedder else None
+    indexed = (text, tags_columns(tuple(json.loads(row[4])))[0])
+    new = NewMemory(namespace, text, row[10], indexed)
+    with session.transaction() as conn:
+        pg.lock_namespace(conn, namespace)
+        match = _pg_lookup(pg, conn, new, session.settings, vector, model)
+        if match is None:
+            written = session.insert_one(conn, row)  # type: ignore[attr-defined]
+            if not written.inserted:
+                if written.id == row[0]:
+                    raise DuplicateId(f"a memory with id {row[0]!r} already exists")
+                match = Match(written.seq, written.id, 1.0, "exact")
+        if match is not None:
+            _pg_merge(pg, conn, match, (None, text, *row[4:9]), session.settings.max_content_bytes)
+    session.after_write()
+    if match is not None:
+        logger().info("merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity)
+        return Added(match.id, True, match.similarity, match.by)
+    if embed:
+        session.embedding.embed_new([written.seq])
+    return Added(row[0])
+
+
+def _pg_merge(pg: Any, conn: Any, keep: Match, duplicate: Sequence[Any], max_bytes: int) -> None:
+    """:func:`merge` in PostgreSQL."""
+    old = pg.for_merge(conn, keep.seq)
+    pg.apply_merge(conn, keep.seq, merged(old, keep, duplicate, max_bytes))
+
+
+def _pg_older_copy(
+    pg: Any, conn: Any, settings: Settings, namespace: str, row: tuple[Any, ...], model: str | None
+) -> Match | None:
+    """:func:`_older_copy` in PostgreSQL."""
+    seq, _, content, digest = row
+    if not pg.present(conn, seq, namespace):
+        return None
+    same = pg.same_text(conn, namespace, digest, seq)
+    if same is not None:
+        return Match(int(same[0]), same[1], 1.0, "exact")
+    new = NewMemory(namespace, content, digest, (content, ""))
+    found = [f for f in _pg_close_texts(pg, conn, new, settings.dedup_text, seq) if f[1] < seq]
+    vector = None if model is None else pg.stored_vector(conn, model, seq)
+    if vector is not None:
+        for other, cosine in pg.nearest(conn, vector, namespace, model, CANDIDATES + 1):
+            if other < seq and cosine > settings.dedup_cosine:
+                found.append((cosine, other, "cosine"))
+    return _pg_best(pg, conn, content, found)
+
+
+def _pg_pass(
+    pg: Any, session: SqliteSession, namespace: str, moved_to: str, dry_run: bool
+) -> tuple[list[tuple[Any, ...]], Callable[[Any, tuple[Any, ...]], Match | None]]:
+    """The rows of :func:`dedup` in PostgreSQL and its step: each row checked (and
+    merged) under the namespace's lock."""
+    settings = session.settings
+    model = session.embedder.model_id if session.embedder is not None else None
+    with session.connection() as conn:
+        rows = pg.namespace_rows(conn, namespace)
+
+    def step(conn: Any, row: tuple[Any, ...]) -> Match | None:
+        pg.lock_namespace(conn, namespace)
+        pair = _pg_older_copy(pg, conn, settings, namespace, row, model)
+        if pair is not None and not dry_run:
+            stored = pg.stored_row(conn, row[0])
+            _pg_merge(pg, conn, pair, (row[1], row[2], *stored), settings.max_content_bytes)
+            pg.move(conn, row[0], moved_to, pair.id)
+        return pair
+
+    return rows, step

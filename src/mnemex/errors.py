@@ -63,12 +63,12 @@ class Unsupported(MnemexError):
     """A feature this store's engine does not offer yet (named in the message with the
     engine); nothing was changed."""
 
-    def __init__(self, feature: str, engine: str) -> None:
+    def __init__(self, feature: str, engine: str, hint: str | None = None) -> None:
         self.feature = feature
         self.engine = engine
         super().__init__(
             f"{feature} is not available on the {engine} engine yet; "
-            "use a SQLite store (--db PATH) for it"
+            + (hint or "use a SQLite store (--db PATH) for it")
         )
 
 

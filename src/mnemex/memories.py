@@ -287,11 +287,7 @@ def _stats(
 
 def remember(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
     """One prepared row stored unless it repeats a memory of its namespace; see
-    :meth:`mnemex.Store.remember` (PostgreSQL: exact repeats only, see
-    :func:`mnemex.engine.postgres.memories.remember`)."""
-    pg = postgres(session)
-    if pg is not None:
-        return pg.remember(session, row, embed)  # type: ignore[no-any-return]
+    :meth:`mnemex.Store.remember`."""
     from mnemex import dedup as dups
 
     return dups.remember_row(session, row, embed)

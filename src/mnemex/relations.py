@@ -25,13 +25,15 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT, check_count
+from mnemex.engine import engine_of
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import LexicalPlan, Lexicon, counted_plan
-from mnemex.index.query import Term, content_terms, expand_terms, normalized_score
+from mnemex.index.query import Term, Token, content_terms, expand_terms, normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import ForgetResult, Relation
 from mnemex.storage import IN_CHUNK, marks
@@ -53,11 +55,14 @@ from mnemex.text import (
     utcnow,
 )
 
+if TYPE_CHECKING:
+    from mnemex.engine.sqlite import SqliteSession
+
 MAX_ENTITY_CHARS: Final = 256
 MAX_PREDICATE_CHARS: Final = 64
 POOL_FACTOR: Final = 4  # rows ranked by SQL per wanted result, before exact scoring
 
-_COLUMNS: Final = (
+COLUMNS: Final = (
     "id, namespace, subject, predicate, object, confidence, source_memory, created_at, updated_at"
 )
 _VOCAB: Final = (
@@ -73,10 +78,109 @@ _UPSERT: Final = f"""INSERT INTO relations (
         source_memory = COALESCE(relations.source_memory, excluded.source_memory),
         updated_at = max(relations.updated_at, excluded.updated_at)
     ON CONFLICT (id) DO NOTHING
-    RETURNING {_COLUMNS}"""
+    RETURNING {COLUMNS}"""
 
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _PREDICATE_GAPS = re.compile(r"[\s_\-]+")
+
+
+# -- on a store's session (either engine) -------------------------------------------
+
+
+def _postgres(session: SqliteSession) -> Any:
+    """The PostgreSQL engine's relations (:mod:`mnemex.engine.postgres.relations`) when
+    the session is PostgreSQL's, else ``None``: the SQLite code of this module runs."""
+    if engine_of(session) == "SQLite":
+        return None
+    from mnemex.engine.postgres import relations as pg_relations
+
+    return pg_relations
+
+
+def store_rows(session: SqliteSession, rows: Sequence[tuple[Any, ...]]) -> list[Relation]:
+    """Write rows of :func:`relation_row` in one transaction (see :func:`upsert`)."""
+    pg = _postgres(session)
+    with session.transaction() as conn:
+        if pg is None:
+            return upsert(conn, rows)
+        return [relation_of(row) for row in pg.upsert(conn, rows)]
+
+
+def relate_in(
+    session: SqliteSession,
+    namespace: str,
+    subject: str,
+    predicate: str,
+    object: str,
+    confidence: float = DEFAULT_CONFIDENCE,
+    source_memory: str | None = None,
+    now: datetime | None = None,
+) -> Relation:
+    """:func:`relate` on the session's engine; see :meth:`mnemex.Store.relate`."""
+    row = relation_row(namespace, subject, predicate, object, confidence, source_memory, now)
+    return store_rows(session, [row])[0]
+
+
+def forget_in(session: SqliteSession, ids: Iterable[str] | str, namespace: str) -> ForgetResult:
+    """:func:`forget_relations` on the session's engine."""
+    pg = _postgres(session)
+    if pg is None:
+        with session.connection() as conn:
+            return forget_relations(conn, ids, namespace)
+    ns, wanted = clean_namespace(namespace), _id_list(ids)
+    with session.transaction() as conn:
+        gone = pg.forget(conn, ns, wanted)
+    return _forgotten(wanted, gone)
+
+
+def neighbors_in(
+    session: SqliteSession, entity: str, namespace: str | None, limit: int = 50
+) -> list[Relation]:
+    """:func:`neighbors` on the session's engine."""
+    pg = _postgres(session)
+    with session.connection() as conn:
+        if pg is None:
+            return neighbors(conn, entity, namespace, limit)
+        key = _entity_key(clean_entity(entity))
+        count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+        found = pg.neighbors(conn, key, _optional_namespace(namespace), count)
+        return [relation_of(row) for row in found]
+
+
+def count_in(session: SqliteSession, namespace: str | None) -> int:
+    """:func:`count_relations` on the session's engine."""
+    pg = _postgres(session)
+    with session.connection() as conn:
+        if pg is None:
+            return count_relations(conn, namespace)
+        return int(pg.count(conn, _optional_namespace(namespace)))
+
+
+def iterate_in(session: SqliteSession, namespace: str | None) -> Iterator[Relation]:
+    """:func:`iterate` on the session's engine."""
+    pg = _postgres(session)
+    if pg is None:
+        yield from iterate(session.connection, namespace)
+        return
+    ns, last = _optional_namespace(namespace), 0
+    while True:
+        with session.connection() as conn:
+            rows = pg.page(conn, ns, last, 1000)
+        if not rows:
+            return
+        yield from (relation_of(row) for _, row in rows)
+        last = rows[-1][0]
+
+
+def search_in(
+    session: SqliteSession, conn: Any, text: str, namespace: str | None, limit: int
+) -> list[Relation]:
+    """:func:`search_relations` on the session's engine, over ``conn`` (held)."""
+    pg = _postgres(session)
+    if pg is None:
+        return search_relations(conn, session.lexicon, text, namespace, limit)
+    with session.read() as held:  # the connection the caller holds, in one snapshot
+        return search_index(pg.PgRelationIndex(held), text, namespace, limit)
 
 
 # -- validation -----------------------------------------------------------------
@@ -121,8 +225,9 @@ def _optional_namespace(namespace: str | None) -> str | None:
     return None if namespace is None else clean_namespace(namespace)
 
 
-def _relation(row: Sequence[Any], score: float | None = None) -> Relation:
-    """The relation of a row of ``_COLUMNS`` (the order of :class:`Relation`'s fields)."""
+def relation_of(row: Sequence[Any], score: float | None = None) -> Relation:
+    """The relation of a row of :data:`COLUMNS` (the order of :class:`Relation`'s fields;
+    times as stored text)."""
     ident, namespace, subject, predicate, obj, confidence, source, created, updated = row
     times = parse_stored_time(created), parse_stored_time(updated)
     return Relation(ident, namespace, subject, predicate, obj, confidence, source, *times, score)
@@ -200,7 +305,7 @@ def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[Re
             raise UnknownMemory([source], namespace)
         written = conn.execute(_UPSERT, row).fetchall()
         if written:
-            stored.append(_relation(written[0]))
+            stored.append(relation_of(written[0]))
     return stored
 
 
@@ -213,12 +318,20 @@ def forget_relations(
     conn: sqlite3.Connection, ids: Iterable[str] | str, namespace: str
 ) -> ForgetResult:
     """Delete relations by id; ids not in the namespace are reported in ``missing``."""
-    ns = clean_namespace(namespace)
+    ns, wanted = clean_namespace(namespace), _id_list(ids)
+    with write_transaction(conn):
+        gone = delete_ids(conn, "relations", ns, wanted)
+    return _forgotten(wanted, gone)
+
+
+def _id_list(ids: Iterable[str] | str) -> list[str]:
     wanted = list(dict.fromkeys(clean_id(i) for i in listed(ids, "ids")))
     if not wanted:
         raise InvalidInput("no relation ids given")
-    with write_transaction(conn):
-        gone = delete_ids(conn, "relations", ns, wanted)
+    return wanted
+
+
+def _forgotten(wanted: list[str], gone: set[str]) -> ForgetResult:
     return ForgetResult(
         forgotten=tuple(i for i in wanted if i in gone),
         missing=tuple(i for i in wanted if i not in gone),
@@ -239,8 +352,8 @@ def page(
 ) -> list[tuple[int, Relation]]:
     """(seq, relation) of up to ``limit`` relations with ``seq > after``, oldest first."""
     where, params = _namespace_sql(_optional_namespace(namespace))
-    sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?"
-    return [(int(r[0]), _relation(r[1:])) for r in conn.execute(sql, [after, *params, limit])]
+    sql = f"SELECT seq, {COLUMNS} FROM relations WHERE seq > ?{where} ORDER BY seq LIMIT ?"
+    return [(int(r[0]), relation_of(r[1:])) for r in conn.execute(sql, [after, *params, limit])]
 
 
 def iterate(connection: Connect, namespace: str | None) -> Iterator[Relation]:
@@ -264,15 +377,40 @@ def neighbors(
     key = _entity_key(clean_entity(entity))
     ns = _optional_namespace(namespace)
     where, params = _namespace_sql(ns)
-    sql = f"""SELECT {_COLUMNS} FROM relations WHERE (subject_key = ? OR object_key = ?){where}
+    sql = f"""SELECT {COLUMNS} FROM relations WHERE (subject_key = ? OR object_key = ?){where}
               ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?"""
     limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
-    return [_relation(r) for r in conn.execute(sql, [key, key, *params, limit])]
+    return [relation_of(r) for r in conn.execute(sql, [key, key, *params, limit])]
 
 
 def _namespace_sql(namespace: str | None, alias: str = "") -> tuple[str, list[object]]:
     column = f"{alias}.namespace" if alias else "namespace"
     return ("", []) if namespace is None else (f" AND {column} = ?", [namespace])
+
+
+class RelationIndex(Protocol):
+    """What a search of relations reads, on one engine (SQLite's below; PostgreSQL's in
+    :mod:`mnemex.engine.postgres.relations`). Statistics are of every relation, as
+    FTS5's ``bm25()`` has them."""
+
+    def tokenize(self, text: str) -> list[Token]: ...
+
+    def any(self, namespace: str | None) -> bool: ...
+
+    def counts(self, terms: Sequence[Term]) -> tuple[list[int], int]:
+        """The relations holding each term, and the relations."""
+        ...
+
+    def matches(
+        self, lexical: LexicalPlan, namespace: str | None, limit: int | None
+    ) -> list[tuple[int, float, float]]:
+        """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best
+        first (ties: newest first), at most ``limit`` (``None``: all)."""
+        ...
+
+    def rows(self, seqs: Sequence[int]) -> dict[int, Sequence[Any]]:
+        """Rows of :data:`COLUMNS` by seq."""
+        ...
 
 
 def search_relations(
@@ -285,30 +423,61 @@ def search_relations(
     no indexed word returns nothing. Stop words are searched only when the
     other words match nothing.
     """
-    ns = _optional_namespace(namespace)
-    count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
-    where, params = _namespace_sql(ns)
-    any_relation = f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1"
-    if not count or conn.execute(any_relation, params).fetchone() is None:
-        return []
-    terms = expand_terms(lexicon.tokenize(clean_query(text)), STOPWORDS)
-    if not terms:
-        return []
     conn.execute(_VOCAB)
     with read_transaction(conn):
-        lexical = _plan(conn, terms)
-        found = _ranked(conn, lexical, ns, count)
-        if not found and lexical.dropped:
-            found = _ranked(conn, lexical.with_dropped(), ns, count)
+        return search_index(_SqliteIndex(conn, lexicon), text, namespace, limit)
+
+
+def search_index(
+    index: RelationIndex, text: str, namespace: str | None, limit: int
+) -> list[Relation]:
+    """:func:`search_relations` over an engine's :class:`RelationIndex`."""
+    ns = _optional_namespace(namespace)
+    count = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    if not count or not index.any(ns):
+        return []
+    terms = expand_terms(index.tokenize(clean_query(text)), STOPWORDS)
+    if not terms:
+        return []
+    kept, dropped = content_terms(terms)
+    freqs, n_docs = index.counts([*kept, *dropped])
+    lexical = counted_plan(kept, dropped, freqs, n_docs)
+    found = _ranked(index, lexical, ns, count)
+    if not found and lexical.dropped:
+        found = _ranked(index, lexical.with_dropped(), ns, count)
     return found
 
 
-def _plan(conn: sqlite3.Connection, terms: Sequence[Term]) -> LexicalPlan:
-    """The terms to search (at most ``MAX_QUERY_TERMS``, the rarest) with their statistics."""
-    kept, dropped = content_terms(terms)
-    freqs = _doc_freqs(conn, [*kept, *dropped])
-    n_docs = int(conn.execute("SELECT count(*) FROM relations").fetchone()[0])
-    return counted_plan(kept, dropped, freqs, n_docs)
+@dataclass(frozen=True, slots=True)
+class _SqliteIndex:
+    """The relations' FTS5 index (:class:`RelationIndex`), inside a read transaction."""
+
+    conn: sqlite3.Connection
+    lexicon: Lexicon
+
+    def tokenize(self, text: str) -> list[Token]:
+        return self.lexicon.tokenize(text)
+
+    def any(self, namespace: str | None) -> bool:
+        where, params = _namespace_sql(namespace)
+        sql = f"SELECT 1 FROM relations WHERE 1{where} LIMIT 1"
+        return self.conn.execute(sql, params).fetchone() is not None
+
+    def counts(self, terms: Sequence[Term]) -> tuple[list[int], int]:
+        n_docs = int(self.conn.execute("SELECT count(*) FROM relations").fetchone()[0])
+        return _doc_freqs(self.conn, terms), n_docs
+
+    def matches(
+        self, lexical: LexicalPlan, namespace: str | None, limit: int | None
+    ) -> list[tuple[int, float, float]]:
+        return _matches(self.conn, lexical.match, namespace, limit)
+
+    def rows(self, seqs: Sequence[int]) -> dict[int, Sequence[Any]]:
+        rows: dict[int, Sequence[Any]] = {}
+        for chunk in batched(list(seqs), IN_CHUNK):
+            sql = f"SELECT seq, {COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})"
+            rows.update((r[0], r[1:]) for r in self.conn.execute(sql, chunk))
+        return rows
 
 
 def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
@@ -329,23 +498,20 @@ def _doc_freqs(conn: sqlite3.Connection, terms: Sequence[Term]) -> list[int]:
 
 
 def _ranked(
-    conn: sqlite3.Connection, lexical: LexicalPlan, namespace: str | None, limit: int
+    index: RelationIndex, lexical: LexicalPlan, namespace: str | None, limit: int
 ) -> list[Relation]:
     if lexical.empty:
         return []
-    best = _best(conn, lexical, namespace, limit)
+    best = _best(index, lexical, namespace, limit)
     if not best:
         return []
     scores = dict(best)
-    rows: dict[int, Sequence[Any]] = {}
-    for chunk in batched([seq for seq, _ in best], IN_CHUNK):
-        sql = f"SELECT seq, {_COLUMNS} FROM relations WHERE seq IN ({marks(len(chunk))})"
-        rows.update((r[0], r[1:]) for r in conn.execute(sql, chunk))
-    return [_relation(rows[seq], scores[seq]) for seq, _ in best if seq in rows]
+    rows = index.rows([seq for seq, _ in best])
+    return [relation_of(rows[seq], scores[seq]) for seq, _ in best if seq in rows]
 
 
 def _best(
-    conn: sqlite3.Connection, lexical: LexicalPlan, namespace: str | None, limit: int
+    index: RelationIndex, lexical: LexicalPlan, namespace: str | None, limit: int
 ) -> list[tuple[int, float]]:
     """(seq, score) of the ``limit`` best matching relations, best first.
 
@@ -357,13 +523,13 @@ def _best(
     (confidences far apart) every matching relation is scored.
     """
     pool = limit * POOL_FACTOR
-    rows = _matches(conn, lexical.match, namespace, pool + 1)
+    rows = index.matches(lexical, namespace, pool + 1)
     if len(rows) > pool:
         top = _scored(rows[:pool], lexical.norm)[:limit]
         bound = normalized_score(rows[pool][1] * rows[pool][2], lexical.norm)
         if len(top) == limit and top[-1][1] >= bound:
             return top
-        rows = _matches(conn, lexical.match, namespace, None)
+        rows = index.matches(lexical, namespace, None)
     return _scored(rows, lexical.norm)[:limit]
 
 

@@ -207,7 +207,7 @@ class Store:
         embeddings; see :mod:`mnemex.dedup`) is merged into it instead of inserted: the result has
         the existing id and ``deduplicated=True``. A memory given its own ``id`` is always inserted.
         Bulk writes (:meth:`add_many`, imports) never deduplicate; run :meth:`dedup` after them. On
-        PostgreSQL only exact repeats (same text) are merged, and always: the schema keeps one
+        PostgreSQL an exact repeat (same text) is merged even then: the schema keeps one
         memory per text and namespace, which two writers racing cannot break.
         """
         item: dict[str, Any] = {
@@ -296,7 +296,6 @@ class Store:
             session.embedding.embed_new([seq])
         return memory
 
-    @sqlite_only("dedup of a namespace")
     def dedup(
         self,
         *,
@@ -324,7 +323,6 @@ class Store:
 
     # -- relations -------------------------------------------------------------
 
-    @sqlite_only("relations")
     def relate(
         self,
         subject: str,
@@ -343,35 +341,28 @@ class Store:
         was read from; it must be in the namespace.
         """
         ns = self._own(namespace)
-        with self.session.connection() as conn:
-            return relations_db.relate(
-                conn, ns, subject, predicate, object, confidence, source_memory
-            )
+        return relations_db.relate_in(
+            self.session, ns, subject, predicate, object, confidence, source_memory
+        )
 
-    @sqlite_only("relations")
     def neighbors(
         self, entity: str, *, limit: int = 50, namespace: NamespaceArg = None
     ) -> list[Relation]:
         """Relations with ``entity`` (a whole name, any case) as subject or object,
         most confident first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        with self.session.connection() as conn:
-            return relations_db.neighbors(conn, entity, ns, limit)
+        return relations_db.neighbors_in(self.session, entity, ns, limit)
 
-    @sqlite_only("relations")
     def forget_relations(
         self, ids: Iterable[str] | str, *, namespace: str | None = None
     ) -> ForgetResult:
         """Delete relations by id; ids not in the namespace are reported in ``missing``."""
-        ns = self._own(namespace)
-        with self.session.connection() as conn:
-            return relations_db.forget_relations(conn, ids, ns)
+        return relations_db.forget_in(self.session, ids, self._own(namespace))
 
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
         ns = self.resolve_namespace(namespace, allow_all=True)
-        if engine_of(self.session) == "SQLite":  # none on PostgreSQL yet
-            yield from relations_db.iterate(self.session.connection, ns)
+        yield from relations_db.iterate_in(self.session, ns)
 
     # -- reads -----------------------------------------------------------------
 
@@ -478,11 +469,11 @@ class Store:
         started, sqlite = time.perf_counter(), engine_of(self.session) == "SQLite"
         notes, stale = self._freshen(filters.namespace) if sqlite else ([], False)
         took = (time.perf_counter() - started) * 1000
-        session, wanted = self.session, options.relations if sqlite else 0
+        session, wanted = self.session, options.relations
         with session.connection() as conn:
             result = run_search(retriever(session, conn, embedder), request)
-            started, ask = time.perf_counter(), relations_db.search_relations
-            found = ask(conn, session.lexicon, result.query, ns, wanted) if wanted else []
+            started, ask = time.perf_counter(), relations_db.search_in
+            found = ask(session, conn, result.query, ns, wanted) if wanted else []
             took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from mnemex import relations as relations_db
 from mnemex.config import DEFAULT_CONFIDENCE
-from mnemex.engine import NamespaceArg, engine_of
+from mnemex.engine import NamespaceArg
 from mnemex.engine.sqlite import Conflict
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.models import ImportReport, LineError
@@ -98,11 +98,8 @@ def import_jsonl(
         )
     flush()  # with strict, everything in one transaction: all or nothing
     related = 0
-    if (
-        relation_rows and engine_of(store.session) == "SQLite"
-    ):  # PostgreSQL: skipped, no relations yet
-        with store.session.transaction() as conn:
-            related = len(relations_db.upsert(conn, [row for _, row in relation_rows]))
+    if relation_rows:
+        related = len(relations_db.store_rows(store.session, [row for _, row in relation_rows]))
         if progress:
             progress(len(relation_rows))
     skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken

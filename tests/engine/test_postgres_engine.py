@@ -344,16 +344,16 @@ def _parsed(literal: str) -> dict[str, int]:
 def test_sqlite_written_literals_equal_the_token_by_token_ones() -> None:
     """Rows without CJK text get their tsvector literal from SQL; it says what the
     token-by-token path (the one rows with CJK text take) says."""
-    docs = [
-        (text, '["billing","o\'brien"]')
-        for text in [*TEXTS[:4], TEXTS[8], TEXTS[9], TEXTS[10], "word " * 300, "x" * 1500 + " y"]
-    ]
-    fast = tokens.document_lex(docs)
-    tokens._load(docs)
-    slow = tokens._with_pairs(len(docs))
-    for (literal, length), terms in zip(fast, slow, strict=True):
-        assert length == terms.length
-        assert _parsed(literal) == {k: min(v, 256) for k, v in terms.counts.items()}
+    texts = [*TEXTS[:4], TEXTS[8], TEXTS[9], TEXTS[10], "word " * 300, "x" * 1500 + " y"]
+    memories = [(text, '["billing","o\'brien"]') for text in texts]
+    relations = [(text[:40], "works on", text[-40:]) for text in texts]  # three columns
+    for table, docs in (("mnemex_doc", memories), ("mnemex_rel", relations)):
+        fast = tokens.document_lex(docs)
+        tokens._load(table, docs)
+        slow = tokens._with_pairs(table, len(docs))
+        for (literal, length), terms in zip(fast, slow, strict=True):
+            assert length == terms.length
+            assert _parsed(literal) == {k: min(v, 256) for k, v in terms.counts.items()}
 
 
 def _insert_batches(url: str, writer: int) -> int:

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import mnemex
+from mnemex.engine import engine_of
 from mnemex.index.vectors import SNAPSHOT_MAGIC, snapshot_path
 from mnemex.storage import migrations
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
+from tests.pg_fixtures import both_engines
 
 WORDS, STRIDE = 12, 8  # the fake embedder's window and stride, in words
 
@@ -49,11 +51,18 @@ def long_text() -> str:
     return " ".join(FILLER) + " at the end someone mentioned " + TAIL
 
 
+def on_postgres(store: Store) -> bool:
+    return engine_of(store.session) == "PostgreSQL"
+
+
 def rows(store: Store, seq: int | None = None) -> list[tuple[int, int]]:
     where = "" if seq is None else f" WHERE seq = {seq}"
-    return store.session.conn.execute(
-        f"SELECT seq, window FROM embeddings{where} ORDER BY seq, window"
-    ).fetchall()
+    window = "window_no" if on_postgres(store) else "window"
+    with store.session.connection() as conn:
+        found = conn.execute(
+            f"SELECT seq, {window} FROM embeddings{where} ORDER BY seq, {window}"
+        ).fetchall()
+    return [(int(s), int(w)) for s, w in found]
 
 
 def cosines(store: Store, query: str) -> dict[str, float]:
@@ -63,11 +72,10 @@ def cosines(store: Store, query: str) -> dict[str, float]:
 
 
 def seq_of(store: Store, memory_id: str) -> int:
-    return int(
-        store.session.conn.execute(
-            "SELECT seq FROM memories WHERE id = ?", (memory_id,)
-        ).fetchone()[0]
-    )
+    mark = "%s" if on_postgres(store) else "?"
+    with store.session.connection() as conn:
+        found = conn.execute(f"SELECT seq FROM memories WHERE id = {mark}", (memory_id,))
+        return int(found.fetchone()[0])
 
 
 @pytest.fixture
@@ -81,6 +89,7 @@ def fill(store: Store) -> str:
     return store.add(long_text())
 
 
+@both_engines
 def test_a_long_memory_gets_a_vector_per_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=windowed)
     long_id = fill(store)
@@ -96,6 +105,7 @@ def test_a_long_memory_gets_a_vector_per_window(make_store, windowed: WindowedFa
     assert store.check()["ok"]
 
 
+@both_engines
 def test_windows_off_gives_one_vector_and_misses_the_tail(
     make_store, windowed: WindowedFake
 ) -> None:  # type: ignore[no-untyped-def]
@@ -108,6 +118,7 @@ def test_windows_off_gives_one_vector_and_misses_the_tail(
     assert cosines(with_windows, TAIL)[other] > one.get(long_id, 0.0)  # the tail's window
 
 
+@both_engines
 def test_forget_and_update_remove_every_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=windowed)
     long_id = fill(store)
@@ -122,9 +133,11 @@ def test_forget_and_update_remove_every_window(make_store, windowed: WindowedFak
     store.forget(long_id)
     assert rows(store, seq) == []
     assert long_id not in [h.id for h in store.search(TAIL, mode="vector").hits]
-    assert store.session.vectors(windowed.dim).size == store.count()
+    if not on_postgres(store):
+        assert store.session.vectors(windowed.dim).size == store.count()
 
 
+@both_engines
 def test_same_text_reuses_every_window(make_store, windowed: WindowedFake) -> None:  # type: ignore[no-untyped-def]
     store = make_store(embedder=windowed)
     first = store.add(long_text(), namespace="a")
@@ -338,6 +351,7 @@ def test_the_hnsw_graph_returns_each_memory_once_at_its_best_window(tmp_path: Pa
         assert np.mean(overlap) >= 0.9
 
 
+@both_engines
 def test_duplicates_compare_whole_memories_not_their_windows(make_store) -> None:  # type: ignore[no-untyped-def]
     """A short remark that repeats a long memory's last window is not merged into it: the
     duplicate check compares a memory's first window, as it did before windows."""
@@ -345,12 +359,44 @@ def test_duplicates_compare_whole_memories_not_their_windows(make_store) -> None
     store = make_store(embedder=windowed, dedup_text=1.0)  # the cosine decides alone
     long_id = store.add(long_text())
     last = windowed.windows(long_text())[-1]
-    index = store.session.vectors(windowed.dim)
-    index.refresh()
-    query = windowed.embed([last])[0]
-    query /= np.linalg.norm(query)
-    assert index.cosines_of([seq_of(store, long_id)], query)[seq_of(store, long_id)] > 0.99
+    assert cosines(store, last)[long_id] > 0.99  # its best window is this one
     added = store.remember(last)
     assert not added.deduplicated and added.id != long_id
     again = store.remember(long_text().replace(TAIL, "zebra giraffe savannah"))
     assert again.deduplicated and again.id == long_id  # a whole repeat still merges
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("exact_max", [100_000, 10])
+def test_postgres_top_k_counts_memories_not_windows(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, exact_max: int
+) -> None:
+    """pgvector returns each memory once, at its best window, the best k memories: by
+    the exact scan, and through the HNSW index (``exact_max`` 10) as far as its recall
+    goes."""
+    from mnemex.engine.postgres import vectors as pg_vectors
+
+    monkeypatch.setattr(pg_vectors, "EXACT_MAX", exact_max)
+    windowed = WindowedFake()
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(200)]
+    texts = [" ".join(rng.choice(words, size=40)) for _ in range(300)]
+    with mnemex.open(pg_url, embedder=windowed) as store:
+        store.add_many(texts)
+        per_memory = len(rows(store)) / store.count()
+        assert per_memory > 3
+        query = np.asarray(windowed.embed([" ".join(texts[7].split()[-WORDS:])])[0])
+        query /= np.linalg.norm(query)
+        with store.session.connection() as conn:
+            hits = pg_vectors.vector(conn, query, "default", windowed.model_id, 10)
+            truth = conn.execute(
+                "SELECT seq, max(1 - (vector::vector(64) <=> %s::vector(64))) AS c "
+                "FROM embeddings GROUP BY seq ORDER BY c DESC, seq LIMIT 10",
+                (pg_vectors.literal(query),),
+            ).fetchall()
+    assert len({h.seq for h in hits}) == len(hits) == 10
+    assert hits[0].seq == truth[0][0]
+    if exact_max > 300 * per_memory:
+        assert [(h.seq, round(h.cosine, 5)) for h in hits] == [(s, round(c, 5)) for s, c in truth]
+    else:
+        assert len({h.seq for h in hits} & {s for s, _ in truth}) >= 8

@@ -55,13 +55,13 @@ _SCORE = f"""
         AS score
     FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
     {{namespaces}}
-    JOIN postings AS p ON p.namespace = n.namespace AND p.term = q.term
+    JOIN {{index}}postings AS p ON p.namespace = n.namespace AND p.term = q.term
     {{filters}}
     GROUP BY p.seq
     ORDER BY score DESC, p.seq
     LIMIT %(limit)s"""
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
-_EVERY = "CROSS JOIN namespace_stats AS n"
+_EVERY = "CROSS JOIN {index}namespace_stats AS n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +89,23 @@ class Statistics:
 
 
 def statistics(
-    conn: psycopg.Connection[Any], namespace: str | None, keys: Sequence[str] = ()
+    conn: psycopg.Connection[Any],
+    namespace: str | None,
+    keys: Sequence[str] = (),
+    index: str = "",
 ) -> Statistics:
-    """The statistics BM25 needs, of a namespace or of every namespace (``None``)."""
+    """The statistics BM25 needs, of a namespace or of every namespace (``None``);
+    ``index`` names another index's tables (``relation_``)."""
     only = "" if namespace is None else " AND namespace = %(ns)s"
     row = conn.execute(
         f"""SELECT
-            (SELECT coalesce(sum(docs), 0) FROM namespace_stats WHERE true{only}),
-            (SELECT coalesce(sum(tokens), 0) FROM namespace_stats WHERE true{only}),
+            (SELECT coalesce(sum(docs), 0) FROM {index}namespace_stats WHERE true{only}),
+            (SELECT coalesce(sum(tokens), 0) FROM {index}namespace_stats WHERE true{only}),
             t.terms, t.docs
         FROM (SELECT coalesce(array_agg(term), '{{}}') AS terms,
                      coalesce(array_agg(docs), '{{}}') AS docs
-              FROM (SELECT term, sum(docs) AS docs FROM term_stats
-                    WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS g) AS t""",
+              FROM (SELECT term, sum(docs) AS docs FROM {index}term_stats
+                    WHERE term = ANY(%(keys)s::text[]){only} GROUP BY term) AS g) AS t""".encode(),
         {"ns": namespace, "keys": list(keys)},
     ).fetchone()
     if row is None:
@@ -123,12 +127,12 @@ def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Pla
 
 
 def term_weights(
-    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None
+    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, index: str = ""
 ) -> tuple[Statistics, dict[str, float]]:
     """The statistics, and each stored term key's BM25 weight: its IDF, once per time the
     query says it (terms no row holds left out)."""
     keys = [query_key(t) for t in terms]
-    stats = statistics(conn, namespace, keys)
+    stats = statistics(conn, namespace, keys, index)
     weights: dict[str, float] = {}
     for term, key in zip(terms, keys, strict=True):
         df = stats.doc_freqs.get(key, 0)
@@ -152,19 +156,32 @@ def lexical(
     stats, weights = term_weights(conn, terms, namespace)
     if not weights:
         return []
-    query = _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE)
-    rows = conn.execute(
-        query.replace("{filters}", where[0]).encode(),
-        {
-            **where[1],
-            "avgdl": stats.avgdl,
-            "keys": list(weights),
-            "weights": list(weights.values()),
-            "ns": namespace,
-            "limit": limit,
-        },
-    ).fetchall()
+    rows = conn.execute(*scores_sql(stats, weights, namespace, limit, where)).fetchall()
     return [Candidate(int(seq), float(score)) for seq, score in rows]
+
+
+def scores_sql(
+    stats: Statistics,
+    weights: dict[str, float],
+    namespace: str | None,
+    limit: int | None,
+    where: tuple[str, dict[str, Any]] = ("", {}),
+    index: str = "",
+) -> tuple[bytes, dict[str, Any]]:
+    """The query, and its parameters, that scores the rows of the namespace (``None``:
+    all) holding the weighted terms by BM25 with ``stats``: (seq, score), best first, at
+    most ``limit`` (``None``: all). ``index`` names another index's tables."""
+    query = _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE)
+    query = query.replace("{filters}", where[0]).replace("{index}", index)
+    params = {
+        **where[1],
+        "avgdl": stats.avgdl,
+        "keys": list(weights),
+        "weights": list(weights.values()),
+        "ns": namespace,
+        "limit": limit,
+    }
+    return query.encode(), params
 
 
 def search(
@@ -178,25 +195,34 @@ def search(
     return found
 
 
-# Each statistic as kept, and as rebuilt from the rows' tsvectors.
+def _kept_and_rebuilt(table: str, index: str) -> tuple[tuple[str, str, str], ...]:
+    """Each statistic of an index over ``table``, as kept, and as rebuilt from the rows'
+    tsvectors."""
+    return (
+        (
+            f"{index}namespace_stats",
+            f"SELECT namespace, docs, tokens FROM {index}namespace_stats "
+            "WHERE docs <> 0 OR tokens <> 0",
+            f"SELECT namespace, count(*), sum(lex_len) FROM {table} GROUP BY namespace",
+        ),
+        (
+            f"{index}term_stats",
+            f"SELECT namespace, term, docs FROM {index}term_stats WHERE docs <> 0",
+            f"SELECT namespace, t, count(*) FROM {table}, unnest(tsvector_to_array(lex)) AS t "
+            "GROUP BY 1, 2",
+        ),
+        (
+            f"{index}postings",
+            f"SELECT namespace, term, seq, tf, len FROM {index}postings",
+            "SELECT namespace, u.lexeme, seq, cardinality(u.positions), lex_len "
+            f"FROM {table}, unnest(lex) AS u",
+        ),
+    )
+
+
 _KEPT_AND_REBUILT = (
-    (
-        "namespace_stats",
-        "SELECT namespace, docs, tokens FROM namespace_stats WHERE docs <> 0 OR tokens <> 0",
-        "SELECT namespace, count(*), sum(lex_len) FROM memories GROUP BY namespace",
-    ),
-    (
-        "term_stats",
-        "SELECT namespace, term, docs FROM term_stats WHERE docs <> 0",
-        "SELECT namespace, t, count(*) FROM memories, unnest(tsvector_to_array(lex)) AS t "
-        "GROUP BY 1, 2",
-    ),
-    (
-        "postings",
-        "SELECT namespace, term, seq, tf, len FROM postings",
-        "SELECT namespace, u.lexeme, seq, cardinality(u.positions), lex_len "
-        "FROM memories, unnest(lex) AS u",
-    ),
+    *_kept_and_rebuilt("memories", ""),
+    *_kept_and_rebuilt("relations", "relation_"),
 )
 
 

@@ -2,7 +2,9 @@
 its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
 
 The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
-else the one the store records in ``meta``); embedding runs outside any
+else the one the store records in ``meta``; a text longer than the embedder's
+window gets a vector per window, :meth:`PgEmbedding.pieces`); a text already embedded for the model, in any memory, is not embedded again);
+embedding runs outside any
 transaction, and each batch of vectors is one write. A write whose vectors cannot
 be made leaves its memories stored without them (``last_error``); ``embed``
 catches up.
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex import embed as embedders
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import logger
-from mnemex.engine.postgres.vectors import insert_vectors
+from mnemex.engine.postgres.vectors import insert_vectors, stored_windows
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 
 if TYPE_CHECKING:
@@ -59,6 +61,16 @@ class PgEmbedding:
                     self._wanted = self._embedder if wanted is embedders.AUTO else wanted
                     self._ready = True
         return self._embedder
+
+    def pieces(self, embedder: Embedder, text: str) -> list[str]:
+        """The windows of ``text`` the store gives a vector each (one, the text, with
+        ``embed_windows`` off; see :func:`mnemex.embed.windows`)."""
+        return embedders.windows(embedder, text) if self.session.settings.embed_windows else [text]
+
+    def first(self, text: str) -> str:
+        """The part of ``text`` the store's embedder gives its first vector (window 0)."""
+        embedder = self.embedder
+        return text if embedder is None else self.pieces(embedder, text)[0]
 
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
@@ -156,13 +168,24 @@ class PgEmbedding:
                 ).fetchall()
             if not rows:
                 return
-            texts = list(dict.fromkeys(r[1] for r in rows))
-            vectors = embed_checked(embedder, texts)
-            by_text = {t: vectors[i] for i, t in enumerate(texts)}
             with self.session.connection() as conn:
-                insert_vectors(conn, embedder.model_id, [(r[0], r[2], by_text[r[1]]) for r in rows])
+                stored = stored_windows(conn, embedder.model_id, [r[2] for r in rows])
+            new = [r for r in rows if r[2] not in stored]
+            windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
+            texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
+            vectors: Any = embed_checked(embedder, texts) if texts else []
+            by_text = {t: vectors[i] for i, t in enumerate(texts)}
+            for r in new:
+                stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
+            items = [
+                (seq, digest, vector, window)
+                for seq, _, digest in rows
+                for window, vector in enumerate(stored[digest])
+            ]
+            with self.session.connection() as conn:
+                insert_vectors(conn, embedder.model_id, items)
             report.embedded += len(texts)
-            report.reused += len(rows) - len(texts)
+            report.reused += len(items) - len(texts)
             if progress is not None:
                 progress(len(rows))
             last = rows[-1][0]

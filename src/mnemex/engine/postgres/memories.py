@@ -17,8 +17,8 @@ from mnemex.engine.postgres.schema import read_meta, schema_version
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import Added, Memory, Stats, TimelineEntry
-from mnemex.text import format_time, parse_stored_time, summarize, tags_columns, utcnow
+from mnemex.models import Memory, Stats, TimelineEntry
+from mnemex.text import parse_stored_time, summarize, tags_columns
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
@@ -178,7 +178,7 @@ def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -
         ).fetchone()
         models = dict(
             conn.execute(
-                f"SELECT model, count(*) FROM embeddings WHERE true{where} GROUP BY model",
+                f"SELECT model, count(*) FROM embeddings WHERE window_no = 0{where} GROUP BY model",
                 params,
             ).fetchall()
         )
@@ -207,61 +207,6 @@ def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -
         other_models={str(k): int(v) for k, v in models.items()},
         relations=relation_count,
     )
-
-
-def remember(session: PostgresSession, row: tuple[Any, ...], embed: bool) -> Added:
-    """Store one prepared row unless its text is already stored in its namespace: then
-    the stored memory takes the new one's tags, the higher confidence and the pin, and
-    its id is returned (``by="exact"``). The schema's unique index decides, so two
-    writers adding one text at once end with one memory."""
-    with session.transaction() as conn:
-        written = session.insert_one(conn, row)
-        if not written.inserted and written.id != row[0]:
-            _merge(conn, written.seq, row)
-    session.after_write()
-    if not written.inserted:
-        if written.id == row[0]:
-            from mnemex.errors import DuplicateId
-
-            raise DuplicateId(f"a memory with id {row[0]!r} already exists")
-        return Added(written.id, True, 1.0, "exact")
-    if embed:
-        session.embedding.embed_new([written.seq])
-    return Added(row[0])
-
-
-def _merge(conn: Any, seq: int, row: tuple[Any, ...]) -> None:
-    """Fold a repeat of a stored text into it, recording it as SQLite's dedup does."""
-    old_tags, metadata = conn.execute(
-        "SELECT tags, metadata FROM memories WHERE seq = %s FOR UPDATE", (seq,)
-    ).fetchone()
-    tags = list(dict.fromkeys([*old_tags, *json.loads(row[4])]))
-    now = format_time(utcnow())
-    record = {"at": row[8], "merged_at": now, "by": "exact", "similarity": 1.0}
-    if row[5] is not None:
-        record["source"] = row[5]
-    duplicates = metadata.get("duplicates")
-    metadata["duplicates"] = [*(duplicates if isinstance(duplicates, list) else []), record]
-    conn.execute(
-        """UPDATE memories SET tags = %s::jsonb, metadata = %s::jsonb,
-               confidence = greatest(confidence, %s), pinned = pinned OR %s, updated_at = %s
-           WHERE seq = %s""",
-        (
-            json.dumps(tags, ensure_ascii=False),
-            json.dumps(metadata, ensure_ascii=False),
-            row[6],
-            bool(row[7]),
-            parse_stored_time(now),
-            seq,
-        ),
-    )
-    if tags != list(old_tags):
-        content = conn.execute("SELECT content FROM memories WHERE seq = %s", (seq,)).fetchone()
-        lex, length = document_lex([(content[0], _fts_tags(json.dumps(tags)))])[0]
-        conn.execute(
-            "UPDATE memories SET lex = %s::tsvector, lex_len = %s WHERE seq = %s",
-            (lex, length, seq),
-        )
 
 
 def check(session: PostgresSession) -> dict[str, Any]:

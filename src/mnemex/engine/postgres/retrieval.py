@@ -9,6 +9,7 @@ scored by :func:`mnemex.engine.postgres.bm25.lexical` (always exact: no query
 shaping). The vector arm is pgvector (:func:`mnemex.engine.postgres.vectors.vector`;
 an exact scan when filters beyond the namespace apply). Snippets are FTS5's
 ``snippet()`` over the hits' text, in an in-memory SQLite table on the client.
+A memory with several windows' vectors is scored by its best window, as on SQLite.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
     from mnemex.search.pipeline import Plan, Request
 
 _local = threading.local()
+# Why raw FTS5 syntax is refused here, and what to do: the index holds each term's
+# count in a row, not its positions, so phrases, NEAR and column filters cannot be
+# answered as FTS5 answers them.
+RAW_HINT = (
+    "search without --raw (raw=False): a natural-language query works on every engine; "
+    "FTS5's phrases, NEAR and column filters need a SQLite store (--db PATH)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +121,7 @@ class PostgresEngine:
         """The SQLite arm's plan (:func:`mnemex.index.fts.plan`) with this database's
         statistics of the namespace searched."""
         if request.raw:
-            raise Unsupported("a raw FTS5 query", ENGINE)
+            raise Unsupported("a raw FTS5 query", ENGINE, RAW_HINT)
         tokens = lexicon().tokenize(text)
         if request.expand:
             terms = expand_terms(tokens, STOPWORDS, capital_letters(text))
@@ -172,9 +180,9 @@ class PostgresEngine:
         join, params = filter_sql(filters, "e")
         only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
         rows = self.conn.execute(
-            f"""SELECT e.seq, 1 - (e.vector::vector({dim}) <=> %(q)s::vector({dim})) AS c
+            f"""SELECT e.seq, max(1 - (e.vector::vector({dim}) <=> %(q)s::vector({dim}))) AS c
                 FROM embeddings AS e {join} AND e.model = %(model)s {only}
-                ORDER BY c DESC, e.seq LIMIT %(limit)s""".encode(),
+                GROUP BY e.seq ORDER BY c DESC, e.seq LIMIT %(limit)s""".encode(),
             {**params, "q": literal(qvec), "model": model, "ns": filters.namespace, "limit": limit},
         ).fetchall()
         return [VectorHit(int(seq), float(c)) for seq, c in rows]
@@ -189,23 +197,26 @@ class PostgresEngine:
         return {c.seq: c.raw for c in found}
 
     def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
+        """Each memory's cosine to the query: its best window's."""
         if not seqs or self.embedder is None:
             return {}
         dim = int(qvec.shape[0])
         rows = self.conn.execute(
-            f"SELECT seq, 1 - (vector::vector({dim}) <=> %s::vector({dim})) FROM embeddings "
-            "WHERE model = %s AND seq = ANY(%s)".encode(),
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) FROM embeddings "
+            "WHERE model = %s AND seq = ANY(%s) GROUP BY seq".encode(),
             (literal(qvec), self.embedder.model_id, seqs),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows}
 
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
+        """Each memory's first-window vector."""
         import numpy as np
 
         if not seqs or self.embedder is None:
             return {}
         rows = self.conn.execute(
-            "SELECT seq, vector::text FROM embeddings WHERE model = %s AND seq = ANY(%s)",
+            "SELECT seq, vector::text FROM embeddings "
+            "WHERE model = %s AND seq = ANY(%s) AND window_no = 0",
             (self.embedder.model_id, seqs),
         ).fetchall()
         return {int(s): np.asarray(json.loads(v), dtype=np.float32) for s, v in rows}

@@ -87,31 +87,31 @@ def _statement_triggers(table: str, name: str, function: str) -> tuple[str, ...]
     )
 
 
-def _stats_function(op: str, changed: str) -> str:
+def _stats_function(op: str, changed: str, prefix: str = "") -> str:
     """SQL: the trigger function that takes away the postings and counts of the
     ``changed`` rows of sign -1 and adds those of sign 1 (one upsert per statistics
-    table, in key order)."""
-    return f"""CREATE OR REPLACE FUNCTION mnemex_stats_{op}() RETURNS trigger
+    table, in key order). ``prefix`` names another index's tables (``relation_``)."""
+    return f"""CREATE OR REPLACE FUNCTION mnemex_{prefix}stats_{op}() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
-            DELETE FROM postings AS p
+            DELETE FROM {prefix}postings AS p
             USING ({changed}) AS c, unnest(tsvector_to_array(c.lex)) AS u (term)
             WHERE c.sign < 0 AND p.namespace = c.namespace AND p.term = u.term
                 AND p.seq = c.seq;
-            INSERT INTO postings (namespace, term, seq, tf, len)
+            INSERT INTO {prefix}postings (namespace, term, seq, tf, len)
             SELECT c.namespace, u.lexeme, c.seq, cardinality(u.positions), c.lex_len
             FROM ({changed}) AS c, unnest(c.lex) AS u
             WHERE c.sign > 0
             ORDER BY 1, 2, 3;
             WITH c AS MATERIALIZED ({changed}),
             ns AS (
-                INSERT INTO namespace_stats AS s (namespace, docs, tokens)
+                INSERT INTO {prefix}namespace_stats AS s (namespace, docs, tokens)
                 SELECT c.namespace, sum(c.sign), sum(c.sign * c.lex_len)
                 FROM c GROUP BY c.namespace ORDER BY c.namespace
                 ON CONFLICT (namespace) DO UPDATE
                     SET docs = s.docs + excluded.docs, tokens = s.tokens + excluded.tokens
             )
-            INSERT INTO term_stats AS t (namespace, term, docs)
+            INSERT INTO {prefix}term_stats AS t (namespace, term, docs)
             SELECT c.namespace, u.term, sum(c.sign)
             FROM c, unnest(tsvector_to_array(c.lex)) AS u (term)
             GROUP BY c.namespace, u.term HAVING sum(c.sign) <> 0
@@ -122,43 +122,55 @@ def _stats_function(op: str, changed: str) -> str:
         $$"""
 
 
+def _lexical_index(table: str, prefix: str) -> tuple[str, ...]:
+    """SQL: the tables of a lexical index over ``table``'s ``lex`` and ``lex_len`` (BM25's
+    postings and per-namespace statistics, named with ``prefix``), and the statement
+    triggers that keep them."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {prefix}namespace_stats (
+            namespace text PRIMARY KEY,
+            docs bigint NOT NULL,
+            tokens bigint NOT NULL
+        )""",
+        # The inverted index BM25 reads: each term's rows in a namespace, with the term's
+        # frequency in the row and the row's length (a B-tree: one range scan per term).
+        f"""CREATE TABLE IF NOT EXISTS {prefix}postings (
+            namespace text NOT NULL,
+            term text NOT NULL,
+            seq bigint NOT NULL,
+            tf integer NOT NULL,
+            len integer NOT NULL,
+            PRIMARY KEY (namespace, term, seq)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {prefix}term_stats (
+            namespace text NOT NULL,
+            term text NOT NULL,
+            docs bigint NOT NULL,
+            PRIMARY KEY (namespace, term)
+        )""",
+        _stats_function(
+            "insert", "SELECT seq, namespace, 1 AS sign, lex_len, lex FROM new_rows", prefix
+        ),
+        _stats_function(
+            "delete", "SELECT seq, namespace, -1 AS sign, lex_len, lex FROM old_rows", prefix
+        ),
+        _stats_function(
+            "update",
+            """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.seq = n.seq,
+                LATERAL (VALUES (n.seq, n.namespace, 1, n.lex_len, n.lex),
+                                (o.seq, o.namespace, -1, o.lex_len, o.lex))
+                    AS x (seq, namespace, sign, lex_len, lex)
+                WHERE n.namespace <> o.namespace OR n.lex_len <> o.lex_len OR n.lex <> o.lex""",
+            prefix,
+        ),
+        *_statement_triggers(table, f"{table}_stats", f"mnemex_{prefix}stats"),
+    )
+
+
 # BM25's corpus statistics, per namespace. A change of rows adds its rows'
 # counts and takes away the old rows' (an update does both), in one upsert
 # per table, in key order.
-_STATS: Final = (
-    """CREATE TABLE IF NOT EXISTS namespace_stats (
-        namespace text PRIMARY KEY,
-        docs bigint NOT NULL,
-        tokens bigint NOT NULL
-    )""",
-    # The inverted index BM25 reads: each term's rows in a namespace, with the term's
-    # frequency in the row and the row's length (a B-tree: one range scan per term).
-    """CREATE TABLE IF NOT EXISTS postings (
-        namespace text NOT NULL,
-        term text NOT NULL,
-        seq bigint NOT NULL,
-        tf integer NOT NULL,
-        len integer NOT NULL,
-        PRIMARY KEY (namespace, term, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS term_stats (
-        namespace text NOT NULL,
-        term text NOT NULL,
-        docs bigint NOT NULL,
-        PRIMARY KEY (namespace, term)
-    )""",
-    _stats_function("insert", "SELECT seq, namespace, 1 AS sign, lex_len, lex FROM new_rows"),
-    _stats_function("delete", "SELECT seq, namespace, -1 AS sign, lex_len, lex FROM old_rows"),
-    _stats_function(
-        "update",
-        """SELECT x.* FROM new_rows AS n JOIN old_rows AS o ON o.seq = n.seq,
-            LATERAL (VALUES (n.seq, n.namespace, 1, n.lex_len, n.lex),
-                            (o.seq, o.namespace, -1, o.lex_len, o.lex))
-                AS x (seq, namespace, sign, lex_len, lex)
-            WHERE n.namespace <> o.namespace OR n.lex_len <> o.lex_len OR n.lex <> o.lex""",
-    ),
-    *_statement_triggers("memories", "memories_stats", "mnemex_stats"),
-)
+_STATS: Final = _lexical_index("memories", "")
 
 
 def _vector_stats_function(op: str, changed: str) -> str:
@@ -175,9 +187,9 @@ def _vector_stats_function(op: str, changed: str) -> str:
         $$"""
 
 
-# Vectors: one row per (model, memory), stamped with the model and the hash of the
-# content it embeds, and the memory's namespace (kept in step by a trigger) so that
-# a namespace's vectors are searched without a join.
+# Vectors: one row per (model, memory) (per window of it since migration 7), stamped
+# with the model and the hash of the content it embeds, and the memory's namespace
+# (kept in step by a trigger) so that a namespace's vectors are searched without a join.
 _VECTORS: Final = (
     """CREATE TABLE IF NOT EXISTS vector_models (
         model text PRIMARY KEY,
@@ -258,12 +270,60 @@ _DOUBLE_CONFIDENCE: Final = (
     "ALTER TABLE relations ALTER COLUMN confidence TYPE double precision",
 )
 
+# The relations' lexical index, as the memories' (a relation's terms are its subject,
+# predicate and object as FTS5 indexes them; see mnemex.engine.postgres.relations).
+# Relations written before it have none: none could be written then. A relation
+# outlives the memory it was read from; only the pointer goes (or follows a new id).
+_RELATION_INDEX: Final = (
+    "ALTER TABLE relations ADD COLUMN IF NOT EXISTS lex tsvector NOT NULL DEFAULT ''",
+    "ALTER TABLE relations ADD COLUMN IF NOT EXISTS lex_len integer NOT NULL DEFAULT 0",
+    *_lexical_index("relations", "relation_"),
+    """CREATE OR REPLACE FUNCTION mnemex_relations_source_gone() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE relations SET source_memory = NULL
+            WHERE source_memory IN (SELECT id FROM old_rows);
+            RETURN NULL;
+        END
+        $$""",
+    """CREATE OR REPLACE TRIGGER memories_relations_delete AFTER DELETE ON memories
+        REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+        EXECUTE FUNCTION mnemex_relations_source_gone()""",
+    """CREATE OR REPLACE FUNCTION mnemex_relations_source_moved() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE relations SET source_memory = new.id WHERE source_memory = old.id;
+            RETURN NULL;
+        END
+        $$""",
+    """CREATE OR REPLACE TRIGGER memories_relations_id AFTER UPDATE OF id ON memories
+        FOR EACH ROW WHEN (new.id IS DISTINCT FROM old.id)
+        EXECUTE FUNCTION mnemex_relations_source_moved()""",
+)
+
+# A long text is embedded in several windows (see mnemex.embed.windows): one row per
+# window of a memory, numbered from 0 in ``window_no`` ("window" is a reserved word
+# here); a memory is scored by its best window. Rows stored before are window 0.
+_WINDOWS: Final = (
+    """ALTER TABLE embeddings ADD COLUMN IF NOT EXISTS window_no integer NOT NULL DEFAULT 0
+        CHECK (window_no >= 0)""",
+    "ALTER TABLE embeddings DROP CONSTRAINT IF EXISTS embeddings_model_seq_key",
+    """ALTER TABLE embeddings ADD CONSTRAINT embeddings_model_seq_window
+        UNIQUE (model, seq, window_no)""",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories with their index terms (tsvector)", _INIT),
     (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
     (3, "vectors stamped with their model", _VECTORS),
     (4, "relations", _RELATIONS),
     (5, "confidence as a double", _DOUBLE_CONFIDENCE),
+    (
+        6,
+        "relations' lexical index (postings and statistics by statement triggers)",
+        _RELATION_INDEX,
+    ),
+    (7, "a vector per window of a memory's text (embeddings.window_no)", _WINDOWS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

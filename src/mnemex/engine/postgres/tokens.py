@@ -78,15 +78,21 @@ def lexicon() -> Lexicon:
     return found
 
 
+# The in-memory FTS5 tables a document is loaded into, by their number of columns:
+# a memory's (content, tags), a relation's (subject, predicate, object).
+_TABLES = {2: ("mnemex_doc", "content, tags"), 3: ("mnemex_rel", "subject, predicate, object")}
+
+
 def _connection() -> sqlite3.Connection:
     conn: sqlite3.Connection | None = getattr(_local, "conn", None)
     if conn is None:
         conn = sqlite3.connect(":memory:", isolation_level=None)
-        conn.execute(
-            "CREATE VIRTUAL TABLE mnemex_doc USING fts5("
-            f"content, tags, content='', tokenize='{TOKENIZER}')"
-        )
-        conn.execute("CREATE VIRTUAL TABLE mnemex_doc_v USING fts5vocab(mnemex_doc, instance)")
+        for table, columns in _TABLES.values():
+            conn.execute(
+                f"CREATE VIRTUAL TABLE {table} USING fts5("
+                f"{columns}, content='', tokenize='{TOKENIZER}')"
+            )
+            conn.execute(f"CREATE VIRTUAL TABLE {table}_v USING fts5vocab({table}, instance)")
         conn.create_function("mnemex_key", 1, index_key, deterministic=True)
         _local.conn = conn
     return conn
@@ -122,52 +128,56 @@ _LEX_SQL = f"""
         SELECT doc, n, min(n, {MAX_POSITIONS}) AS m,
             CASE WHEN length(CAST(term AS BLOB)) > {MAX_KEY_BYTES} THEN mnemex_key(term)
                  ELSE term END AS key
-        FROM (SELECT term, doc, count(*) AS n FROM mnemex_doc_v GROUP BY term, doc)
+        FROM (SELECT term, doc, count(*) AS n FROM {{table}}_v GROUP BY term, doc)
     )
     GROUP BY doc"""
 
 
-def document_lex(docs: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
-    """For each (content, tags JSON) pair: its tsvector literal (each term with positions
-    1..tf, see :func:`tsvector`) and its length in tokens, as FTS5 indexes the stored row.
+def document_lex(docs: Sequence[tuple[str, ...]]) -> list[tuple[str, int]]:
+    """For each (content, tags JSON) pair (or a relation's (subject, predicate, object)):
+    its tsvector literal (each term with positions 1..tf, see :func:`tsvector`) and its
+    length in tokens, as FTS5 indexes the stored row.
 
     Rows without CJK text have no pair terms: SQLite counts their terms and writes the
     literal itself. Rows with CJK text are read token by token for their pairs.
     """
     out: list[tuple[str, int]] = [("", 0)] * len(docs)
-    cjk = [i for i, (content, tags) in enumerate(docs) if has_cjk(content) or has_cjk(tags)]
+    if not docs:
+        return out
+    table = _TABLES[len(docs[0])][0]
+    cjk = [i for i, doc in enumerate(docs) if any(has_cjk(column) for column in doc)]
     plain = sorted(set(range(len(docs))) - set(cjk))
     for start in range(0, len(plain), BATCH):
         chunk = plain[start : start + BATCH]
-        _load([docs[i] for i in chunk])
-        for doc, length, literal in _connection().execute(_LEX_SQL, (_POSITIONS,)):
+        _load(table, [docs[i] for i in chunk])
+        for doc, length, literal in _connection().execute(
+            _LEX_SQL.replace("{table}", table), (_POSITIONS,)
+        ):
             out[chunk[doc]] = (literal, length)
     for start in range(0, len(cjk), BATCH):
         chunk = cjk[start : start + BATCH]
-        _load([docs[i] for i in chunk])
-        for i, terms in zip(chunk, _with_pairs(len(chunk)), strict=True):
+        _load(table, [docs[i] for i in chunk])
+        for i, terms in zip(chunk, _with_pairs(table, len(chunk)), strict=True):
             out[i] = (tsvector(terms), terms.length)
     return out
 
 
-def _load(docs: Sequence[tuple[str, str]]) -> None:
+def _load(table: str, docs: Sequence[tuple[str, ...]]) -> None:
     """Put the documents in the in-memory FTS5 table as rows 0, 1, ..."""
     conn = _connection()
-    conn.execute("INSERT INTO mnemex_doc (mnemex_doc) VALUES ('delete-all')")
+    conn.execute(f"INSERT INTO {table} ({table}) VALUES ('delete-all')")
+    width = len(docs[0]) if docs else 0
     conn.executemany(
-        "INSERT INTO mnemex_doc (rowid, content, tags) VALUES (?, ?, ?)",
-        [
-            (i, segment(content) or content, segment(tags) or tags)
-            for i, (content, tags) in enumerate(docs)
-        ],
+        f"INSERT INTO {table} (rowid, {_TABLES[width][1]}) VALUES (?{', ?' * width})",
+        [(i, *(segment(column) or column for column in doc)) for i, doc in enumerate(docs)],
     )
 
 
-def _with_pairs(size: int) -> list[Terms]:
+def _with_pairs(table: str, size: int) -> list[Terms]:
     """The loaded rows' terms, with a term for each pair of adjacent CJK characters."""
     at: dict[tuple[int, str], dict[int, str]] = {}  # (doc, column) -> offset -> token
     for doc, col, offset, term in _connection().execute(
-        "SELECT doc, col, offset, term FROM mnemex_doc_v"
+        f"SELECT doc, col, offset, term FROM {table}_v"
     ):
         at.setdefault((doc, col), {})[offset] = term
     counts: list[Counter[str]] = [Counter() for _ in range(size)]

@@ -7,6 +7,13 @@ model's vectors are indexed by a partial HNSW index on
 ``vector::vector(dim)`` for that model alone (pgvector 0.6: cosine
 distance, ``m`` and ``ef_construction`` at their defaults).
 
+A memory has a vector per window of its text (``window_no``; one for a text
+that fits the embedder's window), and a search returns each memory once, at its
+best window: the exact scan groups the window rows by memory; through the index,
+rows come nearest first, and the first ``limit`` distinct memories of such a
+prefix are the ``limit`` nearest memories (a prefix with fewer is asked again,
+twice as long, then exactly). Counts below are of window rows.
+
 A search is exact (every vector of the model in the namespace compared) when
 the namespace holds few vectors, or when so small a share of the model's
 vectors that the index would have to visit more candidates than pgvector 0.6
@@ -27,6 +34,7 @@ benchmark to settle.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +52,7 @@ EXACT_MAX = 50_000  # a namespace with at most this many vectors of the model is
 EF_SEARCH_MIN = 200  # candidates the index visits at least (pgvector's default, 40, misses many)
 EF_SEARCH_MAX = 1000  # pgvector 0.6's limit
 EF_MARGIN = 2.0  # candidates visited per wanted hit, over the namespace's share
+WINDOWS_FETCHED = 2  # window rows asked of the index per memory wanted (doubled if short)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,33 +109,58 @@ def ensure_model(conn: psycopg.Connection[Any], model: str, dim: int) -> None:
 def insert_vectors(
     conn: psycopg.Connection[Any],
     model: str,
-    vectors: Sequence[tuple[int, str, Any]],
+    vectors: Sequence[tuple[int, str, Any] | tuple[int, str, Any, int]],
 ) -> int:
-    """Store (memory seq, content hash, vector) for ``model``; a memory's vector of the
-    same model is replaced. Returns the rows written."""
+    """Store (memory seq, content hash, vector[, window]) for ``model`` (window 0 when
+    left out). The memories' vectors of the model are replaced: a memory's windows are
+    written together. Returns the rows written."""
     if not vectors:
         return 0
-    dims = {np.asarray(v).size for _, _, v in vectors}
+    dims = {np.asarray(v[2]).size for v in vectors}
     if len(dims) != 1:
         raise InvalidInput(f"vectors of one model must share a dimension, got {sorted(dims)}")
     ensure_model(conn, model, dims.pop())
+    seqs = [v[0] for v in vectors]
     with conn.transaction():
+        conn.execute(
+            "DELETE FROM embeddings WHERE model = %s AND seq = ANY(%s)", (model, sorted(set(seqs)))
+        )
         cur = conn.execute(
-            """INSERT INTO embeddings (seq, namespace, model, content_hash, vector)
-               SELECT v.seq, m.namespace, %s, v.hash, v.vector::vector
-               FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v (seq, hash, vector)
+            """INSERT INTO embeddings (seq, namespace, model, content_hash, window_no, vector)
+               SELECT v.seq, m.namespace, %s, v.hash, v.window_no, v.vector::vector
+               FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::text[])
+                   AS v (seq, hash, window_no, vector)
                JOIN memories AS m ON m.seq = v.seq
-               ORDER BY v.seq
-               ON CONFLICT (model, seq) DO UPDATE
-                   SET vector = excluded.vector, content_hash = excluded.content_hash""",
+               ORDER BY v.seq, v.window_no""",
             (
                 model,
-                [seq for seq, _, _ in vectors],
-                [digest for _, digest, _ in vectors],
-                [literal(v) for _, _, v in vectors],
+                seqs,
+                [v[1] for v in vectors],
+                [v[3] if len(v) > 3 else 0 for v in vectors],
+                [literal(v[2]) for v in vectors],
             ),
         )
         return cur.rowcount
+
+
+def stored_windows(
+    conn: psycopg.Connection[Any], model: str, digests: Sequence[str]
+) -> dict[str, list[Any]]:
+    """The vectors of ``model`` already stored for texts of these content hashes, each
+    text's windows in order (a text whose stored windows are not 0..n-1 left out)."""
+    found: dict[str, dict[int, Any]] = {}
+    for digest, window, text in conn.execute(
+        "SELECT DISTINCT ON (content_hash, window_no) content_hash, window_no, vector::text "
+        "FROM embeddings WHERE model = %s AND content_hash = ANY(%s) "
+        "ORDER BY content_hash, window_no, seq",
+        (model, sorted(set(digests))),
+    ):
+        found.setdefault(digest, {})[int(window)] = text
+    return {
+        digest: [np.asarray(json.loads(by[w]), dtype=np.float32) for w in range(len(by))]
+        for digest, by in found.items()
+        if sorted(by) == list(range(len(by)))
+    }
 
 
 def counts(conn: psycopg.Connection[Any], model: str, namespace: str | None) -> tuple[int, int]:
@@ -146,8 +180,8 @@ def vector(
     model: str,
     limit: int,
 ) -> list[VectorHit]:
-    """The ``limit`` vectors of ``model`` in the namespace (``None``: all) nearest to
-    ``qvec`` by cosine, nearest first (ties by seq)."""
+    """The ``limit`` memories of the namespace (``None``: all) nearest to ``qvec`` by the
+    cosine of their best window's vector of ``model``, nearest first (ties by seq)."""
     dim = model_dim(conn, model)
     if dim is None or limit <= 0:
         return []
@@ -159,12 +193,29 @@ def vector(
     wanted, total = counts(conn, model, namespace)
     if not wanted:
         return []
-    ef = ef_search(limit, wanted, total)
-    if ef is not None:
-        hits = run_search(conn, qvec, search_sql(namespace, model, dim, exact=False), limit, ef)
-        if len(hits) >= min(limit, wanted):
+    fetch = limit * WINDOWS_FETCHED
+    while (ef := ef_search(fetch, wanted, total)) is not None:
+        rows = run_search(conn, qvec, search_sql(namespace, model, dim, exact=False), fetch, ef)
+        hits = best_windows(rows, limit)
+        if len(hits) >= limit or len(rows) >= wanted:
             return hits
+        if len(rows) < fetch:
+            break  # the index gave fewer than asked: the exact scan below
+        fetch *= 2
     return run_search(conn, qvec, search_sql(namespace, model, dim, exact=True), limit, None)
+
+
+def best_windows(rows: Sequence[VectorHit], limit: int) -> list[VectorHit]:
+    """The first ``limit`` memories of window hits in distance order, each at its nearest
+    (first) window: of any prefix of the windows nearest to a query, these are the
+    ``limit`` nearest memories."""
+    seen: dict[int, VectorHit] = {}
+    for hit in rows:
+        if hit.seq not in seen:
+            seen[hit.seq] = hit
+            if len(seen) == limit:
+                break
+    return list(seen.values())
 
 
 def ef_search(limit: int, wanted: int, total: int) -> int | None:
@@ -178,7 +229,8 @@ def ef_search(limit: int, wanted: int, total: int) -> int | None:
 
 def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> sql.Composed:
     """The query (parameters ``q``, the vector's text, and ``limit``): through the model's
-    HNSW index, or exact (the ``OFFSET 0`` fence keeps the planner from the index)."""
+    HNSW index (window rows nearest first), or exact (each memory once, at its best
+    window; the ``OFFSET 0`` fence keeps the planner from the index)."""
     from psycopg import sql
 
     where: sql.Composable = sql.SQL("model = {}").format(sql.Literal(model))
@@ -189,8 +241,8 @@ def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> s
     )
     if exact:
         return sql.SQL(
-            "SELECT seq, d FROM (SELECT seq, {d} AS d FROM embeddings WHERE {w} OFFSET 0) AS x "
-            "ORDER BY d, seq LIMIT %(limit)s"
+            "SELECT seq, min(d) AS d FROM (SELECT seq, {d} AS d FROM embeddings WHERE {w} "
+            "OFFSET 0) AS x GROUP BY seq ORDER BY d, seq LIMIT %(limit)s"
         ).format(d=distance, w=where)
     return sql.SQL(
         "SELECT seq, {d} AS d FROM embeddings WHERE {w} ORDER BY {d} LIMIT %(limit)s"
