@@ -476,7 +476,7 @@ class Store:
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
         started, sqlite = time.perf_counter(), engine_of(self.session) == "SQLite"
-        notes, stale = self._freshen(filters.namespace) if sqlite else ([], False)
+        notes, stale = self._freshen(filters.namespace)
         took = (time.perf_counter() - started) * 1000
         session, wanted = self.session, options.relations if sqlite else 0
         with session.connection() as conn:
@@ -583,7 +583,6 @@ class Store:
 
     # -- markdown workspaces ------------------------------------------------------
 
-    @sqlite_only("markdown workspaces")
     def sync(
         self,
         directory: str | os.PathLike[str],
@@ -612,7 +611,6 @@ class Store:
             self, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
-    @sqlite_only("markdown workspaces")
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
     ) -> int:
@@ -625,7 +623,6 @@ class Store:
 
         return spaces.remove(self, directory, self._own(namespace))
 
-    @sqlite_only("markdown workspaces")
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
     ) -> tuple[WorkspaceStatus, ...]:
@@ -637,7 +634,6 @@ class Store:
 
         return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
-    @sqlite_only("markdown workspaces")
     def add_to_workspace(
         self,
         content: str,
@@ -660,7 +656,6 @@ class Store:
             self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
-    @sqlite_only("markdown workspaces")
     def watch(
         self,
         directory: str | os.PathLike[str],
@@ -683,9 +678,8 @@ class Store:
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
         (most stores): then not even its module is imported."""
-        where, params = ("WHERE namespace = ?", (namespace,)) if namespace is not None else ("", ())
         with self.session.connection() as conn:
-            if conn.execute(f"SELECT 1 FROM workspaces {where} LIMIT 1", params).fetchone() is None:
+            if not self.session.workspaces.exists(conn, namespace):
                 return [], False
         from mnemex.ingest import workspace as spaces
 

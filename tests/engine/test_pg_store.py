@@ -106,8 +106,6 @@ def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -
     [
         (lambda s: s.relate("a", "knows", "b"), "relations"),
         (lambda s: s.neighbors("a"), "relations"),
-        (lambda s: s.sync("."), "markdown workspaces"),
-        (lambda s: s.workspace_status(), "markdown workspaces"),
         (lambda s: s.dedup(), "dedup of a namespace"),
         (lambda s: s.search("x", raw=True), "a raw FTS5 query"),
     ],

@@ -27,6 +27,7 @@ from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.session import ENGINE
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import literal, model_dim, vector
+from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch, Unsupported
 from mnemex.index.fts import Filters, LexicalPlan, Retrieval
 from mnemex.index.query import (
@@ -234,7 +235,7 @@ class PostgresEngine:
         return [(int(s), str(c)) for s, c in rows]
 
     def locations(self, seqs: list[int]) -> dict[int, Location]:
-        return {}  # no workspaces on this engine yet
+        return tables().locations(self.conn, seqs)
 
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
         """FTS5's ``snippet()`` of each row's content, as the SQLite engine shows it."""
