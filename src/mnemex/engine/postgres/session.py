@@ -5,7 +5,8 @@ It offers the part of the SQLite session's surface that the shared code uses
 (the URL without its password), ``resolve_namespace``, ``lock``,
 ``connection()`` / ``transaction()`` / ``read()``, ``generation`` and
 ``after_write()``, ``embedding``, ``insert_chunks`` / ``insert_prepared``,
-``workspaces`` and ``files_cache`` (markdown workspaces) and ``close()``. Connections come from a pool of at most ``settings.pool_size``
+``workspaces`` / ``files_cache`` (markdown workspaces) and ``close()``.
+Connections come from a pool of at most ``settings.pool_size``
 (``psycopg_pool``); a thread that asks for a connection while it holds one gets
 the same one back, so nested calls use one connection and one transaction.
 """
