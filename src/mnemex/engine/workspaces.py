@@ -261,18 +261,19 @@ class WorkspaceTables:
         self,
         session: SqliteSession,
         conn: Conn,
-        file_id: int,
         rows: list[tuple[Any, ...]],
         places: Sequence[Sequence[Any]],
     ) -> list[int]:
-        """Insert prepared rows (:func:`mnemex.rows.prepare`) as new chunk memories of a
-        file, each at its place (position, heading, start, end); their seqs."""
+        """Insert prepared rows (:func:`mnemex.rows.prepare`) as new chunk memories, each
+        at its place (file_id, position, heading, start, end); their seqs."""
+        if not rows:
+            return []
         seqs = self._insert_memories(session, conn, rows)
         self._many(
             conn,
             "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [(seq, file_id, *place) for seq, place in zip(seqs, places, strict=True)],
+            [(seq, *place) for seq, place in zip(seqs, places, strict=True)],
         )
         return seqs
 

@@ -459,7 +459,9 @@ class _Writer:
         self.ws = ws
         self.tally = tally
         self.now = format_time(utcnow())
-        self.new_seqs: list[int] = []
+        self.new_rows: list[tuple[Any, ...]] = []  # inserted together, in finish()
+        self.new_places: list[tuple[Any, ...]] = []  # (file_id, position, heading, start, end)
+        self.new_ids: set[str] = set()
         self.doomed: list[int] = []
         self.tables.lock(conn, ws.id)
 
@@ -537,7 +539,7 @@ class _Writer:
         """Give a chunk (a row of :meth:`_existing`) the id, source and time of its place."""
         seq, ident, digest, source, created_at = old[:5]
         wanted = chunk_id(self.ws.namespace, self.ws.root, path, digest, occurrence)
-        if wanted != ident and self.tables.taken(self.conn, [wanted]):
+        if wanted != ident and (wanted in self.new_ids or self.tables.taken(self.conn, [wanted])):
             wanted = ident  # taken (by a row about to move or go): keep the old id
         if (wanted, path, created) != (ident, source, created_at):
             self.tables.relabel(self.conn, seq, (wanted, path, created, self.now))
@@ -569,12 +571,14 @@ class _Writer:
         return len(item.chunks)
 
     def _insert(self, file_id: int, path: str, fresh: list[_ChunkRow], created: str) -> None:
+        """Prepare a file's new chunks (inserted with every other file's in :meth:`finish`:
+        one statement, not one a file)."""
         store, ws = self.store, self.ws
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
-        taken = self.tables.taken(self.conn, ids)
+        taken = self.tables.taken(self.conn, ids) | self.new_ids
         now = utcnow()
-        rows = [
-            prepare(
+        for ident, c in zip(ids, fresh, strict=True):
+            row = prepare(
                 {
                     "id": None if ident in taken else ident,  # taken: by a row about to move
                     "content": c.content,
@@ -590,11 +594,9 @@ class _Writer:
                 store.settings.max_content_bytes,
                 self.now,
             )
-            for ident, c in zip(ids, fresh, strict=True)
-        ]
-        places = [(c.position, c.heading, c.start_line, c.end_line) for c in fresh]
-        seqs = self.tables.insert(store.session, self.conn, file_id, rows, places)
-        self.new_seqs.extend(seqs)
+            self.new_rows.append(row)
+            self.new_ids.add(row[0])
+            self.new_places.append((file_id, c.position, c.heading, c.start_line, c.end_line))
         self.tally.chunks_added += len(fresh)
 
     def _drop_file(self, file_id: int) -> None:
@@ -608,8 +610,10 @@ class _Writer:
             self._drop_file(known.id)
 
     def finish(self) -> None:
-        """Give new chunks the vectors of identical text, then delete the chunks that went."""
-        self.tally.reused += self.tables.copy_vectors(self.conn, self.new_seqs)
+        """Insert the new chunks, give them the vectors of identical text, then delete the
+        chunks that went."""
+        seqs = self.tables.insert(self.store.session, self.conn, self.new_rows, self.new_places)
+        self.tally.reused += self.tables.copy_vectors(self.conn, seqs)
         self.tables.delete_memories(self.conn, self.doomed)
 
 
