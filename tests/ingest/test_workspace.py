@@ -156,6 +156,8 @@ def test_first_sync_indexes_memory_md_and_daily_notes(wstore: Store, root: Path)
     assert hit.location is not None and hit.location.label == "memory/projects/search.md:1-3"
     assert hit.location.heading == ("Search",) and hit.location.workspace == str(root.resolve())
     assert hit.to_dict()["location"]["label"] == "memory/projects/search.md:1-3"
+    by_vector = wstore.search("hybrid search ship", mode="vector").hits[0]
+    assert (by_vector.id, by_vector.location) == (hit.id, hit.location)
     memory = wstore.get(hit.id).memories[0]
     assert memory.source == "memory/projects/search.md" and memory.location == hit.location
     # a second sync reads nothing and changes nothing
