@@ -524,6 +524,22 @@ def test_a_file_synced_by_another_process_meanwhile(
 
 
 @both_engines
+def test_a_sync_by_another_store_is_seen_at_once(
+    make_store: Callable[..., Store], root: Path
+) -> None:
+    """A store keeps the files rows it read; another store's sync makes them old."""
+    first, second = make_store("seen.db"), make_store("seen.db")
+    first.sync(root)
+    assert first.workspace_status(root)[0].changed == 0
+    write(root, "memory/projects/search.md", "# Search\n\nWe ship vector search.\n")
+    assert first.workspace_status(root)[0].changed == 1
+    assert second.sync(root).changed == 1
+    (status,) = first.workspace_status(root)
+    assert status.changed == 0 and status.in_sync
+    assert first.sync(root).touched == 0
+
+
+@both_engines
 def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) -> None:
     other = tmp_path / "other-agent"
     write(other, "MEMORY.md", "# Other\n\nThe other agent keeps kubernetes notes.\n")

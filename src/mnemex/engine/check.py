@@ -48,19 +48,19 @@ def check(session: SqliteSession) -> dict[str, Any]:
                 stale, gaps = conn.execute(_VECTOR_DRIFT).fetchone()
         finally:
             _drop_check_tables(conn)
-    for count, problem in (
+    index = (
         (extra, "full-text index has {} postings no memory explains"),
         (absent, "full-text index lacks {} postings of stored memories"),
         (ghost_docs, "full-text index has {} ghost rows"),
         (tag_rows, "tag index differs from memories in {} rows"),
-        (file_problems, None),
+    )
+    vectors = (
         (stale, "{} vectors belong to no memory's text: run `mnemex reindex --force`"),
         (gaps, "{} memories lack some of their windows' vectors: run `mnemex reindex --force`"),
-    ):
-        if isinstance(count, list):
-            problems += count
-        elif count and problem:
-            problems.append(problem.format(count))
+    )
+    problems += [problem.format(count) for count, problem in index if count]
+    problems += file_problems
+    problems += [problem.format(count) for count, problem in vectors if count]
     return {"ok": not problems, "memories": rows, "problems": problems}
 
 
