@@ -735,6 +735,29 @@ def test_add_to_workspace_outside_the_globs_is_refused(wstore: Store, root: Path
         wstore.add_to_workspace("note", root)
 
 
+@both_engines
+def test_a_file_and_a_memory_may_hold_the_same_text(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """The text of a chunk (here an entry with a kind) is never merged with a memory's,
+    either way round, and removing the workspace leaves the memory."""
+    store = make_store("same.db")
+    first, second = tmp_path / "first", tmp_path / "second"
+    entry = "# 2025-11-27\n\n## 10:30 · decision\n\nWe picked PostgreSQL 16.\n"
+    write(first, "memory/2025-11-27.md", entry)
+    store.sync(first)
+    (chunk,) = store.timeline(kinds=["decision"])
+    text = store.get(chunk.id).memories[0].content
+    kept = store.remember(text, kind="decision")
+    assert not kept.deduplicated and kept.id != chunk.id
+    write(second, "memory/2025-11-27.md", entry)  # the memory's text first, then a file's
+    report = store.sync(second)
+    assert report.problems == () and report.chunks_added == 1
+    assert store.count() == 3 and store.check()["ok"]
+    assert store.remove_workspace(first) == store.remove_workspace(second) == 1
+    assert [m.content for m in store.get(kept.id).memories] == [text]
+
+
 def test_dedup_leaves_chunks_alone(make_store: Callable[..., Store], root: Path) -> None:
     store = make_store("dedup.db")
     store.sync(root)
