@@ -157,10 +157,9 @@ def main() -> None:
             block = json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
             found = store.recall(q.text, namespace=ns)
             recalled = {m.id for m in found.memories}
-            in_block = set()
-            for m in found.memories:
-                if " ".join(m.content.split()) in block:
-                    in_block.add(m.id)
+            # A memory is in the block when its line (its excerpt, when recall cut it) is.
+            flat = " ".join(block.split())
+            in_block = {m.id for m in found.memories if " ".join(m.line.split()) in flat}
             hook_dias = {d for i in in_block for d in holds.get(i, [])}
             recall_dias = {d for i in recalled for d in holds.get(i, [])}
             for key, dias, size in (

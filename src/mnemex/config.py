@@ -51,6 +51,7 @@ MMR_LAMBDA = 0.7  # seed 004
 MIN_TEXT_SCORE = 0.0  # normalized BM25 a lexical hit needs (off: see README, "Thresholds")
 MIN_VECTOR_SCORE = -1.0  # cosine a vector hit needs (off)
 RELEVANCE_FLOOR = True  # return nothing rather than hits no arm finds relevant (search/floor.py)
+THREAD_CONTEXT = 0.3  # a memory scores this x its better thread neighbour's score (rank.py)
 DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (seed 003)
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
@@ -128,6 +129,7 @@ class Settings:
     min_text_score: float = MIN_TEXT_SCORE
     min_vector_score: float = MIN_VECTOR_SCORE
     relevance_floor: bool = RELEVANCE_FLOOR
+    thread_context: float = THREAD_CONTEXT  # what a memory's thread neighbours lend (0: off)
     dedup: bool = True  # merge a near-duplicate single write into the memory it repeats
     dedup_text: float = DEDUP_TEXT
     dedup_cosine: float = DEDUP_COSINE
@@ -330,6 +332,8 @@ def _check_embedding_and_ranking(s: Settings) -> None:
         raise InvalidInput("half_life_days must be > 0")
     if not 0.0 <= s.mmr_lambda <= 1.0:
         raise InvalidInput("mmr_lambda must be between 0 and 1")
+    if not 0.0 <= s.thread_context <= 1.0:
+        raise InvalidInput("thread_context must be between 0 and 1 (0: off)")
     check_choice("mmr_similarity", s.mmr_similarity, SIMILARITIES)
     for name in ("min_text_score", "dedup_text"):
         if not 0.0 <= getattr(s, name) <= 1.0:

@@ -294,6 +294,33 @@ def test_session_memories_are_not_injected_into_their_own_session(
     assert "templates/invoice.html" in injected(run_hook(event, home))
 
 
+def test_the_prompt_block_is_what_recall_answers(tmp_path: Path, project: Path) -> None:
+    db = tmp_path / "memories.db"
+    old = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    for i in range(8):
+        old.turn(f"Where is invoice template {i} kept", f"In templates/invoice-{i}.html.")
+    store = mnemex.open(db, embedder=None)
+    handle(old.event("Stop"), store=store)
+    prompt = "where do we keep the invoice templates"
+    recalled = store.recall(prompt, namespace=project_namespace(str(project)))
+    assert len(recalled.memories) == 5
+    new = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    out = json.loads(handle(new.event("UserPromptSubmit", prompt=prompt), store=store))
+    assert out["hookSpecificOutput"]["additionalContext"].count(recalled.markdown) == 1
+    # In the session that wrote them, its own memories give way to the others'.
+    own = json.loads(handle(old.event("UserPromptSubmit", prompt=prompt), store=store) or "{}")
+    assert own == {}
+    new.turn(
+        "Where is the credit note template", "The credit note template is templates/credit.html."
+    )
+    handle(new.event("Stop"), store=store)
+    block = json.loads(
+        handle(old.event("UserPromptSubmit", prompt="credit note template"), store=store)
+    )
+    assert "templates/credit.html" in block["hookSpecificOutput"]["additionalContext"]
+    store.close()
+
+
 def test_secret_in_a_transcript_is_nowhere_in_the_store_or_its_export(
     tmp_path: Path, project: Path
 ) -> None:

@@ -19,10 +19,12 @@ from mnemex.search.rank import (
     mmr,
     passes,
     ranked,
+    thread_context,
     word_set,
 )
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
+from tests.pg_fixtures import both_engines
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -300,3 +302,84 @@ def test_the_decay_stage_says_what_it_did_to_each() -> None:
         2: {"stage": "decay", "exempt": "pinned"},
         3: {"stage": "decay", "exempt": "evergreen"},
     }
+
+
+# -- thread ---------------------------------------------------------------------------
+
+
+def test_a_memory_borrows_the_better_score_of_its_thread_neighbours() -> None:
+    scores = {1: 0.8, 2: 0.2, 3: 0.5, 4: 0.4, 9: 0.3}
+    neighbours = {2: (1, 3), 3: (2, None), 4: (None, 7), 9: (8, 10)}
+    out, trace = thread_context(scores, neighbours, 0.3)
+    assert out[2] == pytest.approx(0.2 + 0.3 * 0.8)  # the better of 1 and 3, before the stage
+    assert out[3] == pytest.approx(0.5 + 0.3 * 0.2)
+    assert out[4] == 0.4 and out[9] == 0.3  # a neighbour that is no candidate lends nothing
+    assert out[1] == 0.8  # no neighbours known: unchanged
+    assert trace == {
+        2: {"stage": "thread", "weight": 0.3, "neighbour": 0.8},
+        3: {"stage": "thread", "weight": 0.3, "neighbour": 0.2},
+    }
+    assert thread_context({1: 0.5, 2: -0.2}, {1: (2, None)}, 0.3)[0] == {1: 0.5, 2: -0.2}
+
+
+def _turns(store: Store, namespace: str = "default") -> dict[str, str]:
+    """A chat session: the answer says "yes" to a question it does not repeat."""
+    ids = store.add_many(
+        [
+            {"content": "did you book the ferry to Alcatraz island", "source": "chat-7"},
+            {"content": "yes, the ferry leaves at nine", "source": "chat-7"},
+            {"content": "ferry schedules change in winter"},
+        ],
+        namespace=namespace,
+    )
+    return dict(zip(["question", "answer", "other"], ids, strict=True))
+
+
+@both_engines
+def test_a_turn_rises_with_the_turn_before_it(make_store) -> None:  # type: ignore[no-untyped-def]
+    alone = make_store("alone.db", thread_context=0.0)
+    ids = _turns(alone)
+    plain = [h.id for h in alone.search("ferry to Alcatraz", explain=True).hits]
+    assert plain.index(ids["other"]) < plain.index(ids["answer"])
+    threaded = make_store("threaded.db", thread_context=0.3)
+    ids = _turns(threaded)
+    hits = threaded.search("ferry to Alcatraz", explain=True).hits
+    assert [h.id for h in hits] == [ids["question"], ids["answer"], ids["other"]]
+    stages = {h.id: [s["stage"] for s in (h.explain or {})["stages"]] for h in hits}
+    assert "thread" in stages[ids["answer"]] and "thread" not in stages[ids["other"]]
+
+
+@both_engines
+def test_a_thread_stays_in_its_namespace(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(thread_context=0.3)
+    store.add("did you book the ferry to Alcatraz island", source="chat-7", namespace="a")
+    store.add("ferry tickets to Alcatraz island are sold out", source="chat-7", namespace="b")
+    answer = store.add("yes, the ferry leaves at nine", source="chat-7", namespace="b")
+    store.add("ferry schedules change in winter", namespace="b")
+    hits = store.search("ferry to Alcatraz", namespace="b", explain=True).hits
+    lent = {h.id: s for h in hits for s in (h.explain or {})["stages"] if s["stage"] == "thread"}
+    question_b = hits[0]
+    assert lent[answer]["neighbour"] == pytest.approx((question_b.explain or {})["fused"])
+
+
+def test_workspace_chunks_are_in_no_thread(make_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(thread_context=0.3)
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    filler = "".join(f"Line {i} of the day's notes, about nothing much.\n" for i in range(40))
+    (root / "memory" / "notes.md").write_text(
+        f"# Ferry\n\nThe ferry to Alcatraz island leaves at nine.\n{filler}\n"
+        f"# Lunch\n\nSandwiches by the ferry pier.\n{filler}",
+        encoding="utf-8",
+    )
+    store.sync(root)
+    hits = store.search("ferry to Alcatraz", explain=True).hits
+    assert len(hits) == 2
+    assert all(s["stage"] != "thread" for h in hits for s in (h.explain or {})["stages"])
+
+
+def test_thread_context_must_be_between_zero_and_one(make_store) -> None:  # type: ignore[no-untyped-def]
+    from mnemex.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="thread_context must be between 0 and 1"):
+        make_store(thread_context=1.5)

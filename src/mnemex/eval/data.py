@@ -74,6 +74,7 @@ class Turn:
     id: str
     content: str
     created_at: datetime
+    session: str = ""  # the conversation's session it belongs to (session_1, ...)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,13 @@ def load_locomo(path: Path, categories: tuple[int, ...] = (1, 2, 3, 4)) -> Locom
                 dia = dialogue_id(str(turn["dia_id"]))
                 known.add(dia)
                 turns.append(
-                    Turn(ns, f"{ns}:{dia}", content, start + timedelta(seconds=30 * index))
+                    Turn(
+                        ns,
+                        f"{ns}:{dia}",
+                        content,
+                        start + timedelta(seconds=30 * index),
+                        f"session_{n}",
+                    )
                 )
             n += 1
         for number, qa in enumerate(sample["qa"]):

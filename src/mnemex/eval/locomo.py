@@ -40,7 +40,8 @@ def run_locomo(
     by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for turn in data.turns:
         item = {"id": turn.id, "content": turn.content, "created_at": turn.created_at}
-        by_ns[turn.namespace].append({**item, "kind": "dialogue"})
+        # A session's turns are one thread, as the hooks store a captured session.
+        by_ns[turn.namespace].append({**item, "kind": "dialogue", "source": turn.session})
     groups = [[ns] for ns in by_ns] if separate else [list(by_ns)]
     ingest_seconds = 0.0
     run: dict[str, dict[str, float]] = {}

@@ -356,31 +356,41 @@ def prompt_context(
     """
     from mnemex.hooks.injected import clean_text
     from mnemex.search import recall as packing
-    from mnemex.storage import marks
 
     settings = store.settings
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
+    found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
+    if not found.memories or not _own(store, found, session_id, namespace):
+        return found.markdown if found.memories else ""
+    # The session's own memories are in the conversation already: ask for more, leave them out.
     found = store.recall(
         task, max_memories=settings.recall_max + SESSION_EXTRA, namespace=namespace
     )
-    if not found.memories:
-        return ""
-    own: set[str] = set()
-    if session_id:
-        ids = [m.id for m in found.memories]
-        own = {
-            row[0]
-            for row in store.session.conn.execute(
-                "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
-                f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({marks(len(ids))})",
-                [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
-            )
-        }
+    own = _own(store, found, session_id, namespace)
     kept = [m for m in found.memories if m.id not in own]
+    if not kept:
+        return ""
     packed = packing.pack(
         [m.line for m in kept], settings.recall_budget, settings.recall_max, _counter(store)
     )
     return packed.markdown
+
+
+def _own(store: Store, found: Any, session_id: str | None, namespace: str | None) -> set[str]:
+    """The ids of ``found``'s memories that the session ``session_id`` itself captured."""
+    from mnemex.storage import marks
+
+    if not session_id:
+        return set()
+    ids = [m.id for m in found.memories]
+    return {
+        row[0]
+        for row in store.session.conn.execute(
+            "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
+            f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({marks(len(ids))})",
+            [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
+        )
+    }
 
 
 def session_context(store: Store, namespace: str | None = None) -> str:

@@ -160,6 +160,7 @@ class Request:
             min_text_score=s.min_text_score if threshold else 0.0,
             min_vector_score=s.min_vector_score if threshold else -1.0,
             floor=s.relevance_floor and threshold,
+            thread=s.thread_context,
         )
         return cls(
             query=query,
@@ -210,6 +211,7 @@ class Retriever(Protocol):
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
+    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]: ...
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
     def locations(self, seqs: list[int]) -> dict[int, Location]: ...
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
@@ -263,6 +265,9 @@ class Engine:
 
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
         return _meta(self.conn, seqs)
+
+    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
+        return _neighbours(self.conn, seqs)
 
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
         sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(seqs))})"
@@ -673,13 +678,19 @@ def _rerank(
     scores: dict[int, float],
     query_vector: np.ndarray | None,
 ) -> tuple[dict[int, float], list[int], dict[int, list[dict[str, Any]]]]:
-    """Decay, confidence and MMR over the candidates that passed the threshold: their
-    scores, their order and what each stage did to each."""
+    """Thread, decay, confidence and MMR over the candidates that passed the threshold:
+    their scores, their order and what each stage did to each."""
     ranking = request.ranking
     meta = engine.meta(order)
     order = [seq for seq in order if seq in meta]  # deleted meanwhile
     scores = {seq: scores[seq] for seq in order}
     trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
+    if ranking.thread > 0:
+        threaded = [seq for seq in order if meta[seq][3]]
+        near = engine.neighbours(threaded) if len(threaded) > 1 else {}
+        scores, lent = rank.thread_context(scores, near, ranking.thread)
+        for seq, stage in lent.items():
+            trace[seq].append(stage)
     if ranking.decay:
         made = {s: (parse_stored_time(meta[s][0]), *meta[s][2:]) for s in order}
         scores, decayed = rank.decay(scores, made, request.now or utcnow(), ranking.half_life_days)
@@ -723,6 +734,28 @@ def _similarity(
     return (
         lambda a, b: rank.jaccard(words.get(a, frozenset()), words.get(b, frozenset()))
     ), "jaccard"
+
+
+def _neighbours(
+    conn: sqlite3.Connection, seqs: list[int]
+) -> dict[int, tuple[int | None, int | None]]:
+    """The memories just before and after each memory in its thread: its namespace and
+    source, in the order written. Memories without a source, and workspace chunks (a
+    file's sections, in a structure of their own), are in no thread."""
+    out: dict[int, tuple[int | None, int | None]] = {}
+    near = (
+        "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace AND m.source = c.source "
+        "AND m.seq {} c.seq AND m.seq NOT IN (SELECT seq FROM chunks)"
+    )
+    for start in range(0, len(seqs), IN_CHUNK):
+        chunk = seqs[start : start + IN_CHUNK]
+        rows = conn.execute(
+            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
+            f"FROM memories AS c WHERE c.seq IN ({marks(len(chunk))}) AND c.source != ''",
+            chunk,
+        )
+        out.update((seq, (before, after)) for seq, before, after in rows)
+    return out
 
 
 def _meta(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:

@@ -51,11 +51,12 @@ class Ranking:
     min_text_score: float = 0.0
     min_vector_score: float = 0.0
     floor: bool = False  # the relevance floor (mnemex.search.floor)
+    thread: float = 0.0  # what a memory's neighbours in its thread lend it (0: off)
 
     @property
     def reorders(self) -> bool:
         """True when a stage may change the fused order (so more candidates are needed)."""
-        return self.decay or self.confidence or self.mmr
+        return self.decay or self.confidence or self.mmr or self.thread > 0
 
 
 # -- 1. threshold --------------------------------------------------------------------
@@ -70,7 +71,34 @@ def passes(
     )
 
 
-# -- 2. decay ------------------------------------------------------------------------
+# -- 2. thread -----------------------------------------------------------------------
+
+
+def thread_context(
+    scores: Mapping[K, float], neighbours: Mapping[K, tuple[K | None, K | None]], weight: float
+) -> tuple[dict[K, float], dict[K, dict[str, Any]]]:
+    """The thread stage: a memory also scores ``weight`` × the better score of the
+    memories just before and after it in its thread, when they are candidates too.
+
+    A chat turn such as "Yes, last Tuesday" says little alone; the turn it answers
+    says what it is about. Only candidates lend (a neighbour the arms did not find,
+    or that the relevance floor dropped, lends nothing), and what is lent is the
+    neighbour's score before this stage. Returns the scores and, for each memory
+    that gained, what the stage did.
+    """
+    out = dict(scores)
+    trace: dict[K, dict[str, Any]] = {}
+    for key, pair in neighbours.items():
+        if key not in scores:
+            continue
+        lent = max((scores[n] for n in pair if n is not None and n in scores), default=0.0)
+        if lent > 0:
+            out[key] = scores[key] + weight * lent
+            trace[key] = {"stage": "thread", "weight": weight, "neighbour": round(lent, 6)}
+    return out, trace
+
+
+# -- 3. decay ------------------------------------------------------------------------
 
 
 def decay_factor(age_days: float, half_life_days: float) -> float:
@@ -135,7 +163,7 @@ def apply_decay(
     return out
 
 
-# -- 3. confidence -------------------------------------------------------------------
+# -- 4. confidence -------------------------------------------------------------------
 
 
 def apply_confidence(scores: Mapping[K, float], confidences: Mapping[K, float]) -> dict[K, float]:
@@ -143,7 +171,7 @@ def apply_confidence(scores: Mapping[K, float], confidences: Mapping[K, float]) 
     return {key: score * confidences.get(key, 1.0) for key, score in scores.items()}
 
 
-# -- 4. MMR --------------------------------------------------------------------------
+# -- 5. MMR --------------------------------------------------------------------------
 
 
 def word_set(text: str) -> frozenset[str]:

@@ -395,6 +395,13 @@ _WINDOWS: Final = (
     *_VECTOR_TRIGGERS,
 )
 
+# A thread is the memories of one source in a namespace (a chat session, a file), in
+# the order they were written: a search finds a memory's neighbours in its thread
+# (mnemex.search.pipeline, the thread stage) by this index, whose rows end in seq.
+_THREADS: Final = (
+    "CREATE INDEX IF NOT EXISTS memories_namespace_source ON memories (namespace, source)",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
@@ -403,6 +410,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (5, "per-namespace statistics kept by the fts5 triggers", _NAMESPACE_STATS),
     (6, "memories by namespace and content hash", _CONTENT_HASH),
     (7, "a vector per window of a long memory", _WINDOWS),
+    (8, "memories by namespace and source: threads", _THREADS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

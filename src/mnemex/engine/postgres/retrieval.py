@@ -228,6 +228,20 @@ class PostgresEngine:
         ).fetchall()
         return {r[0]: (format_time(r[1]), r[2], int(r[3]), r[4]) for r in rows}
 
+    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
+        """The memories just before and after each memory in its thread (namespace and
+        source), as the SQLite engine finds them."""
+        near = (
+            "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace "
+            "AND m.source = c.source AND m.seq {} c.seq"
+        )
+        rows = self.conn.execute(
+            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
+            "FROM memories AS c WHERE c.seq = ANY(%s) AND c.source <> ''".encode(),
+            (seqs,),
+        ).fetchall()
+        return {int(seq): (before, after) for seq, before, after in rows}
+
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
         rows = self.conn.execute(
             "SELECT seq, content FROM memories WHERE seq = ANY(%s)", (seqs,)
