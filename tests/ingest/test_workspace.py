@@ -569,6 +569,20 @@ def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) 
 
 
 @both_engines
+def test_chunks_of_one_file_lend_each_other_nothing(wstore: Store, root: Path) -> None:
+    """A file's sections are in no thread (the thread stage is for turns of a talk)."""
+    wstore.sync(root)
+    found = wstore.search(
+        "the team wrote this down so that later sessions remember it",
+        mode="lexical", explain=True, limit=20, namespace=ALL,
+    )  # fmt: skip
+    paths = [h.location.path for h in found.hits]  # type: ignore[union-attr]
+    assert paths.count("MEMORY.md") >= 2
+    stages = [s["stage"] for h in found.hits for s in (h.explain or {}).get("stages", [])]
+    assert "thread" not in stages and "top_k" in stages
+
+
+@both_engines
 def test_dates_from_file_names_evergreen_and_mtime(
     make_store: Callable[..., Store], tmp_path: Path
 ) -> None:

@@ -230,10 +230,10 @@ class PostgresEngine:
 
     def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
         """The memories just before and after each memory in its thread (namespace and
-        source), as the SQLite engine finds them."""
+        source; workspace chunks are in none), as the SQLite engine finds them."""
         near = (
             "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace "
-            "AND m.source = c.source AND m.seq {} c.seq"
+            "AND m.source = c.source AND m.seq {} c.seq AND NOT m.file_chunk"
         )
         rows = self.conn.execute(
             f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
