@@ -91,7 +91,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 # The tables a store's data lives in (emptied between tests; the schema stays).
 DATA_TABLES = (
     "memories, postings, namespace_stats, term_stats, embeddings, vector_stats, "
-    "vector_models, relations, relation_postings, relation_namespace_stats, relation_term_stats"
+    "vector_models, relations, relation_postings, relation_namespace_stats, relation_term_stats, "
+    "workspaces, files, chunks"
 )
 
 

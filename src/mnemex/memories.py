@@ -16,7 +16,6 @@ from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import Added, ForgetResult, GetResult, Memory, Stats, TimelineEntry
 from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
-from mnemex.search.pipeline import locations
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
 from mnemex.storage.sql import delete_ids
 from mnemex.text import (
@@ -85,7 +84,7 @@ def _get(
                 f"({marks(len(chunk))})",
                 [ns, *chunk],
             ).fetchall()
-            places = locations(conn, [row[-1] for row in rows])
+            places = session.workspaces.locations(conn, [row[-1] for row in rows])
             for row in rows:
                 found[row[0]] = dataclasses.replace(memory(row), location=places.get(row[-1]))
 
@@ -136,22 +135,18 @@ def update(
     ident = clean_id(id)
     sets = _changes(given, max_bytes)
     pg = postgres(session)
-    if pg is not None:
-        stored, seq = pg.update(session, ns, ident, sets)
-        return stored, seq if "content" in sets else None
-    assignments = ", ".join(f"{k} = ?" for k in sets)
     with session.transaction() as conn:
         if "content" in sets:
-            place = conn.execute(
-                "SELECT f.path FROM memories AS m JOIN chunks AS c ON c.seq = m.seq "
-                "JOIN files AS f ON f.id = c.file_id WHERE m.id = ? AND m.namespace = ?",
-                (ident, ns),
-            ).fetchone()
-            if place:
+            path = session.workspaces.file_of(conn, ns, ident)
+            if path is not None:
                 raise InvalidInput(
-                    f"memory {ident} is a chunk of the workspace file {place[0]}: edit the "
+                    f"memory {ident} is a chunk of the workspace file {path}: edit the "
                     "file (the next sync or search indexes it), not the chunk"
                 )
+        if pg is not None:
+            stored, seq = pg.update(session, ns, ident, sets)
+            return stored, seq if "content" in sets else None
+        assignments = ", ".join(f"{k} = ?" for k in sets)
         cursor = conn.execute(
             f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
             [*sets.values(), ident, ns],

@@ -25,7 +25,7 @@ from mnemex.config import (
 )
 from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
-from mnemex.engine import NamespaceArg, engine_of, open_session, sqlite_only
+from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import Conflict
 from mnemex.index.fts import Filters
@@ -466,8 +466,8 @@ class Store:
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
-        started, sqlite = time.perf_counter(), engine_of(self.session) == "SQLite"
-        notes, stale = self._freshen(filters.namespace) if sqlite else ([], False)
+        started = time.perf_counter()
+        notes, stale = self._freshen(filters.namespace)
         took = (time.perf_counter() - started) * 1000
         session, wanted = self.session, options.relations
         with session.connection() as conn:
@@ -574,7 +574,6 @@ class Store:
 
     # -- markdown workspaces ------------------------------------------------------
 
-    @sqlite_only("markdown workspaces")
     def sync(
         self,
         directory: str | os.PathLike[str],
@@ -603,7 +602,6 @@ class Store:
             self, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
-    @sqlite_only("markdown workspaces")
     def remove_workspace(
         self, directory: str | os.PathLike[str], *, namespace: str | None = None
     ) -> int:
@@ -616,7 +614,6 @@ class Store:
 
         return spaces.remove(self, directory, self._own(namespace))
 
-    @sqlite_only("markdown workspaces")
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
     ) -> tuple[WorkspaceStatus, ...]:
@@ -628,7 +625,6 @@ class Store:
 
         return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
 
-    @sqlite_only("markdown workspaces")
     def add_to_workspace(
         self,
         content: str,
@@ -651,7 +647,6 @@ class Store:
             self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
-    @sqlite_only("markdown workspaces")
     def watch(
         self,
         directory: str | os.PathLike[str],
@@ -674,9 +669,8 @@ class Store:
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
         (most stores): then not even its module is imported."""
-        where, params = ("WHERE namespace = ?", (namespace,)) if namespace is not None else ("", ())
         with self.session.connection() as conn:
-            if conn.execute(f"SELECT 1 FROM workspaces {where} LIMIT 1", params).fetchone() is None:
+            if not self.session.workspaces.exists(conn, namespace):
                 return [], False
         from mnemex.ingest import workspace as spaces
 

@@ -128,8 +128,6 @@ def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -
 @pytest.mark.parametrize(
     ("call", "feature"),
     [
-        (lambda s: s.sync("."), "markdown workspaces"),
-        (lambda s: s.workspace_status(), "markdown workspaces"),
         (lambda s: s.search("x", raw=True), "a raw FTS5 query"),
     ],
 )

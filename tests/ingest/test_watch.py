@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from mnemex import MissingExtra
 from mnemex.models import SyncReport
 from mnemex.store import Store
 from tests.conftest import PYTHON, python_env
+from tests.pg_fixtures import both_engines
 
 WAIT = 30.0  # seconds to wait for a sync the test caused (the machine may be busy)
 
@@ -74,6 +76,7 @@ def watcher(make_store: Callable[..., Store], root: Path) -> Iterator[Watcher]:
 
 
 @pytest.mark.slow
+@both_engines
 def test_the_watcher_sees_files_change(watcher: Watcher, root: Path) -> None:
     store: Store = watcher.store  # type: ignore[attr-defined]
     assert watcher.first.files == 1 and watcher.first.chunks == 1
@@ -126,6 +129,7 @@ def test_an_unexpected_error_is_logged_and_watching_goes_on(
         running.close()
 
 
+@both_engines
 def test_watch_names_the_extra_when_watchdog_is_missing(
     store: Store, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,8 +139,9 @@ def test_watch_names_the_extra_when_watchdog_is_missing(
 
 
 @pytest.mark.slow
-def test_mnemex_watch_process(tmp_path: Path, root: Path) -> None:
-    db = str(tmp_path / "proc.db")
+@both_engines
+def test_mnemex_watch_process(root: Path, store_place: Callable[[str], Any]) -> None:
+    db = str(store_place("proc.db"))
     env = {**python_env(), "MNEMEX_SYNC_ON_SEARCH": "false"}
     watching = subprocess.Popen(
         [PYTHON, "-m", "mnemex", "--db", db, "watch", str(root), "--debounce", "0.2"],

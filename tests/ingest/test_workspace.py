@@ -20,12 +20,14 @@ import pytest
 import mnemex
 from mnemex import InvalidInput
 from mnemex.config import check_patterns
+from mnemex.engine import engine_of
 from mnemex.ingest import files
 from mnemex.ingest.chunk import chunk_markdown
 from mnemex.ingest.workspace import chunk_id
 from mnemex.storage.migrations import LATEST
 from mnemex.store import ALL, Store
 from tests.conftest import PYTHON, FakeEmbedder, python_env
+from tests.pg_fixtures import both_engines
 
 HOUR_NS = 3_600 * 1_000_000_000
 
@@ -71,13 +73,25 @@ def wstore(make_store: Callable[..., Store], fake_embedder: FakeEmbedder) -> Sto
     return make_store("ws.db", embedder=fake_embedder)
 
 
+def rows(store: Store, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """A query (``?`` marks) on the store's tables, on either engine."""
+    with store.session.connection() as conn:
+        found = conn.execute(store.session.workspaces.sql(sql), params).fetchall()
+    return [tuple(r) for r in found]
+
+
+def value(store: Store, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    return rows(store, sql, params)[0][0]
+
+
 def indexed(store: Store) -> set[tuple[str, int, int, str]]:
     """(path, start, end, content) of every chunk in the store."""
-    rows = store.session.conn.execute(
+    found = rows(
+        store,
         """SELECT f.path, c.start_line, c.end_line, m.content FROM chunks AS c
-           JOIN files AS f ON f.id = c.file_id JOIN memories AS m ON m.seq = c.seq"""
-    ).fetchall()
-    return {tuple(r) for r in rows}  # type: ignore[misc]
+           JOIN files AS f ON f.id = c.file_id JOIN memories AS m ON m.seq = c.seq""",
+    )
+    return {tuple(r) for r in found}  # type: ignore[misc]
 
 
 def expected(
@@ -98,30 +112,35 @@ def expected(
 
 
 def fts_hits(store: Store, term: str) -> int:
-    return int(
-        store.session.conn.execute(
-            "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (f'"{term}"',)
-        ).fetchone()[0]
-    )
+    """The memories whose index holds the word ``term`` (the engine's own index)."""
+    if engine_of(store.session) == "SQLite":
+        sql = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+        return int(value(store, sql, (f'"{term}"',)))
+    from mnemex.engine.postgres.tokens import tokens
+
+    (key,) = tokens(term)
+    return int(value(store, "SELECT count(DISTINCT seq) FROM postings WHERE term = ?", (key,)))
 
 
 def chunk_ids(store: Store) -> dict[tuple[str, int], str]:
-    rows = store.session.conn.execute(
+    found = rows(
+        store,
         """SELECT f.path, c.position, m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-           JOIN memories AS m ON m.seq = c.seq"""
-    ).fetchall()
-    return {(p, pos): i for p, pos, i in rows}
+           JOIN memories AS m ON m.seq = c.seq""",
+    )
+    return {(p, pos): i for p, pos, i in found}
 
 
 def consistent(store: Store, root: Path) -> None:
     assert indexed(store) == expected(root)
     assert store.check()["ok"], store.check()["problems"]
-    files_rows = store.session.conn.execute("SELECT count(*) FROM files").fetchone()[0]
+    files_rows = value(store, "SELECT count(*) FROM files")
     assert files_rows == len(
         files.scan(root, ("MEMORY.md", "memory.md", "memory/**/*.md"), ("**/.*",)).files
     )
 
 
+@both_engines
 def test_first_sync_indexes_memory_md_and_daily_notes(wstore: Store, root: Path) -> None:
     report = wstore.sync(root)
     assert (report.added, report.changed, report.deleted, report.files) == (3, 0, 0, 3)
@@ -131,12 +150,14 @@ def test_first_sync_indexes_memory_md_and_daily_notes(wstore: Store, root: Path)
     consistent(wstore, root)
     paths = {p for p, *_ in indexed(wstore)}
     assert paths == {"MEMORY.md", "memory/2025-11-27.md", "memory/projects/search.md"}
-    kinds = wstore.session.conn.execute("SELECT DISTINCT kind FROM memories").fetchall()
+    kinds = rows(wstore, "SELECT DISTINCT kind FROM memories")
     assert kinds == [("chunk",)]
     hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
     assert hit.location is not None and hit.location.label == "memory/projects/search.md:1-3"
     assert hit.location.heading == ("Search",) and hit.location.workspace == str(root.resolve())
     assert hit.to_dict()["location"]["label"] == "memory/projects/search.md:1-3"
+    by_vector = wstore.search("hybrid search ship", mode="vector").hits[0]
+    assert (by_vector.id, by_vector.location) == (hit.id, hit.location)
     memory = wstore.get(hit.id).memories[0]
     assert memory.source == "memory/projects/search.md" and memory.location == hit.location
     # a second sync reads nothing and changes nothing
@@ -144,6 +165,7 @@ def test_first_sync_indexes_memory_md_and_daily_notes(wstore: Store, root: Path)
     assert (again.unchanged, again.touched, again.chunks_added, again.embedded) == (3, 0, 0, 0)
 
 
+@both_engines
 def test_edit_delete_rename_add_between_syncs(
     wstore: Store, root: Path, fake_embedder: FakeEmbedder
 ) -> None:
@@ -172,18 +194,16 @@ def test_edit_delete_rename_add_between_syncs(
     consistent(wstore, root)
     assert fts_hits(wstore, "standup") == 0
     assert wstore.get(list(daily.values())).missing == tuple(daily.values())
-    assert wstore.session.conn.execute("SELECT count(*) FROM embeddings").fetchone()[0] == len(
-        indexed(wstore)
-    )
+    assert value(wstore, "SELECT count(*) FROM embeddings") == len(indexed(wstore))
 
     # rename: rows move, nothing is embedded again
-    seqs = wstore.session.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall()
+    seqs = rows(wstore, "SELECT seq FROM chunks ORDER BY seq")
     embedded = fake_embedder.texts
     (root / "memory/projects/search.md").rename(root / "memory/projects/hybrid.md")
     report = wstore.sync(root)
     assert (report.renamed, report.added, report.deleted, report.embedded) == (1, 0, 0, 0)
     assert fake_embedder.texts == embedded
-    assert wstore.session.conn.execute("SELECT seq FROM chunks ORDER BY seq").fetchall() == seqs
+    assert rows(wstore, "SELECT seq FROM chunks ORDER BY seq") == seqs
     consistent(wstore, root)
     hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
     assert hit.location is not None and hit.location.path == "memory/projects/hybrid.md"
@@ -200,6 +220,7 @@ def test_edit_delete_rename_add_between_syncs(
     assert fts_hits(wstore, "retro") >= 1
 
 
+@both_engines
 def test_moved_text_is_not_embedded_again(
     wstore: Store, root: Path, fake_embedder: FakeEmbedder
 ) -> None:
@@ -216,6 +237,7 @@ def test_moved_text_is_not_embedded_again(
     assert report.reused == report.chunks_added - 1
 
 
+@both_engines
 def test_unchanged_files_are_skipped_by_size_and_mtime(
     wstore: Store, root: Path, fake_embedder: FakeEmbedder
 ) -> None:
@@ -233,12 +255,11 @@ def test_unchanged_files_are_skipped_by_size_and_mtime(
     report = wstore.sync(root)
     assert (report.unchanged, report.changed, report.chunks_added, report.embedded) == (3, 0, 0, 0)
     assert fake_embedder.calls == calls
-    mtime = wstore.session.conn.execute(
-        "SELECT mtime_ns FROM files WHERE path = 'memory/projects/search.md'"
-    ).fetchone()[0]
+    mtime = value(wstore, "SELECT mtime_ns FROM files WHERE path = 'memory/projects/search.md'")
     assert mtime == target.stat().st_mtime_ns
 
 
+@both_engines
 def test_a_file_written_just_before_a_sync_is_checked_again(wstore: Store, root: Path) -> None:
     target = root / "memory/projects/search.md"
     target.write_text("# Search\n\nWe ship hybrid search.\n")
@@ -251,6 +272,7 @@ def test_a_file_written_just_before_a_sync_is_checked_again(wstore: Store, root:
     assert fts_hits(wstore, "vector") == 1 and fts_hits(wstore, "hybrid") == 0
 
 
+@both_engines
 def test_invalid_utf8_is_reported_and_skipped_the_rest_indexed(wstore: Store, root: Path) -> None:
     write(root, "memory/broken.md", b"# Broken\n\nlatin-1 text: caf\xe9\n")
     write(root, "memory/nul.md", b"# Binary\x00\x01\x02\n")
@@ -272,6 +294,7 @@ def test_invalid_utf8_is_reported_and_skipped_the_rest_indexed(wstore: Store, ro
     assert fts_hits(wstore, "café") == 1
 
 
+@both_engines
 def test_a_file_vanishing_mid_sync_is_treated_as_deleted(wstore: Store, root: Path) -> None:
     wstore.sync(root)
     for path in ("MEMORY.md", "memory/projects/search.md"):
@@ -342,6 +365,7 @@ print(json.dumps({{"first": first.to_dict(), "second": second.to_dict(), "hits":
     assert out["ok"] and out["uid"] != 0
 
 
+@both_engines
 def test_a_forgotten_chunk_comes_back_at_the_next_sync(wstore: Store, root: Path) -> None:
     wstore.sync(root)
     victim = wstore.search("hybrid search ship", mode="lexical").hits[0].id
@@ -353,6 +377,7 @@ def test_a_forgotten_chunk_comes_back_at_the_next_sync(wstore: Store, root: Path
     consistent(wstore, root)
 
 
+@both_engines
 def test_a_chunk_is_edited_through_its_file(wstore: Store, root: Path) -> None:
     wstore.sync(root)
     hit = wstore.search("hybrid search ship", mode="lexical").hits[0]
@@ -373,6 +398,7 @@ def test_a_relation_follows_its_chunk_through_a_rename(wstore: Store, root: Path
     assert kept.id == relation.id and kept.source_memory == moved
 
 
+@both_engines
 def test_concurrent_syncs_of_one_workspace(make_store: Callable[..., Store], root: Path) -> None:
     """Two stores (two connections, as two processes would be) sync the same changes at once."""
     import threading
@@ -401,6 +427,80 @@ def test_concurrent_syncs_of_one_workspace(make_store: Callable[..., Store], roo
     assert stores[0].sync(root).touched == 0
 
 
+@both_engines
+def test_two_processes_syncing_one_new_folder_at_once(
+    root: Path, store_place: Callable[[str], Any]
+) -> None:
+    """Two machines sync the same folder into one store at the same moment, from
+    nothing: each chunk is stored once, and a third sync finds nothing to do."""
+    for day in range(1, 41):
+        write(root, f"memory/2025-10-{day:02d}.md", long_note(f"Day {day}", [f"topic{day}"]))
+    db = str(store_place("two.db"))
+    mnemex.open(db).close()  # the schema first: the race is the sync's, not the migration's
+    command = [PYTHON, "-m", "mnemex", "--db", db, "sync", str(root), "--json"]
+    for first in (True, False):  # a sync from nothing, then of many edited files
+        runs = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**python_env(), "MNEMEX_BUSY_TIMEOUT": "60"})
+            for _ in range(2)
+        ]  # fmt: skip
+        outs = [run.communicate(timeout=120) for run in runs]
+        for run, (out, err) in zip(runs, outs, strict=True):
+            assert run.returncode == 0, err
+            report = json.loads(out)
+            assert report["problems"] == [] and report["complete"], report
+        added = [json.loads(out)["chunks_added"] for out, _ in outs]
+        with mnemex.open(db) as store:
+            assert indexed(store) == expected(root) and store.check()["ok"]
+            assert value(store, "SELECT count(*) FROM memories") == len(expected(root))
+            if first:
+                assert sum(added) == len(expected(root))  # each chunk added by one of them
+            assert store.sync(root).touched == 0
+        for path in sorted(root.glob("memory/2025-10-*.md"))[::3]:
+            write(root, str(path.relative_to(root)), path.read_text() + "\nOne more line.\n")
+
+
+@both_engines
+def test_another_namespace_cannot_tell_a_chunk_from_an_unknown_id(
+    wstore: Store, root: Path
+) -> None:
+    wstore.sync(root, namespace="team-a")
+    (hit,) = wstore.search("hybrid search ship", namespace="team-a", mode="lexical", limit=1).hits
+    unknown = "a" * len(hit.id)
+
+    def outcome(call: Callable[[str], Any], ident: str) -> str:
+        try:
+            result = call(ident)
+        except mnemex.MnemexError as exc:
+            return f"{type(exc).__name__}: {str(exc).replace(ident, 'ID')}"
+        return repr(result).replace(ident, "ID")
+
+    calls: list[Callable[[str], Any]] = [
+        lambda i: wstore.get(i, namespace="team-b"),
+        lambda i: wstore.update(i, content="rewritten", namespace="team-b"),
+        lambda i: wstore.update(i, confidence=0.9, namespace="team-b"),
+        lambda i: wstore.timeline(around=i, namespace="team-b"),
+        lambda i: wstore.forget(i, namespace="team-b"),
+    ]
+    for call in calls:
+        assert outcome(call, hit.id) == outcome(call, unknown)
+    assert wstore.get(hit.id, namespace="team-a").memories[0].location == hit.location
+    assert wstore.search("hybrid search ship", namespace="team-b").hits == ()
+    assert wstore.workspace_status(namespace="team-b") == ()
+    with pytest.raises(InvalidInput, match="not a workspace of namespace 'team-b'"):
+        wstore.workspace_status(root, namespace="team-b")
+    with pytest.raises(InvalidInput, match="not a workspace of namespace 'team-b'"):
+        wstore.remove_workspace(root, namespace="team-b")
+    # the same folder synced into team-b: chunks of its own, nothing of team-a's touched
+    report = wstore.sync(root, namespace="team-b")
+    assert report.added == 3 and report.chunks == len(expected(root))
+    theirs = wstore.search("hybrid search ship", namespace="team-b", mode="lexical").hits
+    assert [h.id for h in theirs] != [hit.id] and len(theirs) == 1
+    assert wstore.get(hit.id, namespace="team-a").memories[0].location == hit.location
+    assert wstore.sync(root, namespace="team-a").touched == 0
+
+
+@both_engines
 def test_a_file_synced_by_another_process_meanwhile(
     make_store: Callable[..., Store], root: Path
 ) -> None:
@@ -423,6 +523,23 @@ def test_a_file_synced_by_another_process_meanwhile(
     assert fts_hits(first, "vector") == 0
 
 
+@both_engines
+def test_a_sync_by_another_store_is_seen_at_once(
+    make_store: Callable[..., Store], root: Path
+) -> None:
+    """A store keeps the files rows it read; another store's sync makes them old."""
+    first, second = make_store("seen.db"), make_store("seen.db")
+    first.sync(root)
+    assert first.workspace_status(root)[0].changed == 0
+    write(root, "memory/projects/search.md", "# Search\n\nWe ship vector search.\n")
+    assert first.workspace_status(root)[0].changed == 1
+    assert second.sync(root).changed == 1
+    (status,) = first.workspace_status(root)
+    assert status.changed == 0 and status.in_sync
+    assert first.sync(root).touched == 0
+
+
+@both_engines
 def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) -> None:
     other = tmp_path / "other-agent"
     write(other, "MEMORY.md", "# Other\n\nThe other agent keeps kubernetes notes.\n")
@@ -451,6 +568,21 @@ def test_two_workspaces_in_one_store(wstore: Store, root: Path, tmp_path: Path) 
         wstore.remove_workspace(other)
 
 
+@both_engines
+def test_chunks_of_one_file_lend_each_other_nothing(wstore: Store, root: Path) -> None:
+    """A file's sections are in no thread (the thread stage is for turns of a talk)."""
+    wstore.sync(root)
+    found = wstore.search(
+        "the team wrote this down so that later sessions remember it",
+        mode="lexical", explain=True, limit=20, namespace=ALL,
+    )  # fmt: skip
+    paths = [h.location.path for h in found.hits]  # type: ignore[union-attr]
+    assert paths.count("MEMORY.md") >= 2
+    stages = [s["stage"] for h in found.hits for s in (h.explain or {}).get("stages", [])]
+    assert "thread" not in stages and "top_k" in stages
+
+
+@both_engines
 def test_dates_from_file_names_evergreen_and_mtime(
     make_store: Callable[..., Store], tmp_path: Path
 ) -> None:
@@ -479,6 +611,7 @@ def test_dates_from_file_names_evergreen_and_mtime(
     assert "factor" in decay("journal/idea.md")
 
 
+@both_engines
 def test_search_syncs_a_changed_workspace_first(wstore: Store, root: Path) -> None:
     wstore.sync(root)
     write(root, "memory/2025-11-29.md", "# Day\n\nThe pager rotation moved to Fridays.\n")
@@ -495,6 +628,7 @@ def test_search_syncs_a_changed_workspace_first(wstore: Store, root: Path) -> No
     assert "Mondays" in block.markdown and not block.stale
 
 
+@both_engines
 def test_search_flags_stale_results_when_it_cannot_sync(
     make_store: Callable[..., Store], root: Path
 ) -> None:
@@ -519,12 +653,14 @@ def test_search_flags_stale_results_when_it_cannot_sync(
     assert found.stale and "is missing" in found.notes[0]
 
 
+@both_engines
 def test_a_store_without_workspaces_does_no_work(store: Store) -> None:
     store.add("plain memory")
     found = store.search("plain")
     assert not found.stale and found.notes == ()
 
 
+@both_engines
 def test_status_is_truthful(wstore: Store, root: Path, fake_embedder: FakeEmbedder) -> None:
     with pytest.raises(InvalidInput, match="run `mnemex sync"):
         wstore.workspace_status(root)
@@ -550,15 +686,13 @@ def test_status_is_truthful(wstore: Store, root: Path, fake_embedder: FakeEmbedd
     assert wstore.sync(root).pending_vectors == 0
 
 
+@both_engines
 def test_changing_chunk_sizes_rechunks(make_store: Callable[..., Store], root: Path) -> None:
     make_store("sizes.db").sync(root)
     small = make_store("sizes.db", chunk_tokens=100, chunk_overlap=20)
     report = small.sync(root)
     assert report.changed == 2  # the short file is one chunk at either size
-    assert (
-        small.session.conn.execute("SELECT chunking FROM workspaces").fetchone()[0]
-        == "md-v2 100/20"
-    )
+    assert value(small, "SELECT chunking FROM workspaces") == "md-v2 100/20"
     assert small.sync(root).touched == 0
     assert report.chunks == sum(
         len(chunk_markdown((root / p).read_text(), 100, 20))
@@ -567,6 +701,7 @@ def test_changing_chunk_sizes_rechunks(make_store: Callable[..., Store], root: P
     assert small.check()["ok"]
 
 
+@both_engines
 def test_add_to_workspace_writes_a_daily_file(wstore: Store, tmp_path: Path) -> None:
     root = tmp_path / "fresh"
     root.mkdir()
@@ -607,10 +742,34 @@ def test_add_to_workspace_writes_a_daily_file(wstore: Store, tmp_path: Path) -> 
         wstore.add_to_workspace("   ", root)
 
 
+@both_engines
 def test_add_to_workspace_outside_the_globs_is_refused(wstore: Store, root: Path) -> None:
     wstore.sync(root, globs=["MEMORY.md"])
     with pytest.raises(InvalidInput, match=r"add memory/\*\*/\*\.md"):
         wstore.add_to_workspace("note", root)
+
+
+@both_engines
+def test_a_file_and_a_memory_may_hold_the_same_text(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """The text of a chunk (here an entry with a kind) is never merged with a memory's,
+    either way round, and removing the workspace leaves the memory."""
+    store = make_store("same.db")
+    first, second = tmp_path / "first", tmp_path / "second"
+    entry = "# 2025-11-27\n\n## 10:30 · decision\n\nWe picked PostgreSQL 16.\n"
+    write(first, "memory/2025-11-27.md", entry)
+    store.sync(first)
+    (chunk,) = store.timeline(kinds=["decision"])
+    text = store.get(chunk.id).memories[0].content
+    kept = store.remember(text, kind="decision")
+    assert not kept.deduplicated and kept.id != chunk.id
+    write(second, "memory/2025-11-27.md", entry)  # the memory's text first, then a file's
+    report = store.sync(second)
+    assert report.problems == () and report.chunks_added == 1
+    assert store.count() == 3 and store.check()["ok"]
+    assert store.remove_workspace(first) == store.remove_workspace(second) == 1
+    assert [m.content for m in store.get(kept.id).memories] == [text]
 
 
 def test_dedup_leaves_chunks_alone(make_store: Callable[..., Store], root: Path) -> None:
@@ -628,6 +787,7 @@ def test_dedup_leaves_chunks_alone(make_store: Callable[..., Store], root: Path)
     assert store.sync(root).touched == 0
 
 
+@both_engines
 def test_patterns_are_checked(wstore: Store, root: Path) -> None:
     with pytest.raises(InvalidInput, match="relative glob"):
         wstore.sync(root, globs=["/etc/*.md"])
@@ -695,13 +855,16 @@ def test_scan_walks_only_what_the_globs_reach(tmp_path: Path) -> None:
 # -- the CLI --------------------------------------------------------------------------
 
 
-def test_cli_sync_status_search_and_write_through(root: Path, tmp_path: Path) -> None:
+@both_engines
+def test_cli_sync_status_search_and_write_through(
+    root: Path, store_place: Callable[[str], Any]
+) -> None:
     from click.testing import CliRunner
 
     from mnemex.cli import cli
 
     runner = CliRunner()
-    db = str(tmp_path / "cli.db")
+    db = str(store_place("cli.db"))
 
     def run(*args: str, code: int = 0) -> Any:
         result = runner.invoke(cli, ["--db", db, *args], catch_exceptions=False)
@@ -749,8 +912,11 @@ def test_cli_sync_status_search_and_write_through(root: Path, tmp_path: Path) ->
     assert "no workspaces here" in run("status").stdout
 
 
-def test_cli_sync_and_status_in_a_real_process(root: Path, tmp_path: Path) -> None:
-    db = str(tmp_path / "proc.db")
+@both_engines
+def test_cli_sync_and_status_in_a_real_process(
+    root: Path, tmp_path: Path, store_place: Callable[[str], Any]
+) -> None:
+    db = str(store_place("proc.db"))
 
     def mnemex(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

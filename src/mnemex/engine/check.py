@@ -18,10 +18,6 @@ _TAG_DRIFT = """SELECT
         EXCEPT SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j))
   + (SELECT count(*) FROM (SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j
         EXCEPT SELECT tag, seq FROM memory_tags))"""
-_FILE_DRIFT = """SELECT
-    (SELECT count(*) FROM chunks WHERE file_id NOT IN (SELECT id FROM files)),
-    (SELECT count(*) FROM files AS f WHERE f.chunks !=
-        (SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id))"""
 # Vectors of no memory, or of another text than the memory's; memories whose windows
 # are not numbered 0, 1, ... without a gap (a memory's windows are written together).
 _VECTOR_DRIFT = """SELECT
@@ -48,22 +44,23 @@ def check(session: SqliteSession) -> dict[str, Any]:
                 extra, absent, ghost_docs = _index_drift(conn)
                 tag_rows = conn.execute(_TAG_DRIFT).fetchone()[0]
                 rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
-                orphans, short = conn.execute(_FILE_DRIFT).fetchone()
+                file_problems = session.workspaces.drift(conn)
                 stale, gaps = conn.execute(_VECTOR_DRIFT).fetchone()
         finally:
             _drop_check_tables(conn)
-    for count, problem in (
+    index = (
         (extra, "full-text index has {} postings no memory explains"),
         (absent, "full-text index lacks {} postings of stored memories"),
         (ghost_docs, "full-text index has {} ghost rows"),
         (tag_rows, "tag index differs from memories in {} rows"),
-        (orphans, "{} workspace chunks belong to no file"),
-        (short, "{} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`"),
+    )
+    vectors = (
         (stale, "{} vectors belong to no memory's text: run `mnemex reindex --force`"),
         (gaps, "{} memories lack some of their windows' vectors: run `mnemex reindex --force`"),
-    ):
-        if count:
-            problems.append(problem.format(count))
+    )
+    problems += [problem.format(count) for count, problem in index if count]
+    problems += file_problems
+    problems += [problem.format(count) for count, problem in vectors if count]
     return {"ok": not problems, "memories": rows, "problems": problems}
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS, Embedding
+from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.index.fts import Lexicon
 from mnemex.rows import ROW_COLUMNS
@@ -76,6 +77,7 @@ class SqliteSession:
         self._executor: ThreadPoolExecutor | None = None
         self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
         self._vector_index: VectorIndex | None = None
+        self.workspaces = SQLITE  # the workspace tables' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.embedding = Embedding(self, embedder)
 

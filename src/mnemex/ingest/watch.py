@@ -109,7 +109,7 @@ def watch(
     if on_sync is not None:
         on_sync(first)
     with store.session.connection() as conn:
-        ws = spaces.find(conn, first.workspace, first.namespace)
+        ws = spaces.find(store, conn, first.workspace, first.namespace)
     assert ws is not None
     changes = _Changes(ws.root, ws.globs, ws.ignore)
 

@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,9 +52,7 @@ from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
 from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
 from mnemex.rows import prepare
-from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import (
-    batched,
     clean_content,
     clean_label,
     clean_tags,
@@ -67,6 +64,7 @@ from mnemex.text import (
 )
 
 if TYPE_CHECKING:
+    from mnemex.engine.workspaces import Conn, WorkspaceTables
     from mnemex.store import Store
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -136,50 +134,44 @@ def file_time(path: str, mtime_ns: int) -> datetime:
     return datetime.fromtimestamp(mtime_ns / 1e9, UTC)
 
 
-# -- the workspaces table ---------------------------------------------------------------
-
-_WS_COLUMNS = "id, root, namespace, globs, ignore, chunking, synced_at, last_sync"
+# -- the workspaces table (its statements: the session's ``workspaces``) ----------------
 
 
 def _workspace(row: Sequence[Any]) -> Workspace:
-    """The workspace of a row of ``_WS_COLUMNS`` (the order of :class:`Workspace`'s fields)."""
+    """The workspace of a row of ``WORKSPACE_COLUMNS`` (the order of :class:`Workspace`'s
+    fields)."""
     ident, root, namespace, globs, ignore, chunking, synced_at, last_sync = row
     patterns = tuple(json.loads(globs)), tuple(json.loads(ignore))
     return Workspace(ident, root, namespace, *patterns, chunking, synced_at, json.loads(last_sync))
 
 
-def find(conn: sqlite3.Connection, root: str, namespace: str) -> Workspace | None:
-    row = conn.execute(
-        f"SELECT {_WS_COLUMNS} FROM workspaces WHERE root = ? AND namespace = ?", (root, namespace)
-    ).fetchone()
+def _tables(store: Store) -> WorkspaceTables:
+    return store.session.workspaces
+
+
+def find(store: Store, conn: Conn, root: str, namespace: str) -> Workspace | None:
+    row = _tables(store).find(conn, root, namespace)
     return _workspace(row) if row else None
 
 
-def listed(conn: sqlite3.Connection, namespace: str | None) -> list[Workspace]:
+def listed(store: Store, conn: Conn, namespace: str | None) -> list[Workspace]:
     """The workspaces of a namespace (all when ``None``)."""
-    where, params = ("WHERE namespace = ?", [namespace]) if namespace is not None else ("", [])
-    sql = f"SELECT {_WS_COLUMNS} FROM workspaces {where} ORDER BY namespace, root"
-    return [_workspace(r) for r in conn.execute(sql, params)]
+    return [_workspace(r) for r in _tables(store).listed(conn, namespace)]
 
 
 def register(
-    conn: sqlite3.Connection,
+    store: Store,
+    conn: Conn,
     root: str,
     namespace: str,
-    globs: Sequence[str],
-    ignore: Sequence[str],
+    patterns: tuple[Sequence[str], Sequence[str]],
     chunking: str,
 ) -> Workspace:
-    """Create the workspace or update its patterns and chunking (in a write transaction)."""
-    conn.execute(
-        """INSERT INTO workspaces (root, namespace, globs, ignore, chunking, created_at)
-           VALUES (?, ?, ?, ?, ?, ?)
-           ON CONFLICT (root, namespace) DO UPDATE SET
-               globs = excluded.globs, ignore = excluded.ignore, chunking = excluded.chunking""",
-        (root, namespace, json.dumps(list(globs)), json.dumps(list(ignore)), chunking,
-         format_time(utcnow())),
-    )  # fmt: skip
-    found = find(conn, root, namespace)
+    """Create the workspace or update its patterns (globs, ignore) and chunking (in a
+    write transaction)."""
+    globs, ignore = (json.dumps(list(p)) for p in patterns)
+    _tables(store).register(conn, root, namespace, (globs, ignore), chunking, format_time(utcnow()))
+    found = find(store, conn, root, namespace)
     assert found is not None
     return found
 
@@ -202,13 +194,16 @@ def sync_folder(
     settings = store.settings
     chunking = chunking_key(settings.chunk_tokens, settings.chunk_overlap)
     with store.session.transaction() as conn:
-        old = find(conn, root, namespace)
+        old = find(store, conn, root, namespace)
         ws = register(
+            store,
             conn,
             root,
             namespace,
-            globs if globs is not None else old.globs if old else settings.workspace_globs,
-            ignore if ignore is not None else old.ignore if old else settings.workspace_ignore,
+            (
+                globs if globs is not None else old.globs if old else settings.workspace_globs,
+                ignore if ignore is not None else old.ignore if old else settings.workspace_ignore,
+            ),
             old.chunking if old else chunking,  # a new chunking once every file has it
         )
     with store.session.errors():
@@ -235,32 +230,16 @@ def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) ->
 def remove(store: Store, directory: str | os.PathLike[str], namespace: str) -> int:
     """Delete a workspace, its files and their chunks (never the files); how many chunks."""
     root = resolve_root(directory, must_exist=False)
+    tables = _tables(store)
     with store.session.transaction() as conn:
-        ws = find(conn, root, namespace)
+        ws = find(store, conn, root, namespace)
         if ws is None:
             raise InvalidInput(f"{root} is not a workspace of namespace {namespace!r}")
-        chunks = _count_chunks(conn, ws.id)
-        conn.execute("DELETE FROM files WHERE workspace_id = ?", (ws.id,))
-        conn.execute("DELETE FROM workspaces WHERE id = ?", (ws.id,))
+        tables.lock(conn, ws.id)
+        chunks = tables.chunk_count(conn, ws.id)
+        tables.delete(conn, ws.id)
     store.session.after_write()
     return chunks
-
-
-def _count(conn: sqlite3.Connection, sql: str, workspace_id: int) -> int:
-    return int(conn.execute(sql, (workspace_id,)).fetchone()[0])
-
-
-def _recorded_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
-    """The chunks the files rows say they have (their real count differs after a forget)."""
-    sql = "SELECT coalesce(sum(chunks), 0) FROM files WHERE workspace_id = ?"
-    return _count(conn, sql, workspace_id)
-
-
-def _count_chunks(conn: sqlite3.Connection, workspace_id: int) -> int:
-    sql = (
-        "SELECT count(*) FROM chunks WHERE file_id IN (SELECT id FROM files WHERE workspace_id = ?)"
-    )
-    return _count(conn, sql, workspace_id)
 
 
 # -- comparing the disk with the index --------------------------------------------------
@@ -279,26 +258,24 @@ class _Known(NamedTuple):
     actual: int
 
 
-def _known(conn: sqlite3.Connection, workspace_id: int, *, count: bool) -> dict[str, _Known]:
+def _known(store: Store, conn: Conn, workspace_id: int, *, count: bool) -> dict[str, _Known]:
     """The files rows of a workspace by path; with ``count``, their real chunk counts
     (a chunk forgotten through the API makes its file be read again), else the recorded."""
-    actual = "(SELECT count(*) FROM chunks AS c WHERE c.file_id = f.id)" if count else "f.chunks"
-    sql = f"""SELECT f.path, f.id, f.size, f.mtime_ns, f.read_ns, f.sha256, f.chunks, f.error,
-                     {actual} FROM files AS f WHERE f.workspace_id = ?"""
-    return {r[0]: _Known(*r[1:]) for r in conn.execute(sql, (workspace_id,))}
+    rows = _tables(store).files(conn, workspace_id, count=count)
+    return {r[0]: _Known(*r[1:]) for r in rows}
 
 
 def _cached(
-    store: Store, conn: sqlite3.Connection, ws: Workspace
+    store: Store, conn: Conn, ws: Workspace
 ) -> tuple[dict[str, _Known], dict[str, files.Stat] | None]:
-    """The files rows as last read, unless the store changed since (``PRAGMA data_version``
+    """The files rows as last read, unless the store changed since (the tables' ``version``
     for other connections, the store's write count for this one); and, when no file needs
     a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
-    version = (conn.execute("PRAGMA data_version").fetchone()[0], store.session.generation)
+    version = (_tables(store).version(conn, ws.id), store.session.generation)
     cached = store.session.files_cache.get(ws.id)
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
-    known = _known(conn, ws.id, count=False)
+    known = _known(store, conn, ws.id, count=False)
     racy = any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values())
     settled = None if racy else {path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()}
     store.session.files_cache[ws.id] = (version, known, settled)
@@ -349,9 +326,10 @@ def _plan(
         found = files.Scan()
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
+    tables = _tables(store)
     with store.session.connection() as conn:
-        if count and _recorded_chunks(conn, ws.id) != _count_chunks(conn, ws.id):
-            known = _known(conn, ws.id, count=True)  # find the files that lost chunks
+        if count and tables.recorded_chunks(conn, ws.id) != tables.chunk_count(conn, ws.id):
+            known = _known(store, conn, ws.id, count=True)  # find the files that lost chunks
         else:
             known = _cached(store, conn, ws)[0]
     to_read = sorted(
@@ -474,35 +452,40 @@ class _Tally:
 class _Writer:
     """Applies prepared files to the index inside one write transaction."""
 
-    def __init__(self, store: Store, ws: Workspace, tally: _Tally) -> None:
+    def __init__(self, store: Store, ws: Workspace, tally: _Tally, conn: Conn) -> None:
         self.store = store
-        self.conn = store.session.conn
+        self.tables = _tables(store)
+        self.conn = conn
         self.ws = ws
         self.tally = tally
         self.now = format_time(utcnow())
-        self.new_seqs: list[int] = []
+        self.new_rows: list[tuple[Any, ...]] = []  # inserted together, in finish()
+        self.new_places: list[tuple[Any, ...]] = []  # (file_id, position, heading, start, end)
+        self.new_ids: set[str] = set()
         self.doomed: list[int] = []
+        self.tables.lock(conn, ws.id)
 
     def file(self, item: _Prepared, renamed_from: int | None) -> None:
-        conn, path, text, tally = self.conn, item.text.path, item.text, self.tally
-        select = "SELECT id, sha256, error FROM files WHERE workspace_id = ? AND "
-        row = conn.execute(select + "path = ?", (self.ws.id, path)).fetchone()
+        tables, conn, path, text, tally = (
+            self.tables,
+            self.conn,
+            item.text.path,
+            item.text,
+            self.tally,
+        )
+        row = tables.file(conn, self.ws.id, path)
         if text.gone:
             if row is not None:
                 self._drop_file(row[0])
             return
         if not text.readable:  # keep what was indexed; try again at the next sync
-            if row is None:
-                row = (self._new_file(item), None, None)
-            update = "UPDATE files SET error = ?, synced_at = ? WHERE id = ?"
-            conn.execute(update, (item.error, self.now, row[0]))
+            file_id = self._new_file(item) if row is None else row[0]
+            tables.set_error(conn, file_id, item.error, self.now)
             return
         moved = False
         if row is None and renamed_from is not None:
-            rename = "UPDATE files SET path = ? WHERE id = ? AND workspace_id = ?"
-            moved = conn.execute(rename, (path, renamed_from, self.ws.id)).rowcount == 1
-            if moved:
-                row = conn.execute(select + "id = ?", (self.ws.id, renamed_from)).fetchone()
+            row = tables.rename(conn, self.ws.id, renamed_from, path)
+            moved = row is not None
         if row is None:
             file_id, same = self._new_file(item), False
             tally.added += 1
@@ -519,7 +502,7 @@ class _Writer:
             # another process synced this file in between: cut it after all
             _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
         if item.error is not None:
-            self.doomed.extend(_chunk_seqs(conn, file_id))
+            self.doomed.extend(tables.chunk_seqs(conn, file_id))
             count = 0
         elif item.chunks is None:  # same text as indexed: keep the chunks, relabel them
             count = self._relabel(file_id, path, item.mtime_ns)
@@ -529,30 +512,17 @@ class _Writer:
             if same and not moved and before != (tally.chunks_added, tally.chunks_removed):
                 tally.unchanged -= 1  # same text, but its chunks were re-cut or repaired
                 tally.changed += 1
-        conn.execute(
-            """UPDATE files SET size = ?, mtime_ns = ?, read_ns = ?, sha256 = ?, chunks = ?,
-                   error = ?, synced_at = ? WHERE id = ?""",
-            (item.size, item.mtime_ns, text.read_ns, text.sha256, count, item.error, self.now,
-             file_id),
-        )  # fmt: skip
+        state = (item.size, item.mtime_ns, text.read_ns, text.sha256, count, item.error, self.now)
+        tables.update_file(conn, file_id, state)
 
     def _new_file(self, item: _Prepared) -> int:
-        cursor = self.conn.execute(
-            """INSERT INTO files (workspace_id, path, size, mtime_ns, read_ns, sha256, error,
-                   synced_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-            (self.ws.id, item.text.path, item.size, item.mtime_ns, item.text.read_ns,
-             item.text.sha256, item.error, self.now),
-        )  # fmt: skip
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        text = item.text
+        state = (item.size, item.mtime_ns, text.read_ns, text.sha256, item.error, self.now)
+        return self.tables.new_file(self.conn, self.ws.id, text.path, state)
 
     def _existing(self, file_id: int) -> list[tuple[Any, ...]]:
         """(seq, id, content_hash, source, created_at, position, heading, start, end)."""
-        sql = """SELECT c.seq, m.id, m.content_hash, m.source, m.created_at, c.position,
-                        c.heading, c.start_line, c.end_line
-                 FROM chunks AS c JOIN memories AS m ON m.seq = c.seq
-                 WHERE c.file_id = ? ORDER BY c.position, c.seq"""
-        return self.conn.execute(sql, (file_id,)).fetchall()
+        return self.tables.chunks(self.conn, file_id)
 
     def _relabel(self, file_id: int, path: str, mtime_ns: int) -> int:
         """Give a file's chunks the ids, source and time its (new) path and mtime call for."""
@@ -569,22 +539,14 @@ class _Writer:
         """Give a chunk (a row of :meth:`_existing`) the id, source and time of its place."""
         seq, ident, digest, source, created_at = old[:5]
         wanted = chunk_id(self.ws.namespace, self.ws.root, path, digest, occurrence)
-        if (
-            wanted != ident
-            and self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (wanted,)).fetchone()
-        ):
+        if wanted != ident and (wanted in self.new_ids or self.tables.taken(self.conn, [wanted])):
             wanted = ident  # taken (by a row about to move or go): keep the old id
         if (wanted, path, created) != (ident, source, created_at):
-            self.conn.execute(
-                "UPDATE memories SET id = ?, source = ?, created_at = ?, updated_at = ? "
-                "WHERE seq = ?",
-                (wanted, path, created, self.now, seq),
-            )
+            self.tables.relabel(self.conn, seq, (wanted, path, created, self.now))
 
     def _reconcile(self, file_id: int, path: str, item: _Prepared) -> int:
         """Make a file's chunk rows those of its new text; returns how many it has."""
         assert item.chunks is not None
-        conn = self.conn
         existing: dict[tuple[str, int], tuple[Any, ...]] = {}
         seen: dict[str, int] = {}
         for row in self._existing(file_id):
@@ -599,13 +561,9 @@ class _Writer:
                 fresh.append(chunk)
                 continue
             self._label(old, path, chunk.occurrence, created)
-            seq, place = old[0], (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
+            place = (chunk.position, chunk.heading, chunk.start_line, chunk.end_line)
             if place != tuple(old[5:]):
-                conn.execute(
-                    "UPDATE chunks SET position = ?, heading = ?, start_line = ?, end_line = ? "
-                    "WHERE seq = ?",
-                    (*place, seq),
-                )
+                self.tables.place(self.conn, old[0], place)
         self.doomed.extend(row[0] for row in existing.values())
         self.tally.chunks_removed += len(existing)
         if fresh:
@@ -613,15 +571,14 @@ class _Writer:
         return len(item.chunks)
 
     def _insert(self, file_id: int, path: str, fresh: list[_ChunkRow], created: str) -> None:
+        """Prepare a file's new chunks (inserted with every other file's in :meth:`finish`:
+        one statement, not one a file)."""
         store, ws = self.store, self.ws
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
-        taken: set[str] = set()
-        for chunk in batched(ids, IN_CHUNK):
-            sql = f"SELECT id FROM memories WHERE id IN ({marks(len(chunk))})"
-            taken.update(r[0] for r in self.conn.execute(sql, chunk))
+        taken = self.tables.taken(self.conn, ids) | self.new_ids
         now = utcnow()
-        rows = [
-            prepare(
+        for ident, c in zip(ids, fresh, strict=True):
+            row = prepare(
                 {
                     "id": None if ident in taken else ident,  # taken: by a row about to move
                     "content": c.content,
@@ -637,75 +594,27 @@ class _Writer:
                 store.settings.max_content_bytes,
                 self.now,
             )
-            for ident, c in zip(ids, fresh, strict=True)
-        ]
-        seqs = store.session.insert_rows(rows)
-        self.conn.executemany(
-            "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (seq, file_id, c.position, c.heading, c.start_line, c.end_line)
-                for seq, c in zip(seqs, fresh, strict=True)
-            ],
-        )
-        self.new_seqs.extend(seqs)
+            self.new_rows.append(row)
+            self.new_ids.add(row[0])
+            self.new_places.append((file_id, c.position, c.heading, c.start_line, c.end_line))
         self.tally.chunks_added += len(fresh)
 
     def _drop_file(self, file_id: int) -> None:
-        self.tally.chunks_removed += len(_chunk_seqs(self.conn, file_id))
-        self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        self.tally.chunks_removed += len(self.tables.chunk_seqs(self.conn, file_id))
+        self.tables.delete_file(self.conn, file_id)
         self.tally.deleted += 1
 
     def gone(self, known: _Known) -> None:
         """A file deleted from disk (its row may already be gone: another process)."""
-        if self.conn.execute("SELECT 1 FROM files WHERE id = ?", (known.id,)).fetchone():
+        if self.tables.has_file(self.conn, known.id):
             self._drop_file(known.id)
 
     def finish(self) -> None:
-        """Give new chunks the vectors of identical text, then delete the chunks that went."""
-        self.tally.reused += _copy_vectors(self.conn, self.new_seqs)
-        for chunk in batched(self.doomed, IN_CHUNK):
-            self.conn.execute(f"DELETE FROM memories WHERE seq IN ({marks(len(chunk))})", chunk)
-
-
-def _chunk_seqs(conn: sqlite3.Connection, file_id: int) -> list[int]:
-    return [r[0] for r in conn.execute("SELECT seq FROM chunks WHERE file_id = ?", (file_id,))]
-
-
-def _models(conn: sqlite3.Connection) -> list[str]:
-    """The models with stored vectors (a skip-scan of the (model, content_hash) index)."""
-    sql = """WITH RECURSIVE m(model) AS (
-                 SELECT min(model) FROM embeddings
-                 UNION ALL
-                 SELECT (SELECT min(model) FROM embeddings WHERE model > m.model) FROM m
-                 WHERE m.model IS NOT NULL)
-             SELECT model FROM m WHERE model IS NOT NULL"""
-    return [r[0] for r in conn.execute(sql)]
-
-
-def _copy_vectors(conn: sqlite3.Connection, seqs: Sequence[int]) -> int:
-    """Give each new memory, for every model, the vectors (every window) stored for the
-    same text."""
-    if not seqs:
-        return 0
-    copied = 0
-    for model in _models(conn):
-        for chunk in batched(seqs, IN_CHUNK):
-            for windows in ("e.window = 0", "e.window > 0"):  # memories counted once
-                rows = conn.execute(
-                    f"""INSERT OR IGNORE INTO embeddings
-                            (seq, model, window, dim, content_hash, vector)
-                        SELECT m.seq, e.model, e.window, e.dim, e.content_hash, e.vector
-                        FROM memories AS m JOIN embeddings AS e ON e.model = ? AND e.seq = (
-                            SELECT seq FROM embeddings
-                            WHERE model = ? AND content_hash = m.content_hash
-                            ORDER BY id LIMIT 1)
-                        WHERE m.seq IN ({marks(len(chunk))}) AND {windows}
-                        ORDER BY m.seq, e.window""",
-                    [model, model, *chunk],
-                ).rowcount
-                copied += rows if windows.endswith("= 0") else 0
-    return copied
+        """Insert the new chunks, give them the vectors of identical text, then delete the
+        chunks that went."""
+        seqs = self.tables.insert(self.store.session, self.conn, self.new_rows, self.new_places)
+        self.tally.reused += self.tables.copy_vectors(self.conn, seqs)
+        self.tables.delete_memories(self.conn, self.doomed)
 
 
 # -- sync -------------------------------------------------------------------------------
@@ -769,10 +678,9 @@ def sync(
     if record or report.touched or tally.failed:
         done = report.complete and not tally.failed  # every file is cut as ws.chunking says
         with store.session.transaction() as conn:
-            conn.execute(
-                "UPDATE workspaces SET synced_at = ?, last_sync = ?, "
-                "chunking = CASE WHEN ? THEN ? ELSE chunking END WHERE id = ?",
-                (format_time(utcnow()), json.dumps(report.to_dict()), done, ws.chunking, ws.id),
+            summary = json.dumps(report.to_dict())
+            _tables(store).record_sync(
+                conn, ws.id, format_time(utcnow()), summary, done, ws.chunking
             )
     return report
 
@@ -807,9 +715,10 @@ def _write_batch(
     """One transaction: these files, then (in the last batch) the deleted ones."""
     if not batch and not gone:
         return
+    failures: tuple[type[Exception], ...] = (*_tables(store).errors, MnemexError)
     try:
-        with store.session.transaction():
-            writer = _Writer(store, ws, _Tally())
+        with store.session.transaction() as conn:
+            writer = _Writer(store, ws, _Tally(), conn)
             for item in batch:
                 writer.file(item, renames.get(item.text.path))
             writer.finish()
@@ -817,7 +726,7 @@ def _write_batch(
                 writer.gone(known)
     except StoreLocked:
         raise
-    except (sqlite3.Error, MnemexError) as exc:
+    except failures as exc:
         if len(batch) > 1:  # find the file that fails; store the others
             for item in batch:
                 _write_batch(store, ws, [item], renames, [], tally)
@@ -837,7 +746,7 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
     embedder = store.embedder
     assert embedder is not None
     with store.session.connection() as conn:
-        seqs = _pending(conn, ws.id, embedder.model_id)
+        seqs = _tables(store).pending(conn, ws.id, embedder.model_id)
     if not seqs:
         return None
     advance = None
@@ -852,23 +761,17 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
     return store.session.embedding.embed_new(seqs, deadline=deadline, progress=advance)
 
 
-def _pending(conn: sqlite3.Connection, workspace_id: int, model: str) -> list[int]:
-    sql = """SELECT c.seq FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-             WHERE f.workspace_id = ? AND NOT EXISTS (
-                 SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = c.seq)
-             ORDER BY c.seq"""
-    return [r[0] for r in conn.execute(sql, (workspace_id, model))]
-
-
-def _counts(conn: sqlite3.Connection, workspace_id: int) -> tuple[int, int]:
-    """Files recorded (indexed or not) and chunk rows, counted from the tables."""
-    files_sql = "SELECT count(*) FROM files WHERE workspace_id = ?"
-    return _count(conn, files_sql, workspace_id), _count_chunks(conn, workspace_id)
-
-
-def _problems(conn: sqlite3.Connection, ws: Workspace) -> list[FileProblem]:
-    sql = "SELECT path, error FROM files WHERE workspace_id = ? AND error IS NOT NULL ORDER BY path"
-    return [FileProblem(path, error) for path, error in conn.execute(sql, (ws.id,))]
+def _indexed(store: Store, ws: Workspace) -> tuple[tuple[int, int], list[FileProblem], int | None]:
+    """Files recorded (indexed or not) and chunk rows, counted from the tables; the files
+    that could not be indexed; chunks without a vector (``None``: no embedder)."""
+    tables, embedder = _tables(store), store.embedder
+    with store.session.connection() as conn:
+        counts = tables.file_count(conn, ws.id), tables.chunk_count(conn, ws.id)
+        problems = [FileProblem(path, error) for path, error in tables.problems(conn, ws.id)]
+        pending = None
+        if embedder is not None:
+            pending = len(tables.pending(conn, ws.id, embedder.model_id))
+    return counts, problems, pending
 
 
 def _report(
@@ -880,11 +783,7 @@ def _report(
     embedding: Any,
     remaining: int,
 ) -> SyncReport:
-    embedder = store.embedder
-    with store.session.connection() as conn:
-        counts = _counts(conn, ws.id)
-        problems = _problems(conn, ws)
-        pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else 0
+    counts, problems, pending = _indexed(store, ws)
     problems += [FileProblem(path, message) for path, message in plan.found.errors]
     problems += tally.failed
     return SyncReport(
@@ -895,7 +794,7 @@ def _report(
         **{name: getattr(tally, name) for name in COUNTS},
         embedded=embedding.embedded if embedding is not None else 0,
         reused=tally.reused + (embedding.reused if embedding is not None else 0),
-        pending_vectors=pending,
+        pending_vectors=pending or 0,
         problems=tuple(problems),
         complete=remaining == 0,
         remaining=remaining,
@@ -941,7 +840,7 @@ def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
     """Before a search: :func:`refresh` each workspace of the namespace (or all) within
     ``sync_timeout``. Returns notes and whether the results may be stale."""
     with store.session.connection() as conn:
-        found = listed(conn, namespace)
+        found = listed(store, conn, namespace)
     deadline = time.monotonic() + store.settings.sync_timeout
     notes: list[str] = []
     for ws in found:
@@ -963,7 +862,7 @@ def statuses(
     """The :func:`status` of each workspace of the namespace (all when ``None``), or of
     the one at ``directory``."""
     with store.session.connection() as conn:
-        found = listed(conn, namespace)
+        found = listed(store, conn, namespace)
     if directory is not None:
         root = resolve_root(directory, must_exist=False)
         found = [ws for ws in found if ws.root == root]
@@ -978,10 +877,7 @@ def statuses(
 def status(store: Store, ws: Workspace) -> WorkspaceStatus:
     """What the index holds for ``ws`` and how many files differ on disk now."""
     embedder = store.embedder
-    with store.session.connection() as conn:
-        files_count, chunks = _counts(conn, ws.id)
-        problems = _problems(conn, ws)
-        pending = len(_pending(conn, ws.id, embedder.model_id)) if embedder is not None else None
+    (files_count, chunks), problems, pending = _indexed(store, ws)
     exists = ws.folder.is_dir()
     changed: int | None = None
     if exists:
@@ -1072,11 +968,11 @@ def write_through(
         ) from None
     labels = clean_tags(tags)
     with store.session.connection() as conn:
-        ws = find(conn, root, namespace)
+        ws = find(store, conn, root, namespace)
     if ws is None:
         sync_folder(store, root, namespace, None, None)
         with store.session.connection() as conn:
-            ws = find(conn, root, namespace)
+            ws = find(store, conn, root, namespace)
         assert ws is not None
     with store.session.errors():
         return append(store, ws, content, kind=label, tags=labels, when=when)
@@ -1126,11 +1022,7 @@ def append(
     end = start + entry.count("\n") - 1
     report = sync(store, ws, only=[relative], retry=True, record=False)
     with store.session.connection() as conn:
-        sql = """SELECT m.id FROM chunks AS c JOIN files AS f ON f.id = c.file_id
-                 JOIN memories AS m ON m.seq = c.seq
-                 WHERE f.workspace_id = ? AND f.path = ? AND c.start_line <= ?
-                   AND c.end_line >= ? ORDER BY c.position"""
-        ids = tuple(r[0] for r in conn.execute(sql, (ws.id, relative, end, start)))
+        ids = _tables(store).ids_at(conn, ws.id, relative, (start, end))
     heading = (local.date().isoformat(), title)
     return Appended(Location(ws.root, relative, start, end, heading), ids, report)
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import engine_of
+from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index import fts
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
@@ -273,7 +274,7 @@ class Engine:
         return list(self.conn.execute(sql, seqs))
 
     def locations(self, seqs: list[int]) -> dict[int, Location]:
-        return locations(self.conn, seqs)
+        return SQLITE.locations(self.conn, seqs)
 
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
         s = self.settings
@@ -594,21 +595,6 @@ def _relevant(
     return [
         s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
-
-
-def locations(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Location]:
-    """Where each memory that is a chunk of a workspace file lives."""
-    if not seqs:
-        return {}
-    return {
-        seq: Location(root, path, start, end, tuple(json.loads(heading)))
-        for seq, root, path, start, end, heading in conn.execute(
-            "SELECT c.seq, w.root, f.path, c.start_line, c.end_line, c.heading FROM chunks AS c "
-            "JOIN files AS f ON f.id = c.file_id JOIN workspaces AS w ON w.id = f.workspace_id "
-            f"WHERE c.seq IN ({marks(len(seqs))})",
-            seqs,
-        )
-    }
 
 
 def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:

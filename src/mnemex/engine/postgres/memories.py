@@ -8,6 +8,7 @@ rows are read back as :class:`~mnemex.models.Memory` values equal to SQLite's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC
@@ -49,13 +50,15 @@ def memory(row: Sequence[Any]) -> Memory:
 
 
 def get(session: PostgresSession, ns: str | None, wanted: list[str]) -> dict[str, Memory]:
-    """The memories of the namespace with these ids, by id."""
+    """The memories of the namespace with these ids, by id (a chunk of a workspace file
+    with its place)."""
     with session.read() as conn:
         rows = conn.execute(
-            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND id = ANY(%s)",
+            f"SELECT {COLUMNS}, seq FROM memories WHERE namespace = %s AND id = ANY(%s)",
             (ns, wanted),
         ).fetchall()
-    return {row[0]: memory(row) for row in rows}
+        places = session.workspaces.locations(conn, [row[-1] for row in rows])
+    return {row[0]: dataclasses.replace(memory(row), location=places.get(row[-1])) for row in rows}
 
 
 def forget(session: PostgresSession, ns: str, wanted: list[str]) -> set[str]:
@@ -217,6 +220,7 @@ def check(session: PostgresSession) -> dict[str, Any]:
     with session.connection() as conn:
         problems = check_index(conn)
         rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+        problems += session.workspaces.drift(conn)
     return {"ok": not problems, "memories": rows, "problems": problems}
 
 

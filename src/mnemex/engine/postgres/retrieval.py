@@ -28,6 +28,7 @@ from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.session import ENGINE
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import literal, model_dim, vector
+from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch, Unsupported
 from mnemex.index.fts import Filters, LexicalPlan, Retrieval
 from mnemex.index.query import (
@@ -240,10 +241,10 @@ class PostgresEngine:
 
     def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
         """The memories just before and after each memory in its thread (namespace and
-        source), as the SQLite engine finds them."""
+        source; workspace chunks are in none), as the SQLite engine finds them."""
         near = (
             "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace "
-            "AND m.source = c.source AND m.seq {} c.seq"
+            "AND m.source = c.source AND m.seq {} c.seq AND NOT m.file_chunk"
         )
         rows = self.conn.execute(
             f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
@@ -259,7 +260,7 @@ class PostgresEngine:
         return [(int(s), str(c)) for s, c in rows]
 
     def locations(self, seqs: list[int]) -> dict[int, Location]:
-        return {}  # no workspaces on this engine yet
+        return tables().locations(self.conn, seqs)
 
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
         """FTS5's ``snippet()`` of each row's content, as the SQLite engine shows it."""

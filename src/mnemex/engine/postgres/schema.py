@@ -17,7 +17,8 @@ model. Differences that follow from the engine:
   upserted in (namespace, term) order, so concurrent writers wait for one
   another instead of deadlocking).
 - A memory's content hash is unique in its namespace (chunks of workspace
-  files aside): two writers adding the same text at once end with one row.
+  files aside: ``file_chunk``, or kind ``chunk``): two writers adding the same
+  text at once end with one row.
 - Vectors have no fixed dimension in the table; each model's vectors are
   indexed by an HNSW index of their own (see
   :func:`mnemex.engine.postgres.vectors.ensure_model`), recorded with their
@@ -312,6 +313,71 @@ _WINDOWS: Final = (
         UNIQUE (model, seq, window_no)""",
 )
 
+# Markdown workspaces (see mnemex.ingest.workspace), as on SQLite: a folder indexed into
+# one namespace (``version`` counts the writes to its files: another session's cached
+# files rows are old when it moved); each file as last synced; each chunk memory's
+# place in its file. A file's row takes its chunk memories with it (a trigger), a
+# memory its chunk row (a foreign key). A chunk memory is marked ``file_chunk``: the
+# one-memory-per-text rule does not hold for the text of files. (A chunk's id follows
+# its file's path: a relation read from it follows the rename, by _RELATION_INDEX's
+# trigger.)
+_WORKSPACES: Final = (
+    """CREATE TABLE IF NOT EXISTS workspaces (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        root text NOT NULL,
+        namespace text NOT NULL,
+        globs text NOT NULL,
+        ignore text NOT NULL,
+        chunking text NOT NULL,
+        created_at timestamptz NOT NULL,
+        synced_at timestamptz,
+        last_sync text NOT NULL DEFAULT '{}',
+        version bigint NOT NULL DEFAULT 0,
+        UNIQUE (root, namespace)
+    )""",
+    """CREATE TABLE IF NOT EXISTS files (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        workspace_id bigint NOT NULL REFERENCES workspaces (id),
+        path text NOT NULL,
+        size bigint NOT NULL,
+        mtime_ns bigint NOT NULL,
+        read_ns bigint NOT NULL,
+        sha256 text,
+        chunks integer NOT NULL DEFAULT 0,
+        error text,
+        synced_at timestamptz NOT NULL,
+        UNIQUE (workspace_id, path)
+    )""",
+    """CREATE TABLE IF NOT EXISTS chunks (
+        seq bigint PRIMARY KEY REFERENCES memories (seq) ON DELETE CASCADE,
+        file_id bigint NOT NULL REFERENCES files (id),
+        position integer NOT NULL,
+        heading text NOT NULL DEFAULT '[]',
+        start_line integer NOT NULL,
+        end_line integer NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS chunks_file ON chunks (file_id, position)",
+    """CREATE OR REPLACE FUNCTION mnemex_file_chunks_delete() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM memories WHERE seq IN (SELECT seq FROM chunks WHERE file_id = old.id);
+            RETURN old;
+        END
+        $$""",
+    """CREATE OR REPLACE TRIGGER files_chunks_delete BEFORE DELETE ON files
+        FOR EACH ROW EXECUTE FUNCTION mnemex_file_chunks_delete()""",
+    "ALTER TABLE memories ADD COLUMN IF NOT EXISTS file_chunk boolean NOT NULL DEFAULT false",
+    "DROP INDEX IF EXISTS memories_namespace_hash",
+    """CREATE UNIQUE INDEX memories_namespace_hash ON memories (namespace, content_hash)
+        WHERE kind <> 'chunk' AND NOT file_chunk""",
+)
+
+# A thread is the memories of one source in a namespace, in the order written: a
+# search finds a memory's neighbours in its thread (the thread stage) by this index.
+_THREADS: Final = (
+    "CREATE INDEX IF NOT EXISTS memories_namespace_source ON memories (namespace, source, seq)",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories with their index terms (tsvector)", _INIT),
     (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
@@ -324,6 +390,8 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         _RELATION_INDEX,
     ),
     (7, "a vector per window of a memory's text (embeddings.window_no)", _WINDOWS),
+    (8, "markdown workspaces: files and the place of each chunk", _WORKSPACES),
+    (9, "memories by namespace and source: threads", _THREADS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

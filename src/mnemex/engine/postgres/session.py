@@ -4,8 +4,9 @@ It offers the part of the SQLite session's surface that the shared code uses
 (``DESIGN.md``, "The storage session"): ``settings``, ``namespace``, ``path``
 (the URL without its password), ``resolve_namespace``, ``lock``,
 ``connection()`` / ``transaction()`` / ``read()``, ``generation`` and
-``after_write()``, ``embedding``, ``insert_chunks`` / ``insert_prepared`` and
-``close()``. Connections come from a pool of at most ``settings.pool_size``
+``after_write()``, ``embedding``, ``insert_chunks`` / ``insert_prepared``,
+``workspaces`` / ``files_cache`` (markdown workspaces) and ``close()``.
+Connections come from a pool of at most ``settings.pool_size``
 (``psycopg_pool``); a thread that asks for a connection while it holds one gets
 the same one back, so nested calls use one connection and one transaction.
 """
@@ -13,7 +14,6 @@ the same one back, so nested calls use one connection and one transaction.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
-from mnemex.engine.postgres.write import Row, Written, insert_rows
+from mnemex.engine.postgres.workspaces import tables
+from mnemex.engine.postgres.write import Written, insert_rows, pg_row
 from mnemex.errors import DuplicateId, InvalidInput, StoreError, StoreLocked
-from mnemex.text import clean_namespace, parse_stored_time
+from mnemex.text import clean_namespace
 
 if TYPE_CHECKING:
     from mnemex.config import Settings
@@ -54,6 +55,8 @@ class PostgresSession:
             _prepare(conn, self.path)
         self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
         self._generation = 0
+        self.workspaces = tables()  # the workspace tables' statements
+        self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
         )
@@ -210,22 +213,3 @@ def _refuse_known_ids(conn: Conn, rows: Sequence[tuple[Any, ...]], seen: set[str
     ).fetchone()
     if found:
         raise _duplicate(found[0])
-
-
-def pg_row(row: Sequence[Any]) -> Row:
-    """A row of :func:`mnemex.rows.prepare` (:data:`mnemex.rows.ROW_COLUMNS`) as the
-    PostgreSQL engine writes it."""
-    return Row(
-        id=row[0],
-        namespace=row[1],
-        kind=row[2],
-        content=row[3],
-        tags=tuple(json.loads(row[4])),
-        source=row[5],
-        confidence=float(row[6]),
-        pinned=bool(row[7]),
-        created_at=parse_stored_time(row[8]),
-        updated_at=parse_stored_time(row[9]),
-        content_hash=row[10],
-        metadata=row[11],
-    )

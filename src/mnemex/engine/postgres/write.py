@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import StoreError
-from mnemex.text import tags_columns
+from mnemex.text import parse_stored_time, tags_columns
 
 if TYPE_CHECKING:
     import psycopg
@@ -44,6 +44,7 @@ class Row:
     confidence: float = 0.8
     pinned: bool = False
     metadata: str = "{}"  # JSON object text
+    file_chunk: bool = False  # a chunk of a workspace file: never merged by its text
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +58,17 @@ class Written:
 
 _INSERT = """
     INSERT INTO memories (id, namespace, kind, content, tags, source, confidence, pinned,
-                          created_at, updated_at, content_hash, metadata, lex, lex_len)
+                          created_at, updated_at, content_hash, metadata, lex, lex_len,
+                          file_chunk)
     SELECT r.id, r.namespace, r.kind, r.content, r.tags::jsonb, r.source, r.confidence,
            r.pinned, r.created_at, r.updated_at, r.content_hash, r.metadata::jsonb,
-           r.lex::tsvector, r.lex_len
+           r.lex::tsvector, r.lex_len, r.file_chunk
     FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                 %s::float8[], %s::boolean[], %s::timestamptz[], %s::timestamptz[], %s::text[],
-                %s::text[], %s::text[], %s::integer[])
+                %s::text[], %s::text[], %s::integer[], %s::boolean[])
         WITH ORDINALITY AS r (id, namespace, kind, content, tags, source, confidence, pinned,
-                              created_at, updated_at, content_hash, metadata, lex, lex_len, n)
+                              created_at, updated_at, content_hash, metadata, lex, lex_len,
+                              file_chunk, n)
     ORDER BY r.n
     ON CONFLICT DO NOTHING
     RETURNING seq, id"""
@@ -92,6 +95,7 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Writ
         [r.metadata for r in rows],
         [literal for literal, _ in lex],
         [length for _, length in lex],
+        [r.file_chunk for r in rows],
     ]
     inserted = dict(_retrying(conn, _INSERT, columns))
     return _resolve(conn, rows, {str(i): int(s) for s, i in inserted.items()})
@@ -115,13 +119,14 @@ def _resolve(
     conn: psycopg.Connection[Any], rows: Sequence[Row], inserted: dict[str, int]
 ) -> list[Written]:
     """Which stored row holds each input row: the one it inserted, or the one that was
-    already there with its id or with its text in its namespace."""
+    already there with its id or with its text in its namespace (not a chunk)."""
     missing = [r for r in rows if r.id not in inserted]
     found: dict[tuple[str, str], tuple[int, str]] = {}
     by_id: dict[str, tuple[int, str]] = {}
     if missing:
-        for seq, mid, namespace, digest in conn.execute(
-            """SELECT m.seq, m.id, m.namespace, m.content_hash FROM memories AS m
+        for seq, mid, namespace, digest, unique in conn.execute(
+            """SELECT m.seq, m.id, m.namespace, m.content_hash,
+                      m.kind <> 'chunk' AND NOT m.file_chunk FROM memories AS m
                WHERE m.id = ANY(%s)
                   OR (m.namespace, m.content_hash) IN (
                       SELECT * FROM unnest(%s::text[], %s::text[]))""",
@@ -132,7 +137,8 @@ def _resolve(
             ),
         ):
             by_id[mid] = (seq, mid)
-            found[(namespace, digest)] = (seq, mid)
+            if unique:
+                found[(namespace, digest)] = (seq, mid)
     out: list[Written] = []
     claimed: set[str] = set()
     for r in rows:
@@ -147,3 +153,23 @@ def _resolve(
             )
         out.append(Written(holder[0], holder[1], False))
     return out
+
+
+def pg_row(row: Sequence[Any], *, file_chunk: bool = False) -> Row:
+    """A row of :func:`mnemex.rows.prepare` (:data:`mnemex.rows.ROW_COLUMNS`) as the
+    PostgreSQL engine writes it (``file_chunk``: a chunk of a workspace file)."""
+    return Row(
+        id=row[0],
+        namespace=row[1],
+        kind=row[2],
+        content=row[3],
+        tags=tuple(json.loads(row[4])),
+        source=row[5],
+        confidence=float(row[6]),
+        pinned=bool(row[7]),
+        created_at=parse_stored_time(row[8]),
+        updated_at=parse_stored_time(row[9]),
+        content_hash=row[10],
+        metadata=row[11],
+        file_chunk=file_chunk,
+    )
