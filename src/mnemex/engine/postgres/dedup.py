@@ -151,15 +151,18 @@ def same_text(conn: Conn, namespace: str, digest: str, before: int | None = None
     """(seq, id) of the namespace's memory with this text (older than ``before``)."""
     return conn.execute(
         "SELECT seq, id FROM memories WHERE namespace = %s AND content_hash = %s "
-        "AND kind <> 'chunk' AND seq < %s ORDER BY seq LIMIT 1",
+        "AND kind <> 'chunk' AND NOT file_chunk AND seq < %s ORDER BY seq LIMIT 1",
         (namespace, digest, before if before is not None else 2**62),
     ).fetchone()
 
 
 def texts(conn: Conn, seqs: Sequence[int]) -> dict[int, tuple[str, str, str]]:
-    """(id, content, kind) of each memory."""
+    """(id, content, kind) of each memory; the kind of a chunk of a workspace file is
+    ``chunk`` whatever its heading says (never a merge target)."""
     rows = conn.execute(
-        "SELECT seq, id, content, kind FROM memories WHERE seq = ANY(%s)", (list(seqs),)
+        "SELECT seq, id, content, CASE WHEN file_chunk THEN 'chunk' ELSE kind END "
+        "FROM memories WHERE seq = ANY(%s)",
+        (list(seqs),),
     ).fetchall()
     return {int(r[0]): (r[1], r[2], r[3]) for r in rows}
 
@@ -169,7 +172,7 @@ def namespace_rows(conn: Conn, namespace: str) -> list[tuple[int, str, str, str]
     oldest first."""
     rows = conn.execute(
         "SELECT seq, id, content, content_hash FROM memories WHERE namespace = %s "
-        "AND kind <> 'chunk' ORDER BY seq",
+        "AND kind <> 'chunk' AND NOT file_chunk ORDER BY seq",
         (namespace,),
     ).fetchall()
     return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
