@@ -52,6 +52,7 @@ MIN_TEXT_SCORE = 0.0  # normalized BM25 a lexical hit needs (off: see README, "T
 MIN_VECTOR_SCORE = -1.0  # cosine a vector hit needs (off)
 RELEVANCE_FLOOR = True  # return nothing rather than hits no arm finds relevant (search/floor.py)
 THREAD_CONTEXT = 0.3  # a memory scores this x its better thread neighbour's score (rank.py)
+THREAD_BEST = 0.3  # and moves toward its thread's best score by this weight (rank.py)
 DEDUP_TEXT = 0.7  # normalized BM25 above which a new memory is a duplicate (seed 003)
 DEDUP_COSINE = 0.95  # seed 003 says 0.85; with MiniLM that merged 5 % of distinct LoCoMo turns
 RECALL_BUDGET_TOKENS = 500  # seed 003
@@ -130,6 +131,7 @@ class Settings:
     min_vector_score: float = MIN_VECTOR_SCORE
     relevance_floor: bool = RELEVANCE_FLOOR
     thread_context: float = THREAD_CONTEXT  # what a memory's thread neighbours lend (0: off)
+    thread_best: float = THREAD_BEST  # how far a memory moves toward its thread's best (0: off)
     dedup: bool = True  # merge a near-duplicate single write into the memory it repeats
     dedup_text: float = DEDUP_TEXT
     dedup_cosine: float = DEDUP_COSINE
@@ -332,8 +334,9 @@ def _check_embedding_and_ranking(s: Settings) -> None:
         raise InvalidInput("half_life_days must be > 0")
     if not 0.0 <= s.mmr_lambda <= 1.0:
         raise InvalidInput("mmr_lambda must be between 0 and 1")
-    if not 0.0 <= s.thread_context <= 1.0:
-        raise InvalidInput("thread_context must be between 0 and 1 (0: off)")
+    for name in ("thread_context", "thread_best"):
+        if not 0.0 <= getattr(s, name) <= 1.0:
+            raise InvalidInput(f"{name} must be between 0 and 1 (0: off)")
     check_choice("mmr_similarity", s.mmr_similarity, SIMILARITIES)
     for name in ("min_text_score", "dedup_text"):
         if not 0.0 <= getattr(s, name) <= 1.0:

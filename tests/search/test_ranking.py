@@ -19,6 +19,7 @@ from mnemex.search.rank import (
     mmr,
     passes,
     ranked,
+    thread_best,
     thread_context,
     word_set,
 )
@@ -322,6 +323,28 @@ def test_a_memory_borrows_the_better_score_of_its_thread_neighbours() -> None:
     assert thread_context({1: 0.5, 2: -0.2}, {1: (2, None)}, 0.3)[0] == {1: 0.5, 2: -0.2}
 
 
+def test_a_memory_moves_toward_the_best_score_of_its_thread() -> None:
+    before = {1: 0.9, 2: 0.3, 3: 0.6, 4: 0.5, 5: 0.2}
+    after = {**before, 2: 0.5}  # what the neighbours lent: 2 has gained already
+    threads = {1: ("a", "s1"), 2: ("a", "s1"), 3: ("a", "s2"), 4: ("b", "s1")}
+    out, trace = thread_best(before, after, threads, 0.3)
+    assert out[2] == pytest.approx((0.5 + 0.3 * 0.9) / 1.3)  # the best before the stage
+    assert out[1] == pytest.approx(0.9)  # its thread's best: unchanged
+    assert out[3] == pytest.approx(0.6) and out[4] == pytest.approx(0.5)  # alone in its thread
+    assert out[5] == 0.2  # in no thread
+    assert trace == {2: {"stage": "thread_best", "weight": 0.3, "best": 0.9}}
+    # the order within a thread is kept; a lower memory in a strong thread can pass a
+    # higher one in a weak thread
+    assert out[2] < out[1]
+    weak = thread_best(
+        {7: 0.45, 8: 0.1, 9: 0.4},
+        {7: 0.45, 8: 0.1, 9: 0.4},
+        {7: ("a", "x"), 8: ("a", "y"), 9: ("a", "y")},
+        0.3,
+    )[0]
+    assert weak[7] == pytest.approx(0.45) and weak[9] == pytest.approx(0.4)
+
+
 def _turns(store: Store, namespace: str = "default") -> dict[str, str]:
     """A chat session: the answer says "yes" to a question it does not repeat."""
     ids = store.add_many(
@@ -337,11 +360,11 @@ def _turns(store: Store, namespace: str = "default") -> dict[str, str]:
 
 @both_engines
 def test_a_turn_rises_with_the_turn_before_it(make_store) -> None:  # type: ignore[no-untyped-def]
-    alone = make_store("alone.db", thread_context=0.0)
+    alone = make_store("alone.db", thread_context=0.0, thread_best=0.0)
     ids = _turns(alone)
     plain = [h.id for h in alone.search("ferry to Alcatraz", explain=True).hits]
     assert plain.index(ids["other"]) < plain.index(ids["answer"])
-    threaded = make_store("threaded.db", thread_context=0.3)
+    threaded = make_store("threaded.db", thread_context=0.3, thread_best=0.0)
     ids = _turns(threaded)
     hits = threaded.search("ferry to Alcatraz", explain=True).hits
     assert [h.id for h in hits] == [ids["question"], ids["answer"], ids["other"]]
@@ -360,6 +383,31 @@ def test_a_thread_stays_in_its_namespace(make_store) -> None:  # type: ignore[no
     lent = {h.id: s for h in hits for s in (h.explain or {})["stages"] if s["stage"] == "thread"}
     question_b = hits[0]
     assert lent[answer]["neighbour"] == pytest.approx((question_b.explain or {})["fused"])
+
+
+@both_engines
+def test_a_turn_rises_with_its_session(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A turn of the session where the question's subject came up passes a turn that
+    matches as well in a session about something else."""
+    turns = [
+        ("we read a novel at the lake every evening", "trip"),
+        ("the novel we took along was a long thriller about pirates", "trip"),
+        ("the kids swam every morning", "trip"),
+        ("my sister bought a novel", "home"),
+        ("the dog sleeps all day", "home"),
+    ]
+    for weight in (0.0, 0.3):
+        store = make_store(f"best-{weight}.db", thread_context=0.0, thread_best=weight)
+        ids = store.add_many([{"content": c, "source": s} for c, s in turns])
+        hits = store.search("a novel at the lake", explain=True, limit=6).hits
+        order = [h.id for h in hits]
+        assert order[0] == ids[0]
+        if weight == 0:
+            assert order.index(ids[3]) < order.index(ids[1])
+        else:
+            assert order.index(ids[1]) < order.index(ids[3])
+            stages = {h.id: [s["stage"] for s in (h.explain or {})["stages"]] for h in hits}
+            assert "thread_best" in stages[ids[1]] and "thread_best" not in stages[ids[3]]
 
 
 def test_workspace_chunks_are_in_no_thread(make_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -383,3 +431,5 @@ def test_thread_context_must_be_between_zero_and_one(make_store) -> None:  # typ
 
     with pytest.raises(InvalidInput, match="thread_context must be between 0 and 1"):
         make_store(thread_context=1.5)
+    with pytest.raises(InvalidInput, match="thread_best must be between 0 and 1"):
+        make_store(thread_best=-0.1)

@@ -161,6 +161,7 @@ class Request:
             min_vector_score=s.min_vector_score if threshold else -1.0,
             floor=s.relevance_floor and threshold,
             thread=s.thread_context,
+            thread_best=s.thread_best,
         )
         return cls(
             query=query,
@@ -187,6 +188,11 @@ class VectorArm(Protocol):
     def close(self) -> None: ...
 
 
+# The memories just before and after one in its thread (None at an end), and the thread:
+# its namespace and source.
+Neighbours = tuple[int | None, int | None, tuple[str, str]]
+
+
 class Retriever(Protocol):
     """The seam between the pipeline and a storage engine: what a search reads.
 
@@ -211,7 +217,7 @@ class Retriever(Protocol):
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
-    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]: ...
+    def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]: ...
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
     def locations(self, seqs: list[int]) -> dict[int, Location]: ...
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
@@ -266,7 +272,7 @@ class Engine:
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
         return _meta(self.conn, seqs)
 
-    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
+    def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]:
         return _neighbours(self.conn, seqs)
 
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
@@ -685,12 +691,8 @@ def _rerank(
     order = [seq for seq in order if seq in meta]  # deleted meanwhile
     scores = {seq: scores[seq] for seq in order}
     trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
-    if ranking.thread > 0:
-        threaded = [seq for seq in order if meta[seq][3]]
-        near = engine.neighbours(threaded) if len(threaded) > 1 else {}
-        scores, lent = rank.thread_context(scores, near, ranking.thread)
-        for seq, stage in lent.items():
-            trace[seq].append(stage)
+    if ranking.thread > 0 or ranking.thread_best > 0:
+        scores = _threads(engine, ranking, scores, [seq for seq in order if meta[seq][3]], trace)
     if ranking.decay:
         made = {s: (parse_stored_time(meta[s][0]), *meta[s][2:]) for s in order}
         scores, decayed = rank.decay(scores, made, request.now or utcnow(), ranking.half_life_days)
@@ -736,13 +738,35 @@ def _similarity(
     ), "jaccard"
 
 
-def _neighbours(
-    conn: sqlite3.Connection, seqs: list[int]
-) -> dict[int, tuple[int | None, int | None]]:
-    """The memories just before and after each memory in its thread: its namespace and
-    source, in the order written. Memories without a source, and workspace chunks (a
-    file's sections, in a structure of their own), are in no thread."""
-    out: dict[int, tuple[int | None, int | None]] = {}
+def _threads(
+    engine: Retriever,
+    ranking: Ranking,
+    scores: dict[int, float],
+    threaded: list[int],
+    trace: dict[int, list[dict[str, Any]]],
+) -> dict[int, float]:
+    """The thread stage over the candidates with a source (``threaded``): what their
+    neighbours lend, then the pull of their thread's best; each change in ``trace``."""
+    found = engine.neighbours(threaded) if len(threaded) > 1 else {}
+    before = scores
+    if ranking.thread > 0:
+        near = {seq: (previous, following) for seq, (previous, following, _) in found.items()}
+        scores, lent = rank.thread_context(scores, near, ranking.thread)
+        for seq, stage in lent.items():
+            trace[seq].append(stage)
+    if ranking.thread_best > 0:
+        threads = {seq: thread for seq, (_, _, thread) in found.items()}
+        scores, pulled = rank.thread_best(before, scores, threads, ranking.thread_best)
+        for seq, stage in pulled.items():
+            trace[seq].append(stage)
+    return scores
+
+
+def _neighbours(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Neighbours]:
+    """The memories just before and after each memory in its thread (its namespace and
+    source, in the order written), and the thread. Memories without a source, and
+    workspace chunks (a file's sections, in a structure of their own), are in no thread."""
+    out: dict[int, Neighbours] = {}
     near = (
         "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace AND m.source = c.source "
         "AND m.seq {} c.seq AND m.seq NOT IN (SELECT seq FROM chunks)"
@@ -750,11 +774,12 @@ def _neighbours(
     for start in range(0, len(seqs), IN_CHUNK):
         chunk = seqs[start : start + IN_CHUNK]
         rows = conn.execute(
-            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
-            f"FROM memories AS c WHERE c.seq IN ({marks(len(chunk))}) AND c.source != ''",
+            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}), "
+            f"c.namespace, c.source FROM memories AS c WHERE c.seq IN ({marks(len(chunk))}) "
+            "AND c.source != '' AND c.seq NOT IN (SELECT seq FROM chunks)",
             chunk,
         )
-        out.update((seq, (before, after)) for seq, before, after in rows)
+        out.update((seq, (before, after, (ns, source))) for seq, before, after, ns, source in rows)
     return out
 
 

@@ -52,11 +52,12 @@ class Ranking:
     min_vector_score: float = 0.0
     floor: bool = False  # the relevance floor (mnemex.search.floor)
     thread: float = 0.0  # what a memory's neighbours in its thread lend it (0: off)
+    thread_best: float = 0.0  # how far a memory moves toward its thread's best score (0: off)
 
     @property
     def reorders(self) -> bool:
         """True when a stage may change the fused order (so more candidates are needed)."""
-        return self.decay or self.confidence or self.mmr or self.thread > 0
+        return self.decay or self.confidence or self.mmr or self.thread > 0 or self.thread_best > 0
 
 
 # -- 1. threshold --------------------------------------------------------------------
@@ -95,6 +96,39 @@ def thread_context(
         if lent > 0:
             out[key] = scores[key] + weight * lent
             trace[key] = {"stage": "thread", "weight": weight, "neighbour": round(lent, 6)}
+    return out, trace
+
+
+def thread_best(
+    before: Mapping[K, float],
+    scores: Mapping[K, float],
+    threads: Mapping[K, Hashable],
+    weight: float,
+) -> tuple[dict[K, float], dict[K, dict[str, Any]]]:
+    """The thread stage's second part: a memory in a thread moves toward the best score
+    among its thread's candidates, ``(score + weight × best) / (1 + weight)``.
+
+    A question about one session of a conversation is answered by the turns of that
+    session; a turn of a session where something else scored well is likelier to be
+    one of them than a turn of a session where nothing did. ``best`` is taken over
+    the scores ``before`` the thread stage; ``scores`` are those after its first part.
+    A memory that is its thread's only candidate, or its best, and a memory in no
+    thread keep their score (the division keeps the scale of memories outside threads).
+    Returns the scores and, for each memory that gained, what the stage did.
+    """
+    best: dict[Hashable, float] = {}
+    for key, thread in threads.items():
+        if key in before:
+            best[thread] = max(best.get(thread, before[key]), before[key])
+    out = dict(scores)
+    trace: dict[K, dict[str, Any]] = {}
+    for key, thread in threads.items():
+        if key not in scores:
+            continue
+        top = best[thread]
+        out[key] = (scores[key] + weight * top) / (1 + weight)
+        if top > before[key]:
+            trace[key] = {"stage": "thread_best", "weight": weight, "best": round(top, 6)}
     return out, trace
 
 

@@ -239,19 +239,23 @@ class PostgresEngine:
         ).fetchall()
         return {r[0]: (format_time(r[1]), r[2], int(r[3]), r[4]) for r in rows}
 
-    def neighbours(self, seqs: list[int]) -> dict[int, tuple[int | None, int | None]]:
+    def neighbours(
+        self, seqs: list[int]
+    ) -> dict[int, tuple[int | None, int | None, tuple[str, str]]]:
         """The memories just before and after each memory in its thread (namespace and
-        source; workspace chunks are in none), as the SQLite engine finds them."""
+        source; workspace chunks are in none), and the thread, as the SQLite engine
+        finds them."""
         near = (
             "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace "
             "AND m.source = c.source AND m.seq {} c.seq AND NOT m.file_chunk"
         )
         rows = self.conn.execute(
-            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}) "
-            "FROM memories AS c WHERE c.seq = ANY(%s) AND c.source <> ''".encode(),
+            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}), "
+            "c.namespace, c.source FROM memories AS c "
+            "WHERE c.seq = ANY(%s) AND c.source <> '' AND NOT c.file_chunk".encode(),
             (seqs,),
         ).fetchall()
-        return {int(seq): (before, after) for seq, before, after in rows}
+        return {int(seq): (before, after, (ns, source)) for seq, before, after, ns, source in rows}
 
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
         rows = self.conn.execute(
