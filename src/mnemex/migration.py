@@ -232,10 +232,12 @@ def copying(session: SqliteSession) -> CopyTables:
     return copy_tables()
 
 
-def _same(source: Store, target: Store) -> bool:
-    if is_url(str(source.path)) or is_url(str(target.path)):
-        return source.settings.db_url == target.settings.db_url
-    return Path(source.path).resolve() == Path(target.path).resolve()
+def identity(store: Store) -> str:
+    """What names a store wherever the command runs: its absolute path, or its URL
+    (without the password)."""
+    if store.settings.db_url is not None:
+        return str(store.path)
+    return str(Path(store.path).resolve())
 
 
 # -- migrate ----------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ def migrate(
         src.close()
         raise
     try:
-        if _same(src, dst):
+        if identity(src) == identity(dst):
             raise InvalidInput("the source and the target are the same store")
         report = MigrateReport(str(src.path), str(dst.path), into_nonempty=into_nonempty)
         _Copy(src, dst, report, vectors, progress).run(resume=resume, into_nonempty=into_nonempty)
@@ -322,6 +324,7 @@ class _Copy:
         """Refuse a target that holds anything, unless told; mark it as being filled."""
         with self.dst.session.transaction() as conn:
             marker = self.writes.meta(conn, MARKER)
+            source = identity(self.src)
             if self.writes.holds_anything(conn) and not into_nonempty:
                 where = self.report.target
                 if not resume:
@@ -329,13 +332,13 @@ class _Copy:
                         f"the target store {where} is not empty: --resume continues an "
                         "interrupted migrate into it, --into-nonempty adds to what it holds"
                     )
-                if marker != self.report.source:
+                if marker != source:
                     raise StoreError(
                         f"the target store {where} does not hold an interrupted migrate from "
                         f"{self.report.source}: use --into-nonempty to add to what it holds"
                     )
             if marker is None:
-                self.writes.set_meta(conn, MARKER, self.report.source)
+                self.writes.set_meta(conn, MARKER, source)
 
     def _check_vectors(self, models: dict[str, int], embedder: str | None) -> None:
         """Refuse vectors the target cannot hold as they are."""

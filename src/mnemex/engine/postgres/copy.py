@@ -4,8 +4,8 @@ differs here.
 - Ids are ordered by their code points (``COLLATE "C"``), as Python and SQLite
   order them, whatever the database's collation; long reads stream from a
   server-side cursor.
-- Vectors are read in pgvector's binary form (float32, big-endian) and written
-  as its text form (float32 values round-trip exactly); a model new to the
+- Vectors are read and written in pgvector's binary form (float32, big-endian;
+  written by ``COPY``): the values pass as they are; a model new to the
   store gets its HNSW index once the copy is done (:meth:`PgCopyTables.finish`),
   built once rather than grown a vector at a time.
 - Memories go through :func:`mnemex.engine.postgres.write.insert_rows` (chunks of
@@ -18,6 +18,7 @@ differs here.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,10 @@ import numpy as np
 
 from mnemex.engine.copy import Conn, CopyTables, MemoryRecord, VectorRecord
 from mnemex.engine.postgres.tokens import document_lex
-from mnemex.engine.postgres.vectors import create_index, ensure_model, literal
+from mnemex.engine.postgres.vectors import create_index, ensure_model
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.engine.postgres.write import insert_rows, pg_row
+from mnemex.errors import InvalidInput
 from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
@@ -48,12 +50,10 @@ _RELATIONS = """INSERT INTO relations (id, namespace, subject, predicate, object
     ORDER BY r.n
     ON CONFLICT DO NOTHING
     RETURNING id"""
-_VECTORS = """INSERT INTO embeddings (seq, namespace, model, content_hash, window_no, vector)
-    SELECT v.seq, m.namespace, %s, v.hash, v.window_no, v.vector::vector
-    FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::text[])
-        AS v (seq, hash, window_no, vector)
-    JOIN memories AS m ON m.seq = v.seq
-    ORDER BY v.seq, v.window_no"""
+# In pgvector's binary form (dimension, a reserved int16, big-endian float32s): a
+# row's vector passes through as bytes (written with bytea's dumper: length, payload).
+_COPY_VECTORS = """COPY embeddings (seq, namespace, model, content_hash, window_no, vector)
+    FROM STDIN (FORMAT BINARY)"""
 
 
 class PgCopyTables(CopyTables):
@@ -112,18 +112,20 @@ class PgCopyTables(CopyTables):
         for seq, m in zip(seqs, records, strict=True):
             for v in m.vectors:
                 by_model.setdefault((v.model, v.dim), []).append((seq, v))
+        namespaces = {seq: m.namespace for seq, m in zip(seqs, records, strict=True)}
         for (model, dim), items in sorted(by_model.items()):
             ensure_model(conn, model, dim, index=False)
-            conn.execute(
-                _VECTORS,
-                (
-                    model,
-                    [seq for seq, _ in items],
-                    [v.content_hash for _, v in items],
-                    [v.window for _, v in items],
-                    [literal(np.frombuffer(v.vector, dtype="<f4")) for _, v in items],
-                ),
-            )
+            head = struct.pack(">hh", dim, 0)
+            with conn.cursor() as cursor, cursor.copy(_COPY_VECTORS) as copy:
+                copy.set_types(["int8", "text", "text", "text", "int4", "bytea"])
+                for seq, v in items:
+                    if len(v.vector) != 4 * dim:
+                        raise InvalidInput(f"a vector of {model} is not {dim}-dimensional")
+                    values = np.frombuffer(v.vector, dtype="<f4")
+                    if not np.isfinite(values).all():
+                        raise InvalidInput("a vector holds NaN or infinite values")
+                    vector = head + values.astype(">f4").tobytes()
+                    copy.write_row((seq, namespaces[seq], model, v.content_hash, v.window, vector))
 
     def write_relations(self, conn: Conn, rows: Sequence[tuple[Any, ...]]) -> set[str]:
         if not rows:
