@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import data_dir, machine, real_embeddings, write_section  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import mnemex  # noqa: E402
-from mnemex import migration  # noqa: E402
-from mnemex.engine.postgres import start_server  # noqa: E402
+import mnemex
+from common import data_dir, machine, real_embeddings, write_section
+from mnemex import migration
+from mnemex.engine.postgres import start_server
 
 QUERIES = 50
 
@@ -109,7 +110,8 @@ def main() -> None:
     docs = docs[:rows]
     vectors, _ = real_embeddings([t for _, t in docs], "scifact-corpus")
     embedder = Cached([t for _, t in docs], vectors)
-    queries = [json.loads(line)["text"] for line in open(folder / "beir/scifact/queries.jsonl")]
+    with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
+        queries = [json.loads(line)["text"] for line in f]
     root = Path(tempfile.mkdtemp(prefix="mnemex-bench-migrate-"))
     server = start_server(root / "pg", delete=True)
     try:

@@ -1133,7 +1133,7 @@ def _migrate_lines(report: Any) -> list[str]:
 
 
 def _comparison_lines(check: Any) -> list[str]:
-    kinds = next(iter(check.namespaces.values()), {})
+    kinds: dict[str, Any] = next(iter(check.namespaces.values()), {})
     lines = [f"{'source / target':<20} " + " ".join(f"{k:>21}" for k in kinds)]
     for ns, counts in check.namespaces.items():
         cells = (f"{a:,} / {b:,}{'' if a == b else ' !'}" for a, b in counts.values())
