@@ -544,6 +544,10 @@ def _key(record: Any) -> tuple[str, ...]:
     return (record.namespace, record.root, getattr(record, "path", ""))
 
 
+def _shown(key: tuple[str, ...] | None) -> str:
+    return "/".join(k for k in key or () if k)
+
+
 def _merge(
     out: Comparison,
     what: str,
@@ -557,13 +561,12 @@ def _merge(
     while a is not None or b is not None:
         ka = None if a is None else _key(a)
         kb = None if b is None else _key(b)
-        shown = " ".join(k for k in (ka or kb or ()) if k)
         if kb is None or (ka is not None and ka < kb):
-            out.note(what, shown, "missing from the target")
+            out.note(what, _shown(ka), "missing from the target")
         elif ka is None or kb < ka:
-            out.note(what, shown, "only in the target")
+            out.note(what, _shown(kb), "only in the target")
         elif a != b:
-            out.note(what, shown, f"differs: {_fields(a, b)}")
+            out.note(what, _shown(ka), f"differs: {_fields(a, b)}")
         if a is not None and (kb is None or (ka is not None and ka <= kb)):
             digests[0].update(repr(a).encode())
             a = next(left, None)
