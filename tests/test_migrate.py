@@ -145,6 +145,16 @@ def test_postgres_bm25_statistics_equal_a_rebuild(tmp_path: Path, pg_url: str) -
     assert stats == rows and indexes == 2  # a HNSW index per model, built after the copy
 
 
+@pytest.mark.postgres
+def test_database_to_database(tmp_path: Path, pg_url: str, pg_databases: Any) -> None:
+    build(tmp_path / "a.db", tmp_path / "ws")
+    migrate(tmp_path / "a.db", pg_url)
+    other = pg_databases.fresh("migrate-target")
+    report = migrate(pg_url, other)
+    assert report.ok and report.check is not None and report.check.identical
+    assert compare(tmp_path / "a.db", other).identical
+
+
 def test_file_to_file(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     build(tmp_path / "a.db", workspace)

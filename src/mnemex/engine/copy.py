@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.workspaces import WorkspaceTables
-from mnemex.storage import IN_CHUNK, marks
+from mnemex.storage import IN_CHUNK, marks, write_transaction
 from mnemex.text import batched
 
 if TYPE_CHECKING:
@@ -417,7 +417,17 @@ class CopyTables:
         return found
 
     def finish(self, conn: Conn) -> None:
-        """After a copy: what the engine does once (SQLite: nothing)."""
+        """After a copy: what the engine does once (SQLite: merge the full-text indexes
+        into one segment each, as a bulk write does when the store has doubled)."""
+        from mnemex.engine.sqlite import OPTIMIZE_MAX_ROWS
+
+        rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+        if rows > OPTIMIZE_MAX_ROWS:
+            return  # FTS5's own incremental merging does the work
+        with write_transaction(conn):
+            conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+            conn.execute("INSERT INTO relations_fts (relations_fts) VALUES ('optimize')")
+            self.set_meta(conn, "fts_optimized_rows", str(rows))
 
 
 def _json(value: Any) -> Any:
