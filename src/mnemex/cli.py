@@ -1099,14 +1099,17 @@ def migrate(
         if check_only:
             comparison = migration.compare(source, target, vectors=not no_vectors, progress=bars)
         else:
-            report = migration.migrate(
-                source,
-                target,
-                vectors=not no_vectors,
-                resume=resume,
-                into_nonempty=into_nonempty,
-                progress=bars,
-            )
+            try:
+                report = migration.migrate(
+                    source,
+                    target,
+                    vectors=not no_vectors,
+                    resume=resume,
+                    into_nonempty=into_nonempty,
+                    progress=bars,
+                )
+            except KeyboardInterrupt:
+                fail("interrupted: the same command with --resume continues the copy", 130)
     if check_only:
         emit(as_json, comparison, "\n".join(_comparison_lines(comparison)))
         ok = comparison.identical
