@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.workspaces import WorkspaceTables
+from mnemex.errors import StoreError
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 from mnemex.text import batched
 
@@ -305,6 +306,10 @@ class CopyTables:
         )  # fmt: skip
         return sorted(records, key=lambda f: (f.namespace, f.root, f.path))
 
+    def many(self, conn: Conn, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run ``sql`` (``?`` marks) once per row."""
+        conn.executemany(self.sql(sql), rows)
+
     def stream(self, conn: Conn, sql: str) -> Iterator[list[Any]]:
         """The rows of ``sql``, a batch at a time, from one cursor."""
         cursor = conn.execute(sql)
@@ -368,12 +373,10 @@ class CopyTables:
             if key not in file_ids:
                 row = conn.execute(self.sql(_FILE_ID), key).fetchone()
                 if row is None:
-                    from mnemex.errors import StoreError
-
                     raise StoreError(f"the workspace file {p.root}/{p.path} was not copied")
                 file_ids[key] = int(row[0])
             rows.append((seq, file_ids[key], p.position, p.heading, p.start_line, p.end_line))
-        self.tables._many(
+        self.many(
             conn,
             "INSERT INTO chunks (seq, file_id, position, heading, start_line, end_line) "
             "VALUES (?, ?, ?, ?, ?, ?)",

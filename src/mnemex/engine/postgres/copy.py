@@ -81,6 +81,10 @@ class PgCopyTables(CopyTables):
             )
         return {seq: sorted(v, key=lambda r: (r.model, r.window)) for seq, v in found.items()}
 
+    def many(self, conn: Conn, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(self.sql(sql), rows)
+
     def stream(self, conn: Conn, sql: str) -> Iterator[list[Any]]:
         """The rows of ``sql`` from a server-side cursor (call it inside a transaction)."""
         with conn.cursor(name=f"mnemex_{uuid.uuid4().hex[:12]}") as cursor:
