@@ -262,22 +262,13 @@ def migrate(
     it is given. ``progress(phase, done, total)`` follows the copy and the check.
     """
     began = time.perf_counter()
-    src = open_source(source)
-    try:
-        dst = open_target(target)
-    except BaseException:
-        src.close()
-        raise
-    try:
+    with open_source(source) as src, open_target(target) as dst:
         if identity(src) == identity(dst):
             raise InvalidInput("the source and the target are the same store")
         report = MigrateReport(str(src.path), str(dst.path), into_nonempty=into_nonempty)
         _Copy(src, dst, report, vectors, progress).run(resume=resume, into_nonempty=into_nonempty)
         if check:
             report.check = _compare(src, dst, vectors, progress)
-    finally:
-        src.close()
-        dst.close()
     report.seconds = time.perf_counter() - began
     return report
 
@@ -487,17 +478,8 @@ def compare(
 ) -> Comparison:
     """Compare the stores at ``source`` and ``target`` (both must exist): counts per
     namespace, a digest of every record on each side, and each difference."""
-    src = open_source(source)
-    try:
-        dst = open_source(target)
-    except BaseException:
-        src.close()
-        raise
-    try:
+    with open_source(source) as src, open_source(target) as dst:
         return _compare(src, dst, vectors, progress)
-    finally:
-        src.close()
-        dst.close()
 
 
 def _compare(src: Store, dst: Store, vectors: bool, progress: Progress | None) -> Comparison:
