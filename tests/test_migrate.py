@@ -267,6 +267,21 @@ def test_repeated_texts_are_reported_on_postgres(tmp_path: Path, pg_url: str) ->
     assert report.check is not None and report.check.missing == 1
 
 
+class Wide(FakeEmbedder):
+    model_id = "fake:wide-2001"
+    dim = 2001
+
+
+@pytest.mark.postgres
+def test_vectors_too_wide_for_postgres_are_refused(tmp_path: Path, pg_url: str) -> None:
+    with mnemex.open(tmp_path / "a.db", embedder=Wide()) as a:
+        a.add("a memory with a very wide vector")
+    with pytest.raises(IndexMismatch, match="PostgreSQL indexes at most 2000"):
+        migrate(tmp_path / "a.db", pg_url)
+    report = migrate(tmp_path / "a.db", pg_url, vectors=False)
+    assert report.ok and report.memories == 1 and report.vectors == 0
+
+
 def test_bad_places(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no store at"):
         migrate(tmp_path / "missing.db", tmp_path / "b.db")

@@ -298,8 +298,8 @@ class _Copy:
             embedder = self.reads.meta(conn, "embedder")
             models = self.reads.vector_models(conn) if self.vectors else {}
         self.total = sum(c.get("memories", 0) + c.get("relations", 0) for c in counts.values())
-        self._admit(resume, into_nonempty)
         self._check_vectors(models, embedder)
+        self._admit(resume, into_nonempty)
         self._workspaces()
         self._memories()
         self._relations()
