@@ -47,11 +47,13 @@ __all__ = [
     "UnknownMemory",
     "WorkspaceStatus",
     "__version__",
+    "migrate",
     "open",
 ]
 
 _LAZY = {
     "ALL": "mnemex.store",
+    "migrate": "mnemex.migration",
     "Store": "mnemex.store",
     "Settings": "mnemex.config",
     "ContentTooLarge": "mnemex.errors",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
         StoreLocked,
         UnknownMemory,
     )
+    from mnemex.migration import migrate
     from mnemex.models import (
         Appended,
         ForgetResult,

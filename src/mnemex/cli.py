@@ -1061,6 +1061,97 @@ def check(obj: Context, as_json: bool) -> None:
         sys.exit(1)
 
 
+@cli.command()
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    help="The store to copy: a SQLite file (PATH or sqlite:PATH) or a postgresql:// URL.",
+)
+@click.option("--to", "target", required=True, help="The store to fill (a file is created).")
+@click.option(
+    "--no-vectors", is_flag=True, help="Copy no vectors (then run `mnemex embed` on the target)."
+)
+@click.option("--resume", is_flag=True, help="Continue an interrupted migrate into --to.")
+@click.option(
+    "--into-nonempty", is_flag=True, help="Add to a target that holds memories (ids kept)."
+)
+@click.option("--check-only", is_flag=True, help="Only compare the two stores; copy nothing.")
+@json_option
+@handle_errors
+def migrate(
+    source: str,
+    target: str,
+    no_vectors: bool,
+    resume: bool,
+    into_nonempty: bool,
+    check_only: bool,
+    as_json: bool,
+) -> None:
+    """Copy every memory, vector, relation and workspace from one store into another
+    (SQLite or PostgreSQL, either way), then check that the two hold the same.
+
+    Exits 1 when the check finds a difference or a memory could not be copied.
+    """
+    from mnemex import migration
+
+    with _PhaseBars(not as_json) as bars:
+        if check_only:
+            comparison = migration.compare(source, target, vectors=not no_vectors, progress=bars)
+        else:
+            try:
+                report = migration.migrate(
+                    source,
+                    target,
+                    vectors=not no_vectors,
+                    resume=resume,
+                    into_nonempty=into_nonempty,
+                    progress=bars,
+                )
+            except KeyboardInterrupt:
+                fail("interrupted: the same command with --resume continues the copy", 130)
+    if check_only:
+        emit(as_json, comparison, "\n".join(_comparison_lines(comparison)))
+        ok = comparison.identical
+    else:
+        emit(as_json, report, "\n".join(_migrate_lines(report)))
+        ok = report.ok
+    if not ok:
+        sys.exit(1)
+
+
+def _migrate_lines(report: Any) -> list[str]:
+    lines = [
+        f"copied {report.memories:,} memories ({report.vectors:,} vectors), "
+        f"{report.relations:,} relations, {report.workspaces:,} workspaces "
+        f"({report.files:,} files) in {report.seconds:.1f} s; "
+        f"{report.skipped:,} already there"
+    ]
+    if report.conflict_count:
+        lines.append(f"{report.conflict_count:,} conflict(s):")
+        lines += [f"  {c.what} {c.key}: {c.problem}" for c in report.conflicts]
+    if report.check is not None:
+        lines += _comparison_lines(report.check)
+    return lines
+
+
+def _comparison_lines(check: Any) -> list[str]:
+    kinds: dict[str, Any] = next(iter(check.namespaces.values()), {})
+    lines = [f"{'source / target':<20} " + " ".join(f"{k:>21}" for k in kinds)]
+    for ns, counts in check.namespaces.items():
+        cells = (f"{a:,} / {b:,}{'' if a == b else ' !'}" for a, b in counts.values())
+        lines.append(f"{ns:<20} " + " ".join(f"{c:>21}" for c in cells))
+    if check.identical:
+        lines.append(f"identical: digest {check.digests['source'][:16]} on both sides")
+    else:
+        lines.append(
+            f"different: {check.missing:,} missing from the target, {check.extra:,} only in "
+            f"the target, {check.different:,} different"
+        )
+        lines += [f"  {d.what} {d.key}: {d.problem}" for d in check.differences]
+    return lines
+
+
 @cli.command(name="mcp")
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
 @click.option("--host", help="Address to bind with --http (default 127.0.0.1).")

@@ -79,31 +79,40 @@ def model_dim(conn: psycopg.Connection[Any], model: str) -> int | None:
     return int(row[0]) if row else None
 
 
-def ensure_model(conn: psycopg.Connection[Any], model: str, dim: int) -> None:
-    """Record ``model`` with its dimension and create its HNSW index, once; refuse a model
-    already recorded with another dimension."""
+def ensure_model(
+    conn: psycopg.Connection[Any], model: str, dim: int, *, index: bool = True
+) -> None:
+    """Record ``model`` with its dimension and create its HNSW index (unless ``index`` is
+    false: a bulk load builds it after), once; refuse a model already recorded with
+    another dimension."""
     known = model_dim(conn, model)
     if known is None:
-        from psycopg import sql
-
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('mnemex vector models'))")
             conn.execute(
                 "INSERT INTO vector_models (model, dim) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 (model, dim),
             )
-            conn.execute(
-                sql.SQL(
-                    "CREATE INDEX IF NOT EXISTS {} ON embeddings USING hnsw "
-                    "((vector::vector({})) vector_cosine_ops) WHERE model = {}"
-                ).format(sql.Identifier(index_name(model)), sql.Literal(dim), sql.Literal(model))
-            )
+            if index:
+                create_index(conn, model, dim)
         known = model_dim(conn, model)
     if known != dim:
         raise IndexMismatch(
             f"model {model!r} has {known}-dimensional vectors in this store, not {dim}; "
             "name the model apart or re-embed with `mnemex reindex`"
         )
+
+
+def create_index(conn: psycopg.Connection[Any], model: str, dim: int) -> None:
+    """The HNSW index of the model's vectors, unless it exists."""
+    from psycopg import sql
+
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON embeddings USING hnsw "
+            "((vector::vector({})) vector_cosine_ops) WHERE model = {}"
+        ).format(sql.Identifier(index_name(model)), sql.Literal(dim), sql.Literal(model))
+    )
 
 
 def insert_vectors(
