@@ -65,6 +65,9 @@ CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
 FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
 PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side
+# Vector rows up to which a product done here runs on one BLAS thread: waking a second
+# thread costs more than it saves on so few rows, and far more on a busy machine.
+ONE_THREAD_MAX_ROWS = 20_000
 NOTHING_RELEVANT = (
     "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
 )
@@ -566,7 +569,13 @@ def _start_vector_arm(
             job = _query_pool().submit(index.top, query_vector, mask, planned.pool)
             arm = _VectorArm([], job, limiter)
         else:
-            arm = _VectorArm(index.top(query_vector, mask, planned.pool))
+            work = index.work(mask)
+            limiter = _one_blas_thread() if 0 < work <= ONE_THREAD_MAX_ROWS else None
+            try:
+                arm = _VectorArm(index.top(query_vector, mask, planned.pool))
+            finally:
+                if limiter is not None:
+                    limiter.restore_original_limits()
         notes.extend(_coverage_notes(engine, index))
     except IndexMismatch as exc:
         notes.append(f"{exc}; answered from the lexical arm")
