@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
 from common import (
+    CACHE,
     Precomputed,
     add_texts,
     build_sqlite,
@@ -67,6 +68,7 @@ from common import (
 from mnemex.index import ann
 
 LIMIT = 10
+SAVED = CACHE / "bench_scale.json"  # the last results, for --add
 WARM = 30  # queries run on each store before the timed ones
 LIVE = 5_000  # vectors written last on PostgreSQL, through the live HNSW index
 PG_VECTOR_BATCH = 5_000
@@ -311,6 +313,9 @@ def main() -> None:
     parser.add_argument("--postgres-sizes", default="100000", help="'' for none")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--sanity", action="store_true")
+    parser.add_argument(
+        "--add", action="store_true", help="keep the sizes of the previous run, replace these"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     folder = data_dir(args.data)
@@ -321,6 +326,11 @@ def main() -> None:
     model_id, table, embed_ms = query_vectors(qs)
     results: dict[str, Any] = {"builds": [], "latency": {}, "sanity": [], "embed_ms": embed_ms}
     results["queries"] = len(qs)
+    engines = "SQLite" + (f", PostgreSQL at {fmt(sorted(pg_sizes))}" if pg_sizes else "")
+    results["runs"] = [
+        f"{fmt(sizes)} memories ({engines}): {machine()}; 1-minute load average at the "
+        f"start {load():.1f}"
+    ]
     root = Path(tempfile.mkdtemp(prefix="mnemex-scale-"))
     server = None
     try:
@@ -340,6 +350,10 @@ def main() -> None:
         if server is not None:
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
+    if args.add and SAVED.exists():
+        results = merged(json.loads(SAVED.read_text(encoding="utf-8")), results)
+    SAVED.parent.mkdir(parents=True, exist_ok=True)
+    SAVED.write_text(json.dumps(results, default=float), encoding="utf-8")
     text = report(results)
     print(text)
     if not args.no_write:
@@ -374,6 +388,25 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
     if url is not None and server is not None:
         with connect(server.url) as admin:
             admin.execute(f"DROP DATABASE scale_{size} WITH (FORCE)".encode())
+
+
+def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """The previous run's results with this run's sizes replaced (and its runs listed)."""
+    sizes = {b["size"] for b in now["builds"]}
+    out = dict(before)
+    out["builds"] = [b for b in before["builds"] if b["size"] not in sizes] + now["builds"]
+    out["builds"].sort(key=lambda b: (b["size"], b["engine"] != "SQLite"))
+    kept = {k: v for k, v in before["latency"].items() if int(k.rsplit("|", 1)[1]) not in sizes}
+    out["latency"] = dict(
+        sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
+    )
+    out["sanity"] = now["sanity"] or before["sanity"]
+    out["runs"] = before["runs"] + now["runs"]
+    return out
+
+
+def fmt(sizes: list[int]) -> str:
+    return ", ".join(f"{s:,}" for s in sizes)
 
 
 def mb(n: float) -> str:
@@ -422,10 +455,12 @@ def report(results: dict[str, Any]) -> str:
         "## Both engines at scale: build, disk, lexical and hybrid latency "
         "(`benchmarks/bench_scale.py`)",
         "",
-        f"Machine: {machine()}; 1-minute load average at the start {load():.1f} (shared: "
-        "other jobs ran meanwhile; the load is given with each figure).",
+        "Machine (one line per run; shared: other jobs ran meanwhile, the load is given "
+        "with each figure):",
         "",
-        f"Memories: {', '.join(f'{s:,}' for s in sizes)} (bench_hybrid's texts and vectors: "
+        *(f"- {run}" for run in results["runs"]),
+        "",
+        f"Memories: {fmt(sizes)} (bench_hybrid's texts and vectors: "
         "real local-model vectors at 100k, repeated with noise at 1M).",
     ]
     if server:
