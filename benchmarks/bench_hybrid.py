@@ -29,23 +29,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import numpy as np
 
 import mnemex
 from common import (
     ROOT,
+    Precomputed,
+    build_sqlite,
     data_dir,
     machine,
-    memories,
     percentiles,
     queries,
-    real_embeddings,
+    query_vectors,
+    scale_corpus,
+    timed,
     write_section,
 )
 from mnemex.embed import embed_checked
@@ -53,72 +54,11 @@ from mnemex.embed.local import LocalEmbedder
 from mnemex.index import ann
 
 LIMIT = 10
-BATCH = 20_000
 
 
-class Precomputed:
-    """The local model's id and dimension, answering from a table of query vectors."""
-
-    def __init__(self, model_id: str, table: dict[str, np.ndarray]) -> None:
-        self.model_id = model_id
-        self.dim = 384
-        self.table = table
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.vstack([self.table[t] for t in texts])
-
-
-def noisy_copies(base: np.ndarray, total: int, seed: int = 7) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    out = np.empty((total, base.shape[1]), dtype=np.float32)
-    for start in range(0, total, len(base)):
-        chunk = base[: min(len(base), total - start)]
-        if start == 0:
-            out[: len(chunk)] = chunk
-            continue
-        noisy = chunk + rng.normal(0, 0.02, chunk.shape).astype(np.float32)
-        out[start : start + len(chunk)] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
-    return out
-
-
-def build(path: Path, texts: list[str], vectors: np.ndarray, model_id: str) -> float:
-    """Memories through add_many, their vectors written as the store writes them."""
-    started = time.perf_counter()
-    with mnemex.open(path, embedder=None) as store:
-        for start in range(0, len(texts), BATCH):
-            store.add_many(
-                [{"content": t, "tags": ["bench"]} for t in texts[start : start + BATCH]],
-                embed=False,
-            )
-        conn = store.session.conn
-        seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
-        hashes = [r[0] for r in conn.execute("SELECT content_hash FROM memories ORDER BY seq")]
-        for start in range(0, len(seqs), BATCH):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-                [
-                    (seqs[i], model_id, hashes[i], vectors[i].tobytes())
-                    for i in range(start, min(start + BATCH, len(seqs)))
-                ],
-            )
-            conn.execute("COMMIT")
-    return time.perf_counter() - started
-
-
-def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
-    samples = []
-    for item in items:
-        started = time.perf_counter()
-        fn(item)
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
-
-
-def run_size(size: int, texts, vectors, qs, qvecs, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
+def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
     path = tmp / f"hybrid-{size}.db"
-    build_s = build(path, texts[:size], vectors[:size], model_id)
-    table = dict(zip(qs, qvecs, strict=True))
+    build_s = sum(build_sqlite(path, texts[:size], vectors[:size], model_id).values())
     row: dict[str, object] = {"size": size, "build_s": build_s}
     with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
         started = time.perf_counter()
@@ -277,18 +217,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
-    base_texts = memories(folder, min(100_000, max(sizes)))  # the real vectors embedded
-    base_vectors, _ = real_embeddings(base_texts, "bench")
-    texts = memories(folder, max(sizes))
-    vectors = (
-        base_vectors if max(sizes) <= len(base_vectors) else noisy_copies(base_vectors, max(sizes))
-    )
+    texts, vectors, base_texts = scale_corpus(folder, max(sizes))
     qs = queries(folder)[: args.queries]
-    model = LocalEmbedder()
-    model.load()
-    embed_checked(model, ["warm up"])
-    embed_ms = percentiles(timed(lambda q: embed_checked(model, [q]), qs))
-    qvecs = [embed_checked(model, [q])[0] for q in qs]
+    model_id, table, embed_ms = query_vectors(qs)
     use_ann = ann.available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
@@ -296,7 +227,7 @@ def main() -> None:
         paths = {}
         for size in sizes:
             row, path = run_size(
-                size, texts, vectors, qs, qvecs, model.model_id, tmp, use_ann and size >= 100_000
+                size, texts, vectors, qs, table, model_id, tmp, use_ann and size >= 100_000
             )
             rows.append(row)
             paths[size] = path

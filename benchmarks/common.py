@@ -189,3 +189,110 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     np.save(path, out)
     meta.write_text(json.dumps({"texts_per_s": rate, "count": len(texts)}))
     return out, rate
+
+
+def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
+    """Milliseconds of ``fn(item)`` for each item."""
+    import time
+
+    samples = []
+    for item in items:
+        started = time.perf_counter()
+        fn(item)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+class Precomputed:
+    """The local model's id and dimension, answering from a table of query vectors:
+    a search then costs what it costs without embedding its query."""
+
+    def __init__(self, model_id: str, table: dict[str, object]) -> None:
+        self.model_id = model_id
+        self.dim = 384
+        self.table = table
+
+    def embed(self, texts: list[str]) -> object:
+        import numpy as np
+
+        return np.vstack([self.table[t] for t in texts])
+
+
+def noisy_copies(base, total: int, seed: int = 7):  # type: ignore[no-untyped-def]
+    """``total`` vectors: ``base``, then copies of it with Gaussian noise (sigma 0.02 per
+    dimension), renormalized: realistic for latency and memory, not for quality."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = np.empty((total, base.shape[1]), dtype=np.float32)
+    for start in range(0, total, len(base)):
+        chunk = base[: min(len(base), total - start)]
+        if start == 0:
+            out[: len(chunk)] = chunk
+            continue
+        noisy = chunk + rng.normal(0, 0.02, chunk.shape).astype(np.float32)
+        out[start : start + len(chunk)] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    return out
+
+
+def scale_corpus(folder: Path, size: int) -> tuple[list[str], object, list[str]]:
+    """``size`` memory texts and their vectors, and the 100k texts embedded: the local
+    model's real vectors of the first 100,000 (cached), repeated with noise beyond."""
+    base_texts = memories(folder, min(100_000, size))
+    base_vectors, _ = real_embeddings(base_texts, "bench")
+    texts = base_texts if size <= len(base_texts) else memories(folder, size)
+    vectors = base_vectors if size <= len(base_vectors) else noisy_copies(base_vectors, size)
+    return texts, vectors, base_texts
+
+
+def query_vectors(qs: list[str]) -> tuple[str, dict[str, object], dict[str, float]]:
+    """The local model's id, each query's vector, and its query-embedding latency (ms)."""
+    from mnemex.embed import embed_checked
+    from mnemex.embed.local import LocalEmbedder
+
+    model = LocalEmbedder()
+    model.load()
+    embed_checked(model, ["warm up"])
+    embed_ms = percentiles(timed(lambda q: embed_checked(model, [q]), qs))
+    table = {q: embed_checked(model, [q])[0] for q in qs}
+    return model.model_id, table, embed_ms
+
+
+BUILD_BATCH = 20_000
+
+
+def add_texts(store, texts: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """``texts`` as memories tagged ``bench``, through add_many in batches, not embedded."""
+    for start in range(0, len(texts), BUILD_BATCH):
+        store.add_many(
+            [{"content": t, "tags": ["bench"]} for t in texts[start : start + BUILD_BATCH]],
+            embed=False,
+        )
+
+
+def build_sqlite(path: Path, texts: list[str], vectors, model_id: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """A SQLite store of ``texts`` through add_many (FTS5 included), then their vectors
+    written as the store writes them; seconds of each step (``rows_s``, ``vectors_s``)."""
+    import time
+
+    import mnemex
+
+    started = time.perf_counter()
+    with mnemex.open(path, embedder=None) as store:
+        add_texts(store, texts)
+        rows_s = time.perf_counter() - started
+        started = time.perf_counter()
+        conn = store.session.conn
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
+        hashes = [r[0] for r in conn.execute("SELECT content_hash FROM memories ORDER BY seq")]
+        for start in range(0, len(seqs), BUILD_BATCH):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
+                [
+                    (seqs[i], model_id, hashes[i], vectors[i].tobytes())
+                    for i in range(start, min(start + BUILD_BATCH, len(seqs)))
+                ],
+            )
+            conn.execute("COMMIT")
+    return {"rows_s": rows_s, "vectors_s": time.perf_counter() - started}

@@ -1,0 +1,516 @@
+"""Both engines at scale, side by side: build time, disk used, lexical and hybrid latency.
+
+    python benchmarks/bench_scale.py [--data DIR] [--sizes 100000,1000000]
+        [--postgres-sizes 100000] [--queries 300] [--no-write]
+
+The memories and vectors are ``bench_hybrid.py``'s (``common.scale_corpus``):
+at 100k the local model's real vectors of the texts (cached under
+benchmarks/.cache), at 1M the 100k repeated with noise. For each size, in one
+run:
+
+- SQLite: the memories through ``add_many`` (FTS5 included), their vectors
+  written as the store writes them, the vector snapshot loaded (and written
+  beside the store), and the HNSW index (faiss) built by ``update_ann``;
+- PostgreSQL 16 + pgvector (a local server from ``pgserver``, Unix socket,
+  its default settings): the same memories through ``add_many`` (the
+  engine's write path: client-side FTS5 terms, BM25 statistics kept by the
+  triggers), their vectors through ``insert_vectors`` with the model's HNSW
+  index dropped meanwhile, the index then built again from its own
+  definition, the last ``LIVE`` vectors written through the live index (as
+  ``store.embed`` writes them into a grown store), then ``VACUUM ANALYZE``.
+
+Disk: the SQLite files (database, WAL, vector snapshot, HNSW file); PostgreSQL's
+``pg_database_size`` with its largest relations. Then the same queries (SciFact
+claims and LoCoMo questions of 5-10 words) run on every store, one query on
+each store in turn, with the same settings (the defaults; limit 10 with
+snippets, and hybrid also at the default limit of 6), **the query embedding
+excluded**: the queries are embedded first, and the store's embedder answers
+from that table, as in ``bench_hybrid.py``. SQLite runs twice: exact vectors
+(its default below ``ann_threshold``, 300,000) and through the HNSW index.
+The 1-minute load average is recorded with each figure: the machine is shared.
+
+``--sanity`` (SQLite at the first size) times what a hybrid search costs
+with parts of the pipeline turned off or on (relations, the thread stage, the
+relevance floor, explain, the query embedding included), to compare with
+``bench_hybrid.py``'s figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import mnemex
+from common import (
+    CACHE,
+    Precomputed,
+    add_texts,
+    build_sqlite,
+    data_dir,
+    machine,
+    percentiles,
+    queries,
+    query_vectors,
+    scale_corpus,
+    write_section,
+)
+from mnemex.index import ann
+
+LIMIT = 10
+SAVED = CACHE / "bench_scale.json"  # the last results, for --add
+WARM = 30  # queries run on each store before the timed ones
+LIVE = 5_000  # vectors written last on PostgreSQL, through the live HNSW index
+PG_VECTOR_BATCH = 5_000
+PG_MAINTENANCE_MEM = "4GB"  # for the HNSW build (pgvector builds in memory when it fits)
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def stopwatch(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(seconds, 1-minute load average at the end) of ``fn()``."""
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began, load()
+
+
+def files_bytes(path: Path) -> int:
+    """Bytes of a SQLite store's files: the database, its WAL, and every sidecar beside it."""
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
+def part_name(suffix: str) -> str:
+    """What a file beside a SQLite store is, by the end of its name."""
+    for end, name in (("-wal", "WAL"), (".vectors", "vector snapshot"), (".hnsw", "HNSW file")):
+        if suffix.endswith(end):
+            return name
+    return suffix or "database"
+
+
+# -- SQLite ------------------------------------------------------------------------------
+
+
+def sqlite_build(path: Path, texts, vectors, model_id: str, table: dict) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Build the SQLite store; seconds of each step, disk, load."""
+    row: dict[str, Any] = {"engine": "SQLite", "size": len(texts)}
+    began = time.perf_counter()
+    row.update(build_sqlite(path, texts, vectors, model_id))
+    row["build_load"] = load()
+    with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
+        index = store.session.vectors(384)
+        row["snapshot_s"], _ = stopwatch(index.refresh)
+    if ann.available():
+        with mnemex.open(path, embedder=Precomputed(model_id, table), ann="on") as store:
+            row["ann_s"], row["ann_load"] = stopwatch(
+                lambda: store.session.update_ann(store.embedder)  # type: ignore[arg-type]
+            )
+    row["total_s"] = time.perf_counter() - began
+    row["disk"] = files_bytes(path)
+    row["disk_parts"] = {
+        part_name(p.name[len(path.name) :]): p.stat().st_size
+        for p in sorted(path.parent.glob(path.name + "*"))
+        if p.is_file() and p.stat().st_size >= 1e6
+    }
+    return row
+
+
+# -- PostgreSQL --------------------------------------------------------------------------
+
+
+def pg_server_info(conn: Any) -> dict[str, str]:
+    names = ("server_version", "shared_buffers", "work_mem", "maintenance_work_mem")
+    out = {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
+    found = conn.execute(
+        "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+    ).fetchone()
+    out["pgvector"] = str(found[0]) if found else "?"
+    return out
+
+
+def pg_build(url: str, texts, vectors, model_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Load the PostgreSQL store; seconds of each step, disk, load."""
+    from mnemex.engine.postgres import insert_vectors
+    from mnemex.engine.postgres.vectors import index_name
+
+    row: dict[str, Any] = {"engine": "PostgreSQL", "size": len(texts)}
+    began = time.perf_counter()
+    with mnemex.open(url, embedder=None) as store:
+        add_texts(store, texts)
+        row["rows_s"], row["build_load"] = time.perf_counter() - began, load()
+        with store.session.connection() as conn:
+            stored = conn.execute("SELECT seq, content_hash FROM memories ORDER BY seq").fetchall()
+            assert len(stored) == len(texts), (len(stored), len(texts))
+            items = [(seq, digest, vectors[i]) for i, (seq, digest) in enumerate(stored)]
+            row["live"] = min(LIVE, len(items) // 10)
+            bulk, live = items[: -row["live"]], items[-row["live"] :]
+            insert_vectors(conn, model_id, bulk[:1])  # records the model, creates its index
+            name = index_name(model_id)
+            definition = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (name,)).fetchone()[0]
+            conn.execute(f'DROP INDEX "{name}"'.encode())
+            started = time.perf_counter()
+            for start in range(1, len(bulk), PG_VECTOR_BATCH):
+                insert_vectors(conn, model_id, bulk[start : start + PG_VECTOR_BATCH])
+            row["vectors_s"], row["vectors_load"] = time.perf_counter() - started, load()
+
+            def build_index() -> None:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL maintenance_work_mem = '{PG_MAINTENANCE_MEM}'")
+                    conn.execute(definition.encode())
+
+            row["ann_s"], row["ann_load"] = stopwatch(build_index)
+            row["maintenance_work_mem"] = PG_MAINTENANCE_MEM
+
+            def write_live() -> None:
+                for start in range(0, len(live), 1_000):
+                    insert_vectors(conn, model_id, live[start : start + 1_000])
+
+            row["live_s"], row["live_load"] = stopwatch(write_live)
+            row["analyze_s"], _ = stopwatch(lambda: conn.execute("VACUUM ANALYZE"))
+            row["total_s"] = time.perf_counter() - began
+            row["disk"], row["disk_parts"] = pg_disk(conn, name)
+    return row
+
+
+def pg_disk(conn: Any, hnsw: str) -> tuple[int, dict[str, int]]:
+    """The database's size, and its largest parts (tables with their indexes and TOAST;
+    the HNSW index apart from its table)."""
+    total = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    parts = dict(
+        conn.execute(
+            """SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class AS c
+               JOIN pg_namespace AS n ON n.oid = c.relnamespace
+               WHERE c.relkind = 'r' AND n.nspname = 'public'
+               ORDER BY 2 DESC LIMIT 4"""
+        ).fetchall()
+    )
+    index = conn.execute("SELECT pg_relation_size(%s::regclass)", (hnsw,)).fetchone()[0]
+    if "embeddings" in parts:
+        parts["embeddings"] -= index
+    parts["HNSW index"] = index
+    return int(total), {k: int(v) for k, v in parts.items()}
+
+
+# -- searching ---------------------------------------------------------------------------
+
+MODES = (("lexical", "lexical", LIMIT), ("hybrid", "hybrid", LIMIT), ("hybrid6", "hybrid", None))
+
+
+def interleaved(runs: dict[str, Callable[[str], Any]], qs: list[str]) -> dict[str, Any]:
+    """p50/p95 (ms) of each run over the queries, each query run by every one in turn
+    (the machine's load then weighs on all alike), with the load average before and after."""
+    for run in runs.values():
+        for q in qs[:WARM]:
+            run(q)
+    samples: dict[str, list[float]] = {label: [] for label in runs}
+    before = load()
+    for q in qs:
+        for label, run in runs.items():
+            began = time.perf_counter()
+            run(q)
+            samples[label].append((time.perf_counter() - began) * 1000)
+    loads = (before, load())
+    return {label: {**percentiles(s), "load": loads} for label, s in samples.items()}
+
+
+def searcher(store: Any, mode: str, limit: int | None, **call: Any) -> Callable[[str], Any]:
+    def run(q: str) -> None:
+        result = store.search(q, limit, mode=mode, **call)
+        assert result.mode_used == mode, (mode, result.mode_used, result.notes)
+
+    return run
+
+
+def latencies(stores: dict[str, Any], qs: list[str]) -> dict[str, dict[str, Any]]:
+    """Per store and mode, p50/p95 (ms) and the load average, the stores interleaved."""
+    out: dict[str, dict[str, Any]] = {label: {} for label in stores}
+    for key, mode, limit in MODES:
+        runs = {label: searcher(store, mode, limit) for label, store in stores.items()}
+        for label, figures in interleaved(runs, qs).items():
+            out[label][key] = figures
+    return out
+
+
+def open_stores(size: int, sqlite_path: Path, pg_url: str | None, embedder: Precomputed):  # type: ignore[no-untyped-def]
+    stores = {
+        f"SQLite, exact vectors|{size}": mnemex.open(sqlite_path, embedder=embedder, ann="off")
+    }
+    if ann.available():
+        stores[f"SQLite, HNSW (faiss)|{size}"] = mnemex.open(
+            sqlite_path, embedder=embedder, ann="on"
+        )
+    if pg_url is not None:
+        stores[f"PostgreSQL, HNSW (pgvector)|{size}"] = mnemex.open(pg_url, embedder=embedder)
+    for label, store in stores.items():
+        if label.startswith("SQLite"):
+            store.session.vectors(384).refresh()
+    return stores
+
+
+def sanity(path: Path, qs: list[str], model_id: str, table: dict) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    """SQLite hybrid at limit 10 with parts of the pipeline off or on: what each costs
+    (a store per variant, the variants interleaved query by query)."""
+    from mnemex.embed.local import LocalEmbedder
+
+    real = LocalEmbedder()
+    real.load()
+    fake = Precomputed(model_id, table)
+    variants: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("as in the table (every default)", {}, {}),
+        ("no relations (search_relations 0)", {}, {"relations": 0}),
+        ("no thread stage (thread_context 0)", {"thread_context": 0}, {}),
+        ("no relevance floor", {"relevance_floor": False}, {}),
+        ("all three off", {"thread_context": 0, "relevance_floor": False}, {"relations": 0}),
+        ("explain=True", {}, {"explain": True}),
+        ("query embedding included (the local model)", {"embedder": real}, {}),
+    ]
+    stores = []
+    runs = {}
+    try:
+        for name, settings, call in variants:
+            store = mnemex.open(path, **{"embedder": fake, "ann": "off", **settings})
+            stores.append(store)
+            store.session.vectors(384).refresh()
+            runs[name] = searcher(store, "hybrid", LIMIT, **call)
+        out = list(interleaved(runs, qs).items())
+    finally:
+        for store in stores:
+            store.close()
+    out.append(
+        ("a new store object: open + first search (median of 5)", cold_first(path, qs, fake))
+    )
+    return out
+
+
+def cold_first(path: Path, qs: list[str], embedder: Precomputed) -> dict[str, Any]:
+    before = load()
+    samples = []
+    for q in qs[:5]:
+        began = time.perf_counter()
+        with mnemex.open(path, embedder=embedder, ann="off") as store:
+            store.search(q, LIMIT, mode="hybrid")
+        samples.append((time.perf_counter() - began) * 1000)
+    return {**percentiles(samples), "load": (before, load())}
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data")
+    parser.add_argument("--sizes", default="100000")
+    parser.add_argument("--postgres-sizes", default="100000", help="'' for none")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--sanity", action="store_true")
+    parser.add_argument(
+        "--add", action="store_true", help="keep the sizes of the previous run, replace these"
+    )
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    folder = data_dir(args.data)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    pg_sizes = {int(s) for s in args.postgres_sizes.split(",") if s}
+    texts, vectors, _ = scale_corpus(folder, max(sizes))
+    qs = queries(folder)[: args.queries]
+    model_id, table, embed_ms = query_vectors(qs)
+    results: dict[str, Any] = {"builds": [], "latency": {}, "sanity": [], "embed_ms": embed_ms}
+    results["queries"] = len(qs)
+    engines = "SQLite" + (f", PostgreSQL at {fmt(sorted(pg_sizes))}" if pg_sizes else "")
+    results["runs"] = [
+        f"{fmt(sizes)} memories ({engines}): {machine()}; 1-minute load average at the "
+        f"start {load():.1f}"
+    ]
+    root = Path(tempfile.mkdtemp(prefix="mnemex-scale-"))
+    server = None
+    try:
+        if pg_sizes:
+            from mnemex.engine.postgres import connect, start_server
+
+            server = start_server(root / "pg", delete=True)
+            with connect(server.url) as admin:
+                results["server"] = pg_server_info(admin)
+        for size in sizes:
+            run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, results)
+            if args.sanity and size == sizes[0]:
+                results["sanity"] = sanity(root / f"scale-{size}.db", qs, model_id, table)
+            for leftover in root.glob(f"scale-{size}.db*"):
+                leftover.unlink()
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    if args.add and SAVED.exists():
+        results = merged(json.loads(SAVED.read_text(encoding="utf-8")), results)
+    SAVED.parent.mkdir(parents=True, exist_ok=True)
+    SAVED.write_text(json.dumps(results, default=float), encoding="utf-8")
+    text = report(results)
+    print(text)
+    if not args.no_write:
+        write_section("bench_scale", text)
+        print("wrote benchmarks/RESULTS.md")
+
+
+def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, results) -> None:  # type: ignore[no-untyped-def]
+    """Build each engine's store of ``size`` memories, then time the queries on all of them."""
+    from mnemex.engine.postgres import connect
+
+    path = root / f"scale-{size}.db"
+    built = sqlite_build(path, texts[:size], vectors[:size], model_id, table)
+    print(json.dumps(built, default=float), flush=True)
+    results["builds"].append(built)
+    url = None
+    if server is not None and size in pg_sizes:
+        with connect(server.url) as admin:
+            admin.execute(f"CREATE DATABASE scale_{size}".encode())
+        url = server.url_for(f"scale_{size}")
+        built = pg_build(url, texts[:size], vectors[:size], model_id)
+        print(json.dumps(built, default=float), flush=True)
+        results["builds"].append(built)
+    stores = open_stores(size, path, url, Precomputed(model_id, table))
+    try:
+        measured = latencies(stores, qs)
+    finally:
+        for store in stores.values():
+            store.close()
+    print(json.dumps(measured, default=float), flush=True)
+    results["latency"].update(measured)
+    if url is not None and server is not None:
+        with connect(server.url) as admin:
+            admin.execute(f"DROP DATABASE scale_{size} WITH (FORCE)".encode())
+
+
+def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """The previous run's results with this run's sizes replaced (and its runs listed)."""
+    sizes = {b["size"] for b in now["builds"]}
+    out = dict(before)
+    out["builds"] = [b for b in before["builds"] if b["size"] not in sizes] + now["builds"]
+    out["builds"].sort(key=lambda b: (b["size"], b["engine"] != "SQLite"))
+    kept = {k: v for k, v in before["latency"].items() if int(k.rsplit("|", 1)[1]) not in sizes}
+    out["latency"] = dict(
+        sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
+    )
+    out["sanity"] = now["sanity"] or before["sanity"]
+    out["runs"] = before["runs"] + now["runs"]
+    return out
+
+
+def fmt(sizes: list[int]) -> str:
+    return ", ".join(f"{s:,}" for s in sizes)
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def cell(v: dict[str, Any] | None) -> str:
+    return f"{v['p50']:.1f} / {v['p95']:.1f}" if v else "-"
+
+
+def build_lines(builds: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| engine | memories | rows (+ lexical index) | vectors | ANN index | total | disk | "
+        "load (1-min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for b in builds:
+        if b["engine"] == "SQLite":
+            vec = f"{b['vectors_s']:.0f} s (+ {b['snapshot_s']:.0f} s snapshot)"
+            index = f"{b['ann_s']:.0f} s (faiss HNSW)" if "ann_s" in b else "-"
+        else:
+            vec = (
+                f"{b['vectors_s']:.0f} s without the index (+ {b['live_s']:.0f} s for the last "
+                f"{b['live']:,} through it: {b['live'] / b['live_s']:,.0f}/s)"
+            )
+            index = (
+                f"{b['ann_s']:.0f} s (pgvector HNSW, maintenance_work_mem "
+                f"{b['maintenance_work_mem']})"
+            )
+        loads = ", ".join(
+            f"{b[k]:.1f}" for k in ("build_load", "vectors_load", "ann_load") if k in b
+        )
+        lines.append(
+            f"| {b['engine']} | {b['size']:,} | {b['rows_s']:.0f} s "
+            f"({b['size'] / b['rows_s']:,.0f}/s) | {vec} | {index} | {b['total_s']:.0f} s | "
+            f"{mb(b['disk'])} | {loads} |"
+        )
+    lines += ["", "Disk, by part:", ""]
+    for b in builds:
+        parts = ", ".join(f"{name} {mb(n)}" for name, n in b["disk_parts"].items())
+        lines.append(f"- {b['engine']} at {b['size']:,}: {parts}.")
+    return lines
+
+
+def report(results: dict[str, Any]) -> str:
+    sizes = sorted({b["size"] for b in results["builds"]})
+    server = results.get("server")
+    lines = [
+        "## Both engines at scale: build, disk, lexical and hybrid latency "
+        "(`benchmarks/bench_scale.py`)",
+        "",
+        "Machine (one line per run; shared: other jobs ran meanwhile, the load is given "
+        "with each figure):",
+        "",
+        *(f"- {run}" for run in results["runs"]),
+        "",
+        f"Memories: {fmt(sizes)} (bench_hybrid's texts and vectors: "
+        "real local-model vectors at 100k, repeated with noise at 1M).",
+    ]
+    if server:
+        lines += [
+            "",
+            f"PostgreSQL {server['server_version']} + pgvector {server['pgvector']} from "
+            f"`pgserver` on the same machine (Unix socket; shared_buffers "
+            f"{server['shared_buffers']}, work_mem {server['work_mem']}; the HNSW build ran "
+            "with more maintenance_work_mem than the server's default, "
+            f"{server['maintenance_work_mem']}).",
+        ]
+    lines += ["", "Build, seconds:", "", *build_lines(results["builds"]), ""]
+    lines += [
+        f"Latency per search, {results['queries']} queries, p50 / p95 ms, **query embedding "
+        f"excluded** (it costs p50 {results['embed_ms']['p50']:.1f} ms, p95 "
+        f"{results['embed_ms']['p95']:.1f} ms with the local model); every store searched "
+        "each query in turn, default settings, limit 10 with snippets unless said:",
+        "",
+        "| engine, vector search | memories | lexical | hybrid | hybrid, limit 6 (default) | "
+        "load (1-min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, modes in results["latency"].items():
+        label, size = key.rsplit("|", 1)
+        low = min(m["load"][0] for m in modes.values())
+        high = max(m["load"][1] for m in modes.values())
+        lines.append(
+            f"| {label} | {int(size):,} | {cell(modes.get('lexical'))} | "
+            f"{cell(modes.get('hybrid'))} | {cell(modes.get('hybrid6'))} | "
+            f"{low:.1f}-{high:.1f} |"
+        )
+    if results["sanity"]:
+        lines += [
+            "",
+            f"SQLite at {sizes[0]:,}, exact vectors, hybrid at limit 10: what parts of the "
+            "pipeline cost (a store per variant, the variants interleaved query by query):",
+            "",
+            "| variant | p50 / p95 ms | load (1-min) |",
+            "| --- | ---: | ---: |",
+            *(
+                f"| {name} | {cell(v)} | {v['load'][0]:.1f}-{v['load'][1]:.1f} |"
+                for name, v in results["sanity"]
+            ),
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
