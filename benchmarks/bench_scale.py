@@ -1,7 +1,11 @@
 """Both engines at scale, side by side: build time, disk used, lexical and hybrid latency.
 
     python benchmarks/bench_scale.py [--data DIR] [--sizes 100000,1000000]
-        [--postgres-sizes 100000] [--queries 300] [--no-write]
+        [--postgres-sizes 100000] [--queries 300] [--sanity] [--add] [--no-write]
+
+The numbers in RESULTS.md: ``--sizes 100000 --postgres-sizes 100000 --sanity``,
+then ``--sizes 1000000 --postgres-sizes 1000000 --add`` (``--add`` keeps the
+sizes of the previous run, saved under benchmarks/.cache, and replaces these).
 
 The memories and vectors are ``bench_hybrid.py``'s (``common.scale_corpus``):
 at 100k the local model's real vectors of the texts (cached under
