@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnemex
 from mnemex import ALL, DuplicateId, InvalidInput, UnknownMemory
@@ -294,6 +298,7 @@ def test_search_tags_are_searchable(store: Store) -> None:
     assert [h.id for h in store.search("security").hits] == [ident]
 
 
+@both_engines
 def test_raw_fts5_syntax(store: Store) -> None:
     a = store.add("postgres primary failover drill")
     store.add("postgres backup schedule")
@@ -301,6 +306,154 @@ def test_raw_fts5_syntax(store: Store) -> None:
     assert [h.id for h in store.search("NEAR(primary drill, 3)", raw=True).hits] == [a]
     with pytest.raises(mnemex.InvalidQuery, match="invalid FTS5 query"):
         store.search('unbalanced "quote AND (', raw=True)
+
+
+# One corpus for the raw expressions below, searched on both engines.
+RAW_CORPUS = (
+    "postgres primary failover drill",
+    "postgres backup schedule",
+    "the drill of the primary failover",
+    "running the nightly backup jobs",
+    "primary one two three four five six seven eight nine ten eleven drill",
+    "primary alpha beta gamma drill",
+    "東京の天気は晴れ",
+    'send an e-mail: "quoted" words (in brackets) and a star*',
+)
+RAW_TAGGED = "rotate the signing secret every quarter"  # tagged "security"
+
+
+def raw_store(store: Store) -> dict[str, str]:
+    """The corpus in the store: each memory's id to its text."""
+    ids = store.add_many(list(RAW_CORPUS))
+    ids.append(store.add(RAW_TAGGED, tags=["security"]))
+    return dict(zip(ids, [*RAW_CORPUS, RAW_TAGGED], strict=True))
+
+
+def raw_hits(store: Store, expression: str, **options: Any) -> set[str]:
+    return {h.id for h in store.search(expression, 50, raw=True, **options).hits}
+
+
+@both_engines
+@pytest.mark.parametrize(
+    ("expression", "found"),
+    [
+        ('"failover drill"', {0}),  # a phrase: the words side by side, in order
+        ("failover drill", {0, 2}),  # the same words anywhere
+        ('"drill failover"', set()),
+        ("postgres NOT backup", {0}),
+        ('drill NOT "primary failover"', {4, 5}),
+        ("schedule OR nightly", {1, 3}),
+        ("backup AND NOT", None),  # a syntax error
+        ("back*", {1, 3}),
+        ("runs*", {3}),  # stemmed as the index is: "running" is "run"
+        ("nightl* failov*", set()),
+        ("nightl* OR failov*", {0, 2, 3}),
+        ("NEAR(primary drill)", {0, 2, 5}),  # within 10 tokens
+        ("NEAR(primary drill, 11)", {0, 2, 4, 5}),
+        ("NEAR(primary drill, 0)", set()),
+        ("NEAR(failover drill, 0)", {0}),
+        ("(schedule OR nightly) AND backup", {1, 3}),
+        ("schedule OR (nightly AND postgres)", {1}),
+        ("postgres OR drill NOT primary", {0, 1}),  # NOT binds tighter than OR
+        ("^postgres", {0, 1}),
+        ("^drill", set()),
+        ("tags: security", {8}),
+        ("content: security", set()),
+        ("-content: secur*", {8}),
+        ("{content tags}: security", {8}),
+        ("security", {8}),
+        ('"東 京"', {6}),  # CJK characters are terms of their own
+        ("天 晴", {6}),
+        ("東京", set()),  # ... a run of them written together is one term, as FTS5 cuts it
+        ('"e-mail"', {7}),
+        ('"(in brackets)"', {7}),
+        ('"""quoted"""', {7}),
+        ('"star*"', {7}),
+        ("e-mail", None),  # '-' starts a column filter: no column "mail"
+        ("postgres:failover", None),
+        ('"."', set()),  # a phrase of no terms matches nothing...
+        ('"." postgres', {0, 1}),  # ...and is dropped beside another
+        ("*reads", set()),  # an FTS5 special query: no memory
+    ],
+)
+def test_raw_expression_decides_the_hits(
+    store: Store, expression: str, found: set[int] | None
+) -> None:
+    texts = raw_store(store)
+    index = {text: i for i, text in enumerate([*RAW_CORPUS, RAW_TAGGED])}
+    if found is None:
+        with pytest.raises(mnemex.InvalidQuery, match="invalid FTS5 query"):
+            store.search(expression, raw=True)
+        return
+    assert {index[texts[i]] for i in raw_hits(store, expression)} == found
+
+
+@both_engines
+def test_raw_search_stays_in_its_namespace(store: Store) -> None:
+    mine = store.add("postgres primary failover drill")
+    theirs = store.add("postgres primary failover drill", namespace="other")
+    assert raw_hits(store, '"failover drill"') == {mine}
+    assert raw_hits(store, '"failover drill"', namespace="other") == {theirs}
+    assert raw_hits(store, '"failover drill"', namespace=ALL) == {mine, theirs}
+    assert raw_hits(store, "postgres", kinds=["decision"]) == set()
+
+
+@both_engines
+def test_raw_hits_rank_by_bm25(store: Store) -> None:
+    rare = store.add("zebra crossing near the station")
+    common = store.add("station station station platform")
+    store.add_many([f"station number {i}" for i in range(8)])
+    found = store.search("zebra OR station", 3, raw=True, explain=True).hits
+    assert found[0].id == rare and common in {h.id for h in found}
+    assert all(h.explain is not None and h.explain["lexical"]["bm25"] > 0 for h in found)
+
+
+# Expressions over a small vocabulary: each engine must find the same memories.
+_WORDS = ("postgres", "primary", "failover", "drill", "backup", "the", "nightly", "security")
+_word = st.sampled_from(_WORDS) | st.sampled_from(_WORDS).map(lambda w: w[:4] + "*")
+_phrase = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3).map(
+    lambda ws: '"' + " ".join(ws) + '"'
+)
+_near = st.tuples(st.lists(_word, min_size=2, max_size=3), st.integers(0, 12)).map(
+    lambda t: f"NEAR({' '.join(t[0])}, {t[1]})"
+)
+_leaf = (
+    _word
+    | _phrase
+    | _near
+    | _word.map(lambda w: "^" + w)
+    | st.tuples(st.sampled_from(("tags", "content", "-tags")), _word).map(
+        lambda t: f"{t[0]}: {t[1]}"
+    )
+)
+_expression = st.recursive(
+    _leaf,
+    lambda inner: st.tuples(inner, st.sampled_from(("AND", "OR", "NOT", "")), inner).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})" if t[1] else f"{t[0]} {t[2]}"
+    ),
+    max_leaves=5,
+)
+
+
+@pytest.mark.postgres
+def test_raw_expressions_find_the_same_memories_on_both_engines(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with mnemex.open(tmp_path / "raw.db") as lite, mnemex.open(pg_url) as pg:
+        texts = [raw_store(lite), raw_store(pg)]
+
+        def found(store: Store, text: dict[str, str], expression: str) -> object:
+            try:
+                return sorted(text[i] for i in raw_hits(store, expression))
+            except mnemex.InvalidQuery as exc:
+                return str(exc)
+
+        @settings(max_examples=200, deadline=None)
+        @given(_expression)
+        def same(expression: str) -> None:
+            assert found(lite, texts[0], expression) == found(pg, texts[1], expression)
+
+        same()
 
 
 @both_engines

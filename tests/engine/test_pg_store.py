@@ -4,17 +4,16 @@ in the tests marked ``both_engines`` (tests/test_store.py, tests/cli/test_cli.py
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import mnemex
 from mnemex.config import load_settings
-from mnemex.errors import Unsupported
 from tests.conftest import PYTHON, FakeEmbedder, python_env
 
 postgres = pytest.mark.postgres
@@ -125,18 +124,24 @@ def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -
 
 
 @postgres
-@pytest.mark.parametrize(
-    ("call", "feature"),
-    [
-        (lambda s: s.search("x", raw=True), "a raw FTS5 query"),
-    ],
-)
-def test_what_is_not_there_yet_says_so(pg_url: str, call: Any, feature: str) -> None:
-    with mnemex.open(pg_url) as store:
-        with pytest.raises(Unsupported, match="not available on the PostgreSQL engine") as err:
-            call(store)
-        assert err.value.feature == feature and err.value.engine == "PostgreSQL"
-        assert ("without --raw" in str(err.value)) == (feature == "a raw FTS5 query")
+def test_cli_searches_a_raw_expression(pg_url: str) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PYTHON, "-m", "mnemex", "--db", pg_url, *args],
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    for text in ("postgres primary failover drill", "the drill of the primary failover"):
+        assert cli("add", text).returncode == 0
+    done = cli("search", '"failover drill" OR NEAR(primary drill, 0)', "--raw", "--json")
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)["hits"]
+    assert [h["snippet"] for h in hits] == ["postgres primary **failover drill**"]
+    done = cli("search", 'broken "(', "--raw")
+    assert done.returncode == 1 and "invalid FTS5 query" in done.stderr, done.stderr
 
 
 @postgres

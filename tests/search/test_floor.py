@@ -6,6 +6,7 @@ import pytest
 
 from mnemex.search.floor import Floor, floor_for, relevant_hit, relevant_query
 from mnemex.store import Store
+from tests.pg_fixtures import both_engines
 
 FLOOR = Floor(query_cosine=0.4, agree_cosine=0.3, agree_text=0.3, hit_cosine=0.2, hit_text=0.15)
 
@@ -40,6 +41,7 @@ def test_a_hit_stays_when_an_arm_finds_it_relevant(
     assert relevant_hit(FLOOR, text, cosine) is kept
 
 
+@both_engines
 def test_raw_expression_decides_membership_in_hybrid(vector_store: Store) -> None:
     vector_store.add_many(
         [

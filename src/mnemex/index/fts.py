@@ -493,13 +493,33 @@ def counted_plan(
 
 def plan_raw(lexicon: Lexicon, expression: str) -> LexicalPlan:
     """A raw FTS5 expression; its bare words give the score normalization."""
+    terms = raw_terms(lexicon, expression)
+    return raw_plan(expression, terms, lexicon.doc_freqs(terms), lexicon.n_docs())
+
+
+def raw_terms(lexicon: Lexicon, expression: str) -> list[Term]:
+    """The words of a raw FTS5 expression, operators aside (the score's normalization)."""
     tokens = [t for t in lexicon.tokenize(expression) if t.surface not in FTS_OPERATORS]
-    terms = build_terms(tokens, frozenset())
+    return build_terms(tokens, frozenset())
+
+
+def raw_plan(
+    expression: str, terms: Sequence[Term], doc_freqs: Sequence[int], n_docs: int
+) -> LexicalPlan:
+    """The plan of a raw FTS5 expression, with its words' document frequencies."""
     return LexicalPlan(
         terms=tuple(terms),
-        doc_freqs=tuple(max(1, df) for df in lexicon.doc_freqs(terms)),
-        n_docs=lexicon.n_docs(),
+        doc_freqs=tuple(max(1, df) for df in doc_freqs),
+        n_docs=n_docs,
         raw=expression,
+    )
+
+
+def invalid_query(expression: str, exc: Exception) -> InvalidQuery:
+    """The error of a raw FTS5 expression FTS5 refused (``exc``: FTS5's error)."""
+    return InvalidQuery(
+        f"invalid FTS5 query {expression!r}: {exc}; "
+        "search without the raw FTS5 option to use plain text"
     )
 
 
@@ -572,10 +592,7 @@ def retrieve(
     except sqlite3.OperationalError as exc:
         if lexical.raw is None:
             raise
-        raise InvalidQuery(
-            f"invalid FTS5 query {lexical.raw!r}: {exc}; "
-            "search without the raw FTS5 option to use plain text"
-        ) from None
+        raise invalid_query(lexical.raw, exc) from None
     essential, rest = ([], []) if lexical.raw is not None else _split(lexical, pool, budget)
     if not rest:
         return Retrieval(found)

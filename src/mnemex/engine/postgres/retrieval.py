@@ -6,8 +6,10 @@ reads. The lexical plan is the SQLite arm's (the same tokenizer, expansion, stop
 words and rarest-terms cut, see :mod:`mnemex.index.fts`), with the statistics of
 the namespace searched (every namespace's with ``ALL``), and its candidates are
 scored by :func:`mnemex.engine.postgres.bm25.lexical` (always exact: no query
-shaping). The vector arm is pgvector (:func:`mnemex.engine.postgres.vectors.vector`;
-an exact scan when filters beyond the namespace apply). Snippets are FTS5's
+shaping). A raw FTS5 expression is answered by :mod:`mnemex.engine.postgres.raw`
+(the expression decides which memories match, as on SQLite). The vector arm is
+pgvector (:func:`mnemex.engine.postgres.vectors.vector`; an exact scan when
+filters beyond the namespace apply). Snippets are FTS5's
 ``snippet()`` over the hits' text, in an in-memory SQLite table on the client.
 A memory with several windows' vectors is scored by its best window, as on SQLite.
 """
@@ -24,13 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder
-from mnemex.engine.postgres import bm25
-from mnemex.engine.postgres.session import ENGINE
+from mnemex.engine.postgres import bm25, raw
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import literal, model_dim, vector
 from mnemex.engine.postgres.workspaces import tables
-from mnemex.errors import IndexMismatch, Unsupported
-from mnemex.index.fts import Filters, LexicalPlan, Retrieval
+from mnemex.errors import IndexMismatch
+from mnemex.index.fts import Candidate, Filters, LexicalPlan, Retrieval, raw_plan, raw_terms
 from mnemex.index.query import (
     MAX_QUERY_TERMS,
     build_terms,
@@ -51,13 +52,6 @@ if TYPE_CHECKING:
     from mnemex.search.pipeline import Plan, Request
 
 _local = threading.local()
-# Why raw FTS5 syntax is refused here, and what to do: the index holds each term's
-# count in a row, not its positions, so phrases, NEAR and column filters cannot be
-# answered as FTS5 answers them.
-RAW_HINT = (
-    "search without --raw (raw=False): a natural-language query works on every engine; "
-    "FTS5's phrases, NEAR and column filters need a SQLite store (--db PATH)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +115,18 @@ class PostgresEngine:
     def plan(self, request: Request, text: str) -> LexicalPlan:
         """The SQLite arm's plan (:func:`mnemex.index.fts.plan`) with this database's
         statistics of the namespace searched."""
-        if request.raw:
-            raise Unsupported("a raw FTS5 query", ENGINE, RAW_HINT)
+        self.namespace = request.filters.namespace
+        if request.raw:  # the whole store's statistics, as FTS5's bm25() on SQLite
+            terms = raw_terms(lexicon(), text)
+            keys = [query_key(t) for t in terms]
+            stats = bm25.statistics(self.conn, None, keys)
+            return raw_plan(text, terms, [stats.doc_freqs.get(k, 0) for k in keys], stats.docs)
         tokens = lexicon().tokenize(text)
         if request.expand:
             terms = expand_terms(tokens, STOPWORDS, capital_letters(text))
         else:
             terms = build_terms(tokens, ENGLISH)
         kept, dropped = content_terms(terms)
-        self.namespace = request.filters.namespace
         keys = [query_key(t) for t in [*kept, *dropped]]
         stats = bm25.statistics(self.conn, request.filters.namespace, keys)
         freqs = [stats.doc_freqs.get(k, 0) for k in keys]
@@ -146,6 +143,8 @@ class PostgresEngine:
         return lexical.with_dropped()
 
     def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
+        if lexical.raw is not None:
+            return Retrieval(self._raw(lexical.raw, request.filters, pool))
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
         where = filter_sql(request.filters, "p")
         found = bm25.lexical(self.conn, terms, request.filters.namespace, pool, where)
@@ -192,10 +191,27 @@ class PostgresEngine:
         """BM25 of the rows ``seqs`` (those holding a term), as :meth:`lexical` scores them."""
         if not seqs or lexical.empty:
             return {}
+        if lexical.raw is not None:  # the expression decides which rows have a score
+            found = self._raw(lexical.raw, Filters(self.namespace), len(seqs), seqs)
+            return {c.seq: c.raw for c in found}
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
         where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
         found = bm25.lexical(self.conn, terms, self.namespace, len(seqs), where)
         return {c.seq: c.raw for c in found}
+
+    def _raw(
+        self, expression: str, filters: Filters, limit: int, seqs: Sequence[int] | None = None
+    ) -> list[Candidate]:
+        """The best rows a raw FTS5 expression matches within the filters (and ``seqs``)."""
+        parts, params = conditions(filters)
+        if filters.namespace is not None:
+            parts.append("m.namespace = %(f_ns)s")
+            params["f_ns"] = filters.namespace
+        if seqs is not None:
+            parts.append("m.seq = ANY(%(f_seqs)s)")
+            params["f_seqs"] = list(seqs)
+        where = "".join(f" AND {p}" for p in parts)
+        return raw.search(self.conn, raw.translate(expression), limit, (where, params))
 
     def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
         """Each memory's cosine to the query: its best window's."""

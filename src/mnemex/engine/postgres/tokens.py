@@ -195,3 +195,32 @@ def _with_pairs(table: str, size: int) -> list[Terms]:
 
 def _cjk_char(token: str) -> bool:
     return len(token) == 1 and starts_cjk(token)
+
+
+def query_tokens(strings: Sequence[str]) -> list[list[str]]:
+    """The terms FTS5 makes of each string of a raw expression, in order: the strings as
+    written (FTS5 does not segment a query's CJK text; only stored text is segmented)."""
+    if not strings:
+        return []
+    conn = _connection()
+    conn.execute("INSERT INTO mnemex_doc (mnemex_doc) VALUES ('delete-all')")
+    conn.executemany(
+        "INSERT INTO mnemex_doc (rowid, content, tags) VALUES (?, ?, '')", enumerate(strings)
+    )
+    out: list[list[str]] = [[] for _ in strings]
+    for doc, term in conn.execute("SELECT doc, term FROM mnemex_doc_v ORDER BY doc, offset"):
+        out[doc].append(term)
+    return out
+
+
+def matching(expression: str, docs: Sequence[tuple[str, str]]) -> list[int]:
+    """The indexes of the memories' (content, tags JSON) that an FTS5 expression matches,
+    as FTS5 matches them in the SQLite engine's index; with no memories, a check of the
+    expression. Raises ``sqlite3.OperationalError`` with FTS5's message for a bad one."""
+    conn = _connection()
+    if docs:
+        _load("mnemex_doc", docs)
+    else:
+        conn.execute("INSERT INTO mnemex_doc (mnemex_doc) VALUES ('delete-all')")
+    sql = "SELECT rowid FROM mnemex_doc WHERE mnemex_doc MATCH ? ORDER BY rowid"
+    return [int(i) for (i,) in conn.execute(sql, (expression,))]
