@@ -417,20 +417,21 @@ _phrase = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3).map(
 _near = st.tuples(st.lists(_word, min_size=2, max_size=3), st.integers(0, 12)).map(
     lambda t: f"NEAR({' '.join(t[0])}, {t[1]})"
 )
+_columns = st.sampled_from(("tags", "content", "-tags", "{content tags}", "-{content}", "body"))
 _leaf = (
     _word
     | _phrase
     | _near
     | _word.map(lambda w: "^" + w)
-    | st.tuples(st.sampled_from(("tags", "content", "-tags")), _word).map(
-        lambda t: f"{t[0]}: {t[1]}"
-    )
+    | st.tuples(_word, _word).map(lambda t: f"{t[0]} + {t[1]}")
+    | st.tuples(_columns, _word | _phrase | _near).map(lambda t: f"{t[0]}: {t[1]}")
 )
 _expression = st.recursive(
     _leaf,
-    lambda inner: st.tuples(inner, st.sampled_from(("AND", "OR", "NOT", "")), inner).map(
+    lambda inner: st.tuples(inner, st.sampled_from(("AND", "OR", "NOT", "", "and")), inner).map(
         lambda t: f"({t[0]} {t[1]} {t[2]})" if t[1] else f"{t[0]} {t[2]}"
-    ),
+    )
+    | st.tuples(_columns, inner).map(lambda t: f"{t[0]}: ({t[1]})"),
     max_leaves=5,
 )
 
@@ -454,6 +455,13 @@ def test_raw_expressions_find_the_same_memories_on_both_engines(
             assert found(lite, texts[0], expression) == found(pg, texts[1], expression)
 
         same()
+        # Words and operators alone: the same BM25 as FTS5's bm25(), so the same order.
+        for expression in ("postgres OR drill", "primary AND (failover OR drill) NOT backup"):
+            ranked = [
+                [(text[h.id], round(h.score, 9)) for h in s.search(expression, raw=True).hits]
+                for s, text in zip((lite, pg), texts, strict=True)
+            ]
+            assert ranked[0] == ranked[1] and len(ranked[0]) > 1
 
 
 @both_engines
