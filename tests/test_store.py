@@ -428,10 +428,12 @@ _leaf = (
 )
 _expression = st.recursive(
     _leaf,
-    lambda inner: st.tuples(inner, st.sampled_from(("AND", "OR", "NOT", "", "and")), inner).map(
-        lambda t: f"({t[0]} {t[1]} {t[2]})" if t[1] else f"{t[0]} {t[2]}"
-    )
-    | st.tuples(_columns, inner).map(lambda t: f"{t[0]}: ({t[1]})"),
+    lambda inner: (
+        st.tuples(inner, st.sampled_from(("AND", "OR", "NOT", "", "and")), inner).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})" if t[1] else f"{t[0]} {t[2]}"
+        )
+        | st.tuples(_columns, inner).map(lambda t: f"{t[0]}: ({t[1]})")
+    ),
     max_leaves=5,
 )
 
