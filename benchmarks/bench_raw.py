@@ -61,7 +61,7 @@ def members(path: Path, url: str, expression: str) -> tuple[set[str], set[str]]:
     with contextlib.closing(sqlite3.connect(path)) as lite:
         mine = {str(i) for (i,) in lite.execute(sql, (expression,))}
     with pg.connect(url) as conn:
-        found = raw.search(conn, raw.translate(expression), 10**9)
+        found = raw.search(conn, raw.translate(expression), "default", 10**9)
         seqs = [c.seq for c in found]
         ids = conn.execute("SELECT id FROM memories WHERE seq = ANY(%s)", (seqs,)).fetchall()
     return mine, {str(i) for (i,) in ids}

@@ -204,14 +204,12 @@ class PostgresEngine:
     ) -> list[Candidate]:
         """The best rows a raw FTS5 expression matches within the filters (and ``seqs``)."""
         parts, params = conditions(filters)
-        if filters.namespace is not None:
-            parts.append("m.namespace = %(f_ns)s")
-            params["f_ns"] = filters.namespace
         if seqs is not None:
             parts.append("m.seq = ANY(%(f_seqs)s)")
             params["f_seqs"] = list(seqs)
         where = "".join(f" AND {p}" for p in parts)
-        return raw.search(self.conn, raw.translate(expression), limit, (where, params))
+        query = raw.translate(expression)
+        return raw.search(self.conn, query, filters.namespace, limit, (where, params))
 
     def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
         """Each memory's cosine to the query: its best window's."""
