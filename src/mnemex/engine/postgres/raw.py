@@ -164,7 +164,7 @@ _SCORES = f"""
           FROM unnest(%(units)s::int[], %(terms)s::text[], %(ws)s::float8[]) AS u (i, term, w)
           {{namespaces}}
           JOIN postings AS p ON p.namespace = n.namespace AND p.term = u.term
-          WHERE p.seq = ANY(%(seqs)s)
+          WHERE p.seq = ANY(%(seqs)s::bigint[])
           GROUP BY p.seq, u.i) AS x
     GROUP BY x.seq"""
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
@@ -255,7 +255,7 @@ def _checked(
         chunk, start = found[start : start + step], start + step
         step = min(2 * step, BATCH)
         rows = conn.execute(
-            "SELECT seq, content, tags::text FROM memories WHERE seq = ANY(%s)",
+            "SELECT seq, content, tags::text FROM memories WHERE seq = ANY(%s::bigint[])",
             ([c.seq for c in chunk],),
         ).fetchall()
         text = {int(s): (str(c), tags_columns(tuple(json.loads(t)))[0]) for s, c, t in rows}

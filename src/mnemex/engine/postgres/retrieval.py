@@ -205,7 +205,7 @@ class PostgresEngine:
         """The best rows a raw FTS5 expression matches within the filters (and ``seqs``)."""
         parts, params = conditions(filters)
         if seqs is not None:
-            parts.append("m.seq = ANY(%(f_seqs)s)")
+            parts.append("m.seq = ANY(%(f_seqs)s::bigint[])")
             params["f_seqs"] = list(seqs)
         where = "".join(f" AND {p}" for p in parts)
         query = raw.translate(expression)
