@@ -204,8 +204,12 @@ def search(
     The rows to test are those holding the cheapest set of terms one of which every
     match holds (:class:`Cover`), read from the postings; the tsquery tests them and
     the matches are scored. When the tsquery is wider than the expression, FTS5 then
-    checks them best first, ``CHECKED`` first and twice as many each time, until ``limit`` pass: the cost of
-    the check follows the hits wanted, not the rows.
+    checks them best first, ``CHECKED`` first and twice as many each time, until
+    ``limit`` pass: the cost of the check follows the hits wanted, not the rows.
+
+    The statements are never prepared: a generic plan, blind to how many rows the
+    arrays hold, took 1.5 s where the plan for the values takes 0.1 s (SciFact,
+    ``"of the"``).
     """
     if query.tsquery is None or query.cover is None or limit <= 0:
         return []
@@ -214,7 +218,7 @@ def search(
     spread = _EVERY if namespace is None else _ONE
     sql = _HITS.replace("{namespaces}", spread).replace("{where}", where[0])
     params = {**where[1], "q": query.tsquery, "cover": cover, "ns": namespace}
-    seqs = [int(seq) for (seq,) in conn.execute(sql.encode(), params)]
+    seqs = [int(seq) for (seq,) in conn.execute(sql.encode(), params, prepare=False)]
     if not seqs:
         return []
     weighted = [(i, t, u.weight) for i, u in enumerate(units.values()) for t in u.terms]
@@ -226,7 +230,8 @@ def search(
         "ns": namespace,
         "seqs": seqs,
     }
-    scores = dict(conn.execute(_SCORES.replace("{namespaces}", spread).encode(), params))
+    scored = _SCORES.replace("{namespaces}", spread).encode()
+    scores = dict(conn.execute(scored, params, prepare=False))
     found = sorted((Candidate(s, float(scores.get(s, 0.0))) for s in seqs), key=_best_first)
     return found[:limit] if query.exact else _checked(conn, query, found, limit)
 
@@ -275,7 +280,7 @@ def _weights(
     prefixes = [key for key, prefix in counts if prefix]
     found: dict[str, tuple[list[str], int]] = {}
     if prefixes:
-        rows = conn.execute(_PREFIXES, {"prefixes": prefixes}).fetchall()
+        rows = conn.execute(_PREFIXES, {"prefixes": prefixes}, prepare=False).fetchall()
         found = {prefixes[int(i) - 1]: (list(terms), int(df)) for i, terms, df in rows}
     out: dict[Unit, _Unit] = {}
     for (key, prefix), count in counts.items():
