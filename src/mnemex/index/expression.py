@@ -232,7 +232,9 @@ class _Parser:
                 phrases.append(self._phrase())
             if self.peek().kind == ",":
                 self.at += 1
-                self.take("STRING")
+                distance = self.take("STRING")
+                if not (distance.bare and distance.text.isascii() and distance.text.isdigit()):
+                    raise InvalidQuery(f'expected integer, got "{distance.text}"')
             self.take(")")
             return Leaf(tuple(phrases), near=True)
         return Leaf((self._phrase(),))
