@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import BATCH, index_key, lexeme, matching, query_tokens
-from mnemex.index.expression import COLUMNS, Expr, Leaf, parse, strings
+from mnemex.index.expression import COLUMNS, Expr, Leaf, Piece, parse, strings
 from mnemex.index.fts import BM25_B, BM25_K1, Candidate, invalid_query
 from mnemex.index.query import idf
 from mnemex.text import tags_columns
@@ -137,7 +137,7 @@ def _leaf(leaf: Leaf, cut: dict[str, list[str]]) -> _Part:
     return _Part("(" + " & ".join(lexemes) + ")", exact, units, Cover(False, units))
 
 
-def _terms(phrase: tuple[Any, ...], cut: dict[str, list[str]]) -> list[Unit]:
+def _terms(phrase: tuple[Piece, ...], cut: dict[str, list[str]]) -> list[Unit]:
     """A phrase's terms in order; a string's last one a prefix when it ends with ``*``."""
     out: list[Unit] = []
     for piece in phrase:
