@@ -68,7 +68,7 @@ def open_store(
 
 class Store:
     """A memory store in one SQLite file, or in a PostgreSQL database (``db`` a
-    ``postgresql://`` URL; features it lacks raise :class:`~mnemex.errors.Unsupported`).
+    ``postgresql://`` URL; both engines offer every feature).
 
     Every read and write is scoped to one namespace: the store's own
     (``settings.namespace``) unless a call names another. Safe to share
