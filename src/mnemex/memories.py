@@ -8,7 +8,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemex import relations
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine import engine_of
 from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
@@ -230,6 +229,8 @@ def stats(session: SqliteSession, ns: str | None, embedder: Embedder | None) -> 
 def _stats(
     conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path
 ) -> Stats:
+    from mnemex import relations
+
     per_ns = dict(
         conn.execute(
             "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
