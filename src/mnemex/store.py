@@ -13,6 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
+    from mnemex.results import (
+        Added,
+        Appended,
+        DedupReport,
+        ForgetResult,
+        GetResult,
+        Relation,
+        Stats,
+        SyncReport,
+        TimelineEntry,
+        WorkspaceStatus,
+    )
 
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
@@ -28,21 +40,7 @@ from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import Conflict
 from mnemex.index.fts import Filters
-from mnemex.models import (
-    Added,
-    Appended,
-    DedupReport,
-    ForgetResult,
-    GetResult,
-    Memory,
-    RecallResult,
-    Relation,
-    SearchResult,
-    Stats,
-    SyncReport,
-    TimelineEntry,
-    WorkspaceStatus,
-)
+from mnemex.models import Memory, RecallResult, SearchResult
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
 
@@ -222,6 +220,8 @@ class Store:
         }
         check = self.settings.dedup if dedup is None else bool(dedup)
         if not check or id is not None:
+            from mnemex.results import Added
+
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
         row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
         from mnemex import memories
@@ -540,9 +540,7 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        from mnemex import memories
-
-        bodies = memories.bodies(self.session, [hit.id for hit in found.hits])
+        bodies = packing.read_bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 
