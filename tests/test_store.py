@@ -537,3 +537,20 @@ def test_sees_writes_of_other_connections(tmp_path) -> None:  # type: ignore[no-
         other = sqlite3.connect(path)
         assert other.execute("SELECT count(*) FROM memories").fetchone()[0] == 1
         other.close()
+
+
+def test_every_value_is_handed_out_by_mnemex_models() -> None:
+    import mnemex.models
+    import mnemex.results
+
+    defined_apart = [n for n, v in vars(mnemex.results).items() if hasattr(v, "to_dict")]
+    assert len(defined_apart) == 14
+    for name in defined_apart:  # created on first use, then the same class everywhere
+        assert getattr(mnemex.models, name) is vars(mnemex.results)[name]
+        if name in mnemex.__all__:
+            assert getattr(mnemex, name) is vars(mnemex.results)[name]
+    from mnemex.models import Stats
+
+    assert Stats is mnemex.Stats is mnemex.results.Stats
+    with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
+        mnemex.models.Nothing  # type: ignore[attr-defined]  # noqa: B018

@@ -49,7 +49,7 @@ from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
 from mnemex.index.stopwords import STOPWORDS
-from mnemex.models import Added, DedupReport, DuplicatePair
+from mnemex.results import Added, DedupReport, DuplicatePair
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import marks, read_transaction
 from mnemex.storage.connect import Connect

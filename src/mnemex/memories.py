@@ -8,13 +8,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mnemex import relations
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine import engine_of
 from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import Added, ForgetResult, GetResult, Memory, Stats, TimelineEntry
+from mnemex.models import Memory
+from mnemex.results import Added, ForgetResult, GetResult, Stats, TimelineEntry
 from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
 from mnemex.storage.sql import delete_ids
@@ -230,6 +230,8 @@ def stats(session: SqliteSession, ns: str | None, embedder: Embedder | None) -> 
 def _stats(
     conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path
 ) -> Stats:
+    from mnemex import relations
+
     per_ns = dict(
         conn.execute(
             "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
@@ -286,17 +288,6 @@ def remember(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added
     from mnemex import dedup as dups
 
     return dups.remember_row(session, row, embed)
-
-
-def bodies(session: SqliteSession, ids: list[str]) -> dict[str, tuple[str, float]]:
-    """The whole content and the confidence of each memory (what recall packs)."""
-    pg = postgres(session)
-    if pg is not None:
-        return pg.bodies(session, ids)  # type: ignore[no-any-return]
-    from mnemex.search import recall as packing
-
-    with session.connection() as conn:
-        return packing.read_bodies(conn, ids)
 
 
 def check(session: SqliteSession) -> dict[str, Any]:

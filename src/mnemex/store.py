@@ -13,8 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
+    from mnemex.results import (
+        Added,
+        Appended,
+        DedupReport,
+        ForgetResult,
+        GetResult,
+        Relation,
+        Stats,
+        SyncReport,
+        TimelineEntry,
+        WorkspaceStatus,
+    )
 
-from mnemex import relations as relations_db
 from mnemex.config import (
     DEFAULT_CONFIDENCE,
     DEFAULT_KIND,
@@ -29,21 +40,7 @@ from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import Conflict
 from mnemex.index.fts import Filters
-from mnemex.models import (
-    Added,
-    Appended,
-    DedupReport,
-    ForgetResult,
-    GetResult,
-    Memory,
-    RecallResult,
-    Relation,
-    SearchResult,
-    Stats,
-    SyncReport,
-    TimelineEntry,
-    WorkspaceStatus,
-)
+from mnemex.models import Memory, RecallResult, SearchResult
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
 
@@ -223,6 +220,8 @@ class Store:
         }
         check = self.settings.dedup if dedup is None else bool(dedup)
         if not check or id is not None:
+            from mnemex.results import Added
+
             return Added(self.add_many([item], namespace=namespace, embed=embed)[0])
         row = prepare(item, self._own(namespace), utcnow(), False, self.settings.max_content_bytes)
         from mnemex import memories
@@ -340,6 +339,8 @@ class Store:
         whose confidence is the higher of the two. ``source_memory`` names the memory the relation
         was read from; it must be in the namespace.
         """
+        from mnemex import relations as relations_db
+
         ns = self._own(namespace)
         return relations_db.relate_in(
             self.session, ns, subject, predicate, object, confidence, source_memory
@@ -350,6 +351,8 @@ class Store:
     ) -> list[Relation]:
         """Relations with ``entity`` (a whole name, any case) as subject or object,
         most confident first."""
+        from mnemex import relations as relations_db
+
         ns = self.resolve_namespace(namespace, allow_all=True)
         return relations_db.neighbors_in(self.session, entity, ns, limit)
 
@@ -357,10 +360,14 @@ class Store:
         self, ids: Iterable[str] | str, *, namespace: str | None = None
     ) -> ForgetResult:
         """Delete relations by id; ids not in the namespace are reported in ``missing``."""
+        from mnemex import relations as relations_db
+
         return relations_db.forget_in(self.session, ids, self._own(namespace))
 
     def iter_relations(self, *, namespace: NamespaceArg = None) -> Iterator[Relation]:
         """Every relation of the namespace (or all), oldest first."""
+        from mnemex import relations as relations_db
+
         ns = self.resolve_namespace(namespace, allow_all=True)
         yield from relations_db.iterate_in(self.session, ns)
 
@@ -472,8 +479,11 @@ class Store:
         session, wanted = self.session, options.relations
         with session.connection() as conn:
             result = run_search(retriever(session, conn, embedder), request)
-            started, ask = time.perf_counter(), relations_db.search_in
-            found = ask(session, conn, result.query, ns, wanted) if wanted else []
+            started, found = time.perf_counter(), []
+            if wanted:  # a recall asks for none: its process need not import relations
+                from mnemex import relations as relations_db
+
+                found = relations_db.search_in(session, conn, result.query, ns, wanted)
             took += (time.perf_counter() - started) * 1000
         return dataclasses.replace(
             result,
@@ -530,9 +540,7 @@ class Store:
             relations=0,  # a recall block holds memories only
             namespace=namespace,
         )
-        from mnemex import memories
-
-        bodies = memories.bodies(self.session, [hit.id for hit in found.hits])
+        bodies = packing.read_bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
 

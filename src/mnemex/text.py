@@ -25,7 +25,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mnemex.errors import ContentTooLarge, InvalidInput
 
@@ -343,6 +343,26 @@ def format_time(dt: datetime) -> str:
         f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
         f"{dt.second:02d}.{dt.microsecond // 1000:03d}Z"
     )
+
+
+def json_value(value: Any) -> Any:
+    """A field of a value mnemex hands out (:mod:`mnemex.models`) as JSON: times
+    formatted, tuples as lists, values with a ``to_dict`` as dicts."""
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, tuple):
+        return [json_value(v) for v in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+def json_fields(obj: Any, names: str, *, optional: str = "", **given: Any) -> dict[str, Any]:
+    """The attributes ``names`` of ``obj`` in that order as JSON (``given`` replaces a
+    value), then those of ``optional`` that are not ``None``."""
+    data = {n: given[n] if n in given else json_value(getattr(obj, n)) for n in names.split()}
+    for name in optional.split():
+        if getattr(obj, name) is not None:
+            data[name] = given[name] if name in given else json_value(getattr(obj, name))
+    return data
 
 
 def parse_stored_time(text: str) -> datetime:

@@ -10,7 +10,7 @@ from typing import Any, Final
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.errors import UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import TimelineEntry
+from mnemex.results import TimelineEntry
 from mnemex.storage import read_transaction
 from mnemex.storage.connect import Connect
 from mnemex.text import clean_id, parse_stored_time, summarize

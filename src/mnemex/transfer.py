@@ -20,7 +20,7 @@ from mnemex.config import DEFAULT_CONFIDENCE
 from mnemex.engine import NamespaceArg
 from mnemex.engine.sqlite import Conflict
 from mnemex.errors import InvalidInput, MnemexError
-from mnemex.models import ImportReport, LineError
+from mnemex.results import ImportReport, LineError
 from mnemex.rows import prepare
 from mnemex.store import Store
 from mnemex.text import clean_namespace, parse_time, utcnow

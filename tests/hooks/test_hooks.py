@@ -686,15 +686,32 @@ def test_hook_timeout_in_range_runs(tmp_path: Path) -> None:
         assert (done.returncode, done.stdout) == (0, b"")
 
 
-def test_hook_process_does_not_load_the_cli(tmp_path: Path) -> None:
-    heavy = ("click", "rich", "numpy", "onnxruntime", "tokenizers", "mcp", "mnemex.cli")
+def loaded_by_hook(
+    event: dict[str, Any], home: Path, modules: tuple[str, ...], *args: str
+) -> tuple[list[str], subprocess.CompletedProcess[bytes]]:
+    """``mnemex hook ARGS`` run as the console script runs it, fed ``event``: which of
+    ``modules`` it had loaded when it exited, and the process."""
     code = (  # the hook ends with os._exit: report the modules loaded just before
-        "import os, sys; sys.argv = ['mnemex', 'hook']; end = os._exit\n"
-        f"os._exit = lambda status: (print(sorted(m for m in {heavy!r} if m in sys.modules), "
-        "flush=True), end(status))\n"
+        f"import json, os, sys; sys.argv = ['mnemex', 'hook', *{list(args)!r}]; end = os._exit\n"
+        f"os._exit = lambda status: (print(json.dumps([m for m in {modules!r} if m in "
+        "sys.modules]), file=sys.stderr, flush=True), end(status))\n"
         "from mnemex.entry import main; main()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(SRC), "MNEMEX_HOME": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MNEMEX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(event).encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    last = done.stderr.decode().strip().splitlines()[-1:]
+    assert last and last[0].startswith("["), done.stderr
+    return json.loads(last[0]), done
+
+
+def test_hook_process_does_not_load_the_cli(tmp_path: Path) -> None:
+    heavy = ("click", "rich", "numpy", "onnxruntime", "tokenizers", "mcp", "mnemex.cli")
     event = {
         "hook_event_name": "UserPromptSubmit",
         "prompt": "where is the deploy script kept?",
@@ -702,15 +719,59 @@ def test_hook_process_does_not_load_the_cli(tmp_path: Path) -> None:
         "session_id": "s",
         "transcript_path": str(tmp_path / "t.jsonl"),
     }
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        input=json.dumps(event),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert done.stdout.strip() == "[]", done.stderr
+    assert loaded_by_hook(event, tmp_path, heavy)[0] == []
+
+
+# What a lexical prompt hook needs none of: the model's stack, the CLI, and the modules of
+# the operations a recall does not run (each costs the agent's every prompt its import).
+NOT_FOR_A_LEXICAL_PROMPT = (
+    "numpy",
+    "onnxruntime",
+    "tokenizers",
+    "click",
+    "rich",
+    "mcp",
+    "platformdirs",
+    "tomllib",
+    "logging",
+    "hashlib",
+    "subprocess",
+    "concurrent.futures",
+    "mnemex.cli",
+    "mnemex.embed.local",
+    "mnemex.index.vectors",
+    "mnemex.memories",
+    "mnemex.relations",
+    "mnemex.results",
+    "mnemex.dedup",
+    "mnemex.ingest",
+)
+
+
+def test_lexical_prompt_hook_imports_only_what_it_uses(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder=None) as store:
+        store.add("The retry policy lives in config/retry.toml.", kind="decision")
+        store.relate("retry policy", "lives in", "config/retry.toml")
+        store.add("Deploys go out on Tuesdays.")
+    event = {
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "where do we keep the retry policy?",
+        "cwd": str(project / "src"),
+        "session_id": "s",
+        "transcript_path": str(tmp_path / "t.jsonl"),
+    }
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "none")
+    loaded, done = loaded_by_hook(event, home, NOT_FOR_A_LEXICAL_PROMPT, "--no-serve")
+    assert loaded == []
+    assert "config/retry.toml" in injected(done)  # the recall ran, to its block
+    with mnemex.open(home / "memories.db", namespace=str(project), embedder=None) as store:
+        assert (
+            injected(done)
+            == json.loads(handle(event, store=store))["hookSpecificOutput"]["additionalContext"]
+        )
 
 
 # -- mnemex serve ----------------------------------------------------------------
@@ -1013,22 +1074,8 @@ def test_hybrid_hook_process_loads_the_folded_model_and_little_else(
     (folded,) = (home / "models").iterdir()
     assert (folded / "stamp.json").exists()
     light = ("tokenizers", "logging", "concurrent.futures", "hashlib", "click", "onnxruntime")
-    code = (
-        "import os, sys; sys.argv = ['mnemex', 'hook', '--no-serve', '--timeout', '60']\n"
-        "end = os._exit\n"
-        f"os._exit = lambda status: (print(sorted(m for m in {light!r} if m in sys.modules), "
-        "file=sys.stderr, flush=True), end(status))\n"
-        "from mnemex.entry import main; main()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(SRC), "MNEMEX_HOME": str(home)}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        input=json.dumps(event).encode(),
-        capture_output=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.stderr.decode().strip().splitlines()[-1] == "['onnxruntime']"
+    loaded, done = loaded_by_hook(event, home, light, "--no-serve", "--timeout", "60")
+    assert loaded == ["onnxruntime"]
     assert ageless(injected(done)) == ageless(first)
     with mnemex.open(home / "memories.db", namespace=str(project), embedder="local") as store:
         assert ageless(handle(event, store=store)) == ageless(done.stdout.decode())

@@ -50,6 +50,46 @@ def test_chars_counter_is_len_over_four_rounded_up() -> None:
     assert [count_chars("x" * n) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
 
 
+# The counter as first written, every text through both classes: the shortcut for text
+# without their characters (most text, which then needs no compiled pattern) must agree.
+_WIDE = re.compile(
+    "[\u2e80-\u2fdf\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
+)
+_HANGUL = re.compile("[\uac00-\ud7a3]")
+
+
+def _reference_count(text: str) -> int:
+    wide, hangul = len(_WIDE.findall(text)), len(_HANGUL.findall(text))
+    return -(-(len(text) - wide - hangul) // 4) + wide + 2 * hangul
+
+
+_SCRIPTS = st.text(
+    st.sampled_from("ab é’…\u2e7f\u2e80中かー한\uac00\ud7a3\uff01\U00020000\U0003134f")
+)
+
+
+@given(_SCRIPTS)
+def test_chars_counter_equals_the_pattern_count(text: str) -> None:
+    assert count_chars(text) == _reference_count(text)
+
+
+@given(_SCRIPTS, st.integers(1, 12))
+def test_cut_to_fit_cuts_at_a_space_or_after_a_wide_character(text: str, budget: int) -> None:
+    line = "- [fact] " + text
+    head = len("- [fact] ")
+    ends = [
+        i
+        for i in range(head + 1, len(line) + 1)
+        if i == len(line)
+        or line[i] == " "
+        or _WIDE.match(line, i - 1)
+        or _HANGUL.match(line, i - 1)
+    ]
+    cut = cut_to_fit(line, budget, count_chars)
+    assert cut is None or cut in {line[:i].rstrip() + "…" for i in ends}
+
+
 def test_pack_skips_what_does_not_fit_and_keeps_going() -> None:
     lines = ["- [fact] " + "long " * 200, "- [fact] short one", "- [fact] short two"]
     packed = pack(lines, budget=40, max_items=5)

@@ -60,8 +60,9 @@ class Embedding:
                         wanted = (
                             embedders.resolve(session.settings) if configured else embedders.AUTO
                         )
-                    with session.connection() as conn:
-                        self._recorded = _recorded_embedder(conn)
+                    if wanted is not None:  # lexical only: settle needs no record, nor reads it
+                        with session.connection() as conn:
+                            self._recorded = _recorded_embedder(conn)
                     self._embedder = embedders.settle(wanted, self._recorded, session.settings)
                     self._wanted = self._embedder if wanted is embedders.AUTO else wanted
                     self._ready = True

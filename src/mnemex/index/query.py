@@ -38,7 +38,8 @@ MIN_WORD_CHARS = 2  # shorter words (a, x) are set aside; "db", "ui", "os" are c
 MIN_KOREAN_STEM = 2  # syllables a Korean word keeps when its particle is stripped
 MAX_CJK_STOPWORD = 4  # characters of the longest Chinese or Japanese stop word
 
-_HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff\uffa0-\uffdc]")
+# Compiled on first use (the re module caches it): only a run of CJK characters needs it.
+_HANGUL = "[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff\uffa0-\uffdc]"
 _HIRAGANA = re.compile("([\u3041-\u309f]+)")
 
 
@@ -200,7 +201,7 @@ def run_pieces(run: str, stopwords: frozenset[str]) -> list[tuple[str, bool]]:
     from the start of the run when it opens with a one-character particle
     (もも, "peach", is not も + も).
     """
-    if _HANGUL.search(run):
+    if re.search(_HANGUL, run):
         stem = strip_particle(run)
         return [(stem, run in stopwords or stem in stopwords)]
     pieces: list[tuple[str, bool]] = []

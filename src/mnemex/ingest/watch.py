@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex.errors import MissingExtra
 from mnemex.ingest import files
 from mnemex.ingest import workspace as spaces
-from mnemex.models import SyncReport
+from mnemex.results import SyncReport
 
 if TYPE_CHECKING:
     from mnemex.store import Store

@@ -50,7 +50,8 @@ from mnemex.config import CHUNK_KIND, check_patterns
 from mnemex.errors import InvalidInput, MnemexError, StoreLocked
 from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
-from mnemex.models import Appended, FileProblem, Location, SyncReport, WorkspaceStatus
+from mnemex.models import Location
+from mnemex.results import Appended, FileProblem, SyncReport, WorkspaceStatus
 from mnemex.rows import prepare
 from mnemex.text import (
     clean_content,

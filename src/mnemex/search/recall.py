@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mnemex.engine import engine_of
 from mnemex.errors import MissingExtra
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Recalled, RecallResult
@@ -35,7 +36,6 @@ from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import batched
 
 if TYPE_CHECKING:
-    import sqlite3
     from datetime import datetime
 
     from mnemex.config import RecallOptions
@@ -53,19 +53,29 @@ SENTENCE_SPLIT_CHARS = 400  # a line longer than this is cut into sentences for 
 # Scripts written without spaces, where tokenizers spend a token (or more) a character:
 # CJK ideographs (the WordPiece normalizer isolates each one), kana, CJK punctuation and
 # full-width forms one each; a Hangul syllable two (it decomposes into 2 or 3 jamo).
-_WIDE = re.compile(
+# Compiled on first use (the re module caches them): compiling these classes costs a new
+# process (the prompt hook) milliseconds, and most text has none of their characters.
+_WIDE = (
     "[\u2e80-\u2fdf\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
 )
-_HANGUL = re.compile("[\uac00-\ud7a3]")
+_HANGUL = "[\uac00-\ud7a3]"
+_FIRST_WIDE = "\u2e80"  # the lowest character either class matches
+
+
+def _narrow(text: str) -> bool:
+    """Whether ``text`` has no character of ``_WIDE`` or ``_HANGUL``."""
+    return text.isascii() or max(text, default="") < _FIRST_WIDE
 
 
 def count_chars(text: str) -> int:
     """Tokens by characters, rounded up: a quarter a character (about four a token in
     English and other spaced scripts), one a CJK ideograph, kana or full-width sign, and
     two a Hangul syllable: close to the local model's WordPiece count."""
-    wide = len(_WIDE.findall(text))
-    hangul = len(_HANGUL.findall(text))
+    if _narrow(text):
+        return math.ceil(len(text) / 4)
+    wide = len(re.findall(_WIDE, text))
+    hangul = len(re.findall(_HANGUL, text))
     return math.ceil((len(text) - wide - hangul) / 4) + wide + 2 * hangul
 
 
@@ -185,13 +195,14 @@ def cut_to_fit(line: str, budget: int, count: TokenCounter) -> str | None:
     after a character of a script written without spaces (CJK)."""
     words = line.split(" ")
     head = len(" ".join(words[:2])) + 1  # "- [kind] " alone says nothing
+    spaced = _narrow(line)
     ends = [
         i
         for i in range(head + 1, len(line) + 1)
         if i == len(line)
         or line[i] == " "
-        or _WIDE.match(line, i - 1)
-        or _HANGUL.match(line, i - 1)
+        or (not spaced and re.match(_WIDE, line[i - 1]))
+        or (not spaced and re.match(_HANGUL, line[i - 1]))
     ]
     low, high = 0, len(ends)  # binary search on the number of cut points kept
     best: str | None = None
@@ -287,12 +298,18 @@ def counter(choice: str | TokenCounter) -> tuple[str, TokenCounter]:
     return choice, COUNTERS[choice]
 
 
-def read_bodies(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
-    """The whole content and the confidence of each memory, which a search hit lacks."""
+def read_bodies(session: Any, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """The whole content and the confidence of each memory, which a search hit lacks, from
+    the store of ``session`` (SQLite or PostgreSQL)."""
+    if engine_of(session) != "SQLite":
+        from mnemex.engine.postgres import memories as pg_memories
+
+        return pg_memories.bodies(session, ids)
     found: dict[str, tuple[str, float]] = {}
-    for chunk in batched(ids, IN_CHUNK):
-        sql = f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})"
-        found.update((ident, (text, sure)) for ident, text, sure in conn.execute(sql, chunk))
+    with session.connection() as conn:
+        for chunk in batched(ids, IN_CHUNK):
+            sql = f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})"
+            found.update((ident, (text, sure)) for ident, text, sure in conn.execute(sql, chunk))
     return found
 
 

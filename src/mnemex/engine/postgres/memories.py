@@ -18,7 +18,8 @@ from mnemex.engine.postgres.schema import read_meta, schema_version
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
-from mnemex.models import Memory, Stats, TimelineEntry
+from mnemex.models import Memory
+from mnemex.results import Stats, TimelineEntry
 from mnemex.text import parse_stored_time, summarize, tags_columns
 
 if TYPE_CHECKING:
