@@ -51,10 +51,14 @@ SCRIPT = [
 
 
 def build(path: Path, namespace: str, texts: list[str]) -> None:
+    """A store of ``texts`` with the local model's vectors, written as `mnemex embed` leaves
+    it: the vectors, and the record of the embedder the store is indexed with."""
+    from mnemex.embed import describe
     from mnemex.embed.local import LocalEmbedder
 
     vectors, _ = real_embeddings(texts, "bench")
     model_id = LocalEmbedder().model_id
+    record = json.dumps(describe(LocalEmbedder()), sort_keys=True)
     with mnemex.open(path, namespace=namespace, embedder=None) as store:
         for start in range(0, len(texts), BATCH):
             store.add_many(
@@ -71,6 +75,7 @@ def build(path: Path, namespace: str, texts: list[str]) -> None:
             "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
             [(seq, model_id, digest, vectors[i].tobytes()) for i, (seq, digest) in enumerate(rows)],
         )
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)", (record,))
         conn.execute("COMMIT")
 
 
