@@ -45,16 +45,24 @@ from mnemex.text import clean_query
 WORK = CACHE / "sentences"
 POOL = 200
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
-Score = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-VARIANTS: dict[str, Score] = {  # (doc, best sentence, best first-line + sentence)
-    "doc (shipped)": lambda a, b, c: a,
-    "best sentence": lambda a, b, c: b,
-    "best first line + sentence": lambda a, b, c: c,
-    "max(doc, sentence)": lambda a, b, c: np.maximum(a, b),
-    "max(doc, first line + sentence)": lambda a, b, c: np.maximum(a, c),
-    "0.5 doc + 0.5 sentence": lambda a, b, c: 0.5 * a + 0.5 * b,
-    "0.5 doc + 0.5 first line + sentence": lambda a, b, c: 0.5 * a + 0.5 * c,
-    "0.7 doc + 0.3 first line + sentence": lambda a, b, c: 0.7 * a + 0.3 * c,
+# A memory longer than one window of the local model (254 WordPiece tokens, len / 4).
+LONG_CHARS = 4 * 254
+Score = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+VARIANTS: dict[str, Score] = {  # (doc, best sentence, best first-line + sentence, is long)
+    "doc (shipped)": lambda a, b, c, long: a,
+    "best sentence": lambda a, b, c, long: b,
+    "best first line + sentence": lambda a, b, c, long: c,
+    "max(doc, sentence)": lambda a, b, c, long: np.maximum(a, b),
+    "max(doc, first line + sentence)": lambda a, b, c, long: np.maximum(a, c),
+    "0.5 doc + 0.5 sentence": lambda a, b, c, long: 0.5 * a + 0.5 * b,
+    "0.5 doc + 0.5 first line + sentence": lambda a, b, c, long: 0.5 * a + 0.5 * c,
+    "0.7 doc + 0.3 first line + sentence": lambda a, b, c, long: 0.7 * a + 0.3 * c,
+    "0.7 doc + 0.3 first line + sentence, long memories only": lambda a, b, c, long: np.where(
+        long, 0.7 * a + 0.3 * c, a
+    ),
+    "max(doc, first line + sentence), long memories only": lambda a, b, c, long: np.where(
+        long, np.maximum(a, c), a
+    ),
 }
 
 
@@ -161,6 +169,8 @@ def rescored(
         conn, lexicon = store.session.conn, store.session.lexicon
         index = store.session.vectors(ef.embedder().dim)
         assert index.size == len(group), "every memory has a vector"
+        sizes = dict(conn.execute("SELECT seq, length(content) FROM memories").fetchall())
+        long = np.array([sizes[int(seq)] > LONG_CHARS for seq in group])
         qids = list(asked["q"])
         texts = [clean_query(asked["texts"][q]) for q in qids]
         qvs = ef.embedder().embed(texts)
@@ -172,7 +182,7 @@ def rescored(
             c = np.maximum.reduceat(vectors["vt"] @ qv, starts)
             lexical = plan(lexicon, text, STOPWORDS, expand=True)
             for name, score in VARIANTS.items():
-                values = score(a, b, c)
+                values = score(a, b, c, long)
                 vec = [(int(group[i]), float(values[i])) for i in np.argsort(-values)[:POOL]]
                 base = asked["q"][qid]
                 bm = dict(base["bm"])
