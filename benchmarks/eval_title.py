@@ -11,9 +11,11 @@ memory of more than one line gets its first line scored as a field of its own
 
 * lexical: BM25 of the whole memory plus ``w`` x BM25 of the first line alone
   (the query's terms with the store's document frequencies, the first line's
-  length against the average first line), or the first line counted twice in
-  the indexed text (term frequencies and length of the whole plus the first
-  line's, the average length grown to match);
+  length against the average first line), divided by 1 + ``w`` so that the
+  score's normalization (the query's IDFs) bounds it as it bounds the whole's
+  (also measured undivided); or the first line counted twice in the indexed
+  text (term frequencies and length of the whole plus the first line's, the
+  average length grown to match);
 * vector: the first line embedded alone (``dump``, cached under
   benchmarks/.cache/title), scored as the larger of it and the memory's
   cosine (its best window, what ships) or as 0.8 x cosine + 0.2 x first line.
@@ -162,6 +164,7 @@ def field_scores(fields: Fields, lexical: LexicalPlan) -> dict[str, np.ndarray]:
     avg_head = float(head_len[titled].mean()) if titled.any() else 1.0
     avg_twice = float((whole_len + head_len).mean()) if n else 1.0
     out = {k: np.zeros(n) for k in ("whole", "head", "twice")}
+    out["titled"] = titled.astype(float)
     for term, df in zip(lexical.terms, lexical.doc_freqs, strict=True):
         if not df:
             continue
@@ -173,20 +176,28 @@ def field_scores(fields: Fields, lexical: LexicalPlan) -> dict[str, np.ndarray]:
     return out
 
 
-# name -> (lexical score from the field scores, factor on the score's normalization)
-LEXICAL: dict[str, tuple[Callable[[dict[str, np.ndarray]], np.ndarray], float]] = {
-    "whole (shipped)": (lambda s: s["whole"], 1.0),
-    "+ 0.25 x first line": (lambda s: s["whole"] + 0.25 * s["head"], 1.25),
-    "+ 0.5 x first line": (lambda s: s["whole"] + 0.5 * s["head"], 1.5),
-    "+ 1.0 x first line": (lambda s: s["whole"] + 1.0 * s["head"], 2.0),
-    "+ 0.5 x first line, norm as shipped": (lambda s: s["whole"] + 0.5 * s["head"], 1.0),
-    "first line twice in the text": (lambda s: s["twice"], 1.0),
+def bonus(w: float) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """Whole + ``w`` x first line, over 1 + ``w`` for memories that have a first line: the
+    score's normalization (the query's IDFs) then bounds it as it bounds the whole's."""
+    return lambda s: (s["whole"] + w * s["head"]) / (1 + w * s["titled"])
+
+
+# name -> lexical score from the field scores
+LEXICAL: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
+    "whole (shipped)": lambda s: s["whole"],
+    "+ 0.1 x first line": bonus(0.1),
+    "+ 0.25 x first line": bonus(0.25),
+    "+ 0.5 x first line": bonus(0.5),
+    "+ 1.0 x first line": bonus(1.0),
+    "+ 0.5 x first line, not divided by 1.5": lambda s: s["whole"] + 0.5 * s["head"],
+    "first line twice in the text": lambda s: s["twice"],
 }
 # name -> vector score from (the memory's cosine, its first line's, has a first line)
 VECTOR: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {
     "doc (shipped)": lambda a, t, titled: a,
     "max(doc, first line)": lambda a, t, titled: np.where(titled, np.maximum(a, t), a),
     "0.8 doc + 0.2 first line": lambda a, t, titled: np.where(titled, 0.8 * a + 0.2 * t, a),
+    "0.9 doc + 0.1 first line": lambda a, t, titled: np.where(titled, 0.9 * a + 0.1 * t, a),
 }
 SETS = {  # label -> (store, key of its queries in features.pkl) pairs, and the measure
     "SciFact train nDCG@10": ([("scifact", "scifact-train")], "nDCG@10"),
@@ -252,13 +263,13 @@ def store_runs(name: str, asked: dict[str, Any], runs: Runs) -> float:
             head = np.zeros(len(seqs))
             head[at] = heads["vectors"] @ qv
             vectors = {v: score(doc, head, titled) for v, score in VECTOR.items()}
-            for lname, (lexical_score, factor) in LEXICAL.items():
+            for lname, lexical_score in LEXICAL.items():
                 lex = lexical_score(scores)
                 runs.setdefault(("lexical arm", lname), {})[qid] = ranked(
                     dict(top(lex, seqs, True)), base["ids"]
                 )
                 for vname, vec in vectors.items():
-                    q = fused(lex, lexical.norm * factor, vec, seqs, base["ids"])
+                    q = fused(lex, lexical.norm, vec, seqs, base["ids"])
                     runs.setdefault((lname, vname), {})[qid] = ranked(ef.adaptive(q), base["ids"])
             for vname, vec in vectors.items():
                 runs.setdefault(("vector arm", vname), {})[qid] = ranked(
