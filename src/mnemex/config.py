@@ -110,7 +110,9 @@ class Settings:
     embed_timeout: float = 30.0  # seconds per HTTP request
     embed_dimensions: int = 0  # openai: ask the endpoint for vectors this long (0: the model's)
     embed_cooldown: float = EMBED_COOLDOWN  # 0: never skip a provider that failed
-    embed_windows: bool = EMBED_WINDOWS  # a long text gets a vector per window of the model
+    # A long text gets several vectors: one per window of the model (the local model: its
+    # token windows, then one per sentence); false: one vector a text.
+    embed_windows: bool = EMBED_WINDOWS
     query_timeout: float = 5.0  # seconds to embed a query before answering lexically
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key_env: str = "OPENAI_API_KEY"

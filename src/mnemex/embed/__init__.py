@@ -56,7 +56,8 @@ class Embedder(Protocol):
 def windows(embedder: Embedder, text: str) -> list[str]:
     """The pieces of ``text`` that ``embedder`` embeds, one vector each: an embedder with
     a ``windows`` method (the local model: 254 WordPiece tokens) cuts a longer text into
-    overlapping windows; any other reads the text as one (truncating it as it does)."""
+    overlapping windows (the local model adds its sentences); any other reads the text
+    as one (truncating it as it does)."""
     cut = getattr(embedder, "windows", None)
     return [text] if cut is None else list(cut(text))
 

@@ -1,9 +1,10 @@
 """The embedding lifecycle of a session: which embedder the store uses, giving memories
 vectors (now, or later from the backlog a failed write leaves), and reindex.
 
-A text longer than the embedder's window gets a vector per window (the setting
-``embed_windows``; :func:`mnemex.embed.windows`); ``reindex`` gives the long
-memories stored with one vector their windows.
+A text longer than the embedder's window gets several vectors (the setting
+``embed_windows``; :func:`mnemex.embed.windows`: the local model's token windows and
+sentences); ``reindex`` gives the memories stored with other windows than their
+text's now (one vector, or token windows without sentences) their windows.
 
 Written over the session's public surface; the vector SQL it runs is
 :mod:`mnemex.index.embeddings`.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
-    from mnemex.index.embeddings import Cut, EmbedReport
+    from mnemex.index.embeddings import Cut, EmbedReport, Pending
 
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
@@ -198,8 +199,8 @@ class Embedding:
     def _window(
         self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
     ) -> None:
-        """Embed anew, in windows, the memories with one vector whose text is longer than
-        one window; the others are left as they are."""
+        """Embed anew, in windows, the memories whose stored windows are not as many as
+        their text's (:func:`rewindowed`); the others are left as they are."""
         from mnemex.index import embeddings as vectors
 
         cut = self.cut(embedder)
@@ -208,11 +209,11 @@ class Embedding:
         session, last = self.session, 0
         while True:
             with session.connection() as conn:
-                batch = vectors.unwindowed(conn, embedder.model_id, after=last)
+                batch = vectors.windowed(conn, embedder.model_id, after=last)
             if not batch:
                 break
-            last = batch[-1].seq
-            long = [r for r in batch if len(cut(r.content)) > 1]
+            last = batch[-1][0].seq
+            long = rewindowed(batch, cut)
             vectors.embed_and_store(
                 session.conn,
                 embedder,
@@ -287,6 +288,12 @@ class Embedding:
                     (str(exc),),
                 )
         return report
+
+
+def rewindowed(stored: Sequence[tuple[Pending, int]], cut: Cut) -> list[Pending]:
+    """Of (memory, windows stored), the memories whose text has another number of windows
+    now (a long text stored with one vector, or with its token windows but no sentences)."""
+    return [memory for memory, count in stored if len(cut(memory.content)) != count]
 
 
 def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:

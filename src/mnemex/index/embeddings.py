@@ -115,7 +115,7 @@ def embed_and_store(
     ``guard`` is held around each use of the connection, never while the
     model runs, so other threads can search meanwhile. ``progress`` is called after
     each batch with its number of rows. ``reuse=False`` embeds every row anew (its
-    earlier windows are replaced).
+    earlier windows are deleted).
     """
     step = EMBED_BATCH if progress is None else FIRST_PROGRESS_BATCH
     start = 0
@@ -134,6 +134,11 @@ def embed_and_store(
         report.reused += len(batch) - len(todo)
         model, dim = embedder.model_id, embedder.dim
         with guard(), write_transaction(conn):
+            if not reuse:  # the earlier windows go, those past the new last one too
+                conn.executemany(
+                    "DELETE FROM embeddings WHERE model = ? AND seq = ?",
+                    [(model, r.seq) for r in batch],
+                )
             conn.executemany(
                 """INSERT OR REPLACE INTO embeddings
                        (seq, model, window, dim, content_hash, vector)
@@ -189,16 +194,16 @@ def _known_vectors(
     return found
 
 
-def unwindowed(conn: sqlite3.Connection, model: str, *, after: int = 0) -> list[Pending]:
-    """Memories with one vector for ``model`` (their text may be longer than a window:
-    stored before long texts were windowed, or with windows off), by ``seq`` after
-    ``after``."""
+def windowed(
+    conn: sqlite3.Connection, model: str, *, after: int = 0, limit: int = EMBED_BATCH
+) -> list[tuple[Pending, int]]:
+    """Memories with vectors for ``model`` and how many windows each has stored (it differs
+    from the windows of its text when it was stored before long texts were windowed, or
+    cut into sentences too, or with windows off), by ``seq`` after ``after``."""
     rows = conn.execute(
-        """SELECT m.seq, m.content, m.content_hash FROM memories AS m
-           JOIN embeddings AS e ON e.model = ? AND e.seq = m.seq AND e.window = 0
-           WHERE m.seq > ? AND NOT EXISTS (
-               SELECT 1 FROM embeddings AS x WHERE x.model = ? AND x.seq = m.seq AND x.window = 1)
-           ORDER BY m.seq LIMIT ?""",
-        (model, after, model, EMBED_BATCH),
+        """SELECT m.seq, m.content, m.content_hash, count(*) FROM memories AS m
+           JOIN embeddings AS e ON e.model = ? AND e.seq = m.seq
+           WHERE m.seq > ? GROUP BY m.seq ORDER BY m.seq LIMIT ?""",
+        (model, after, limit),
     ).fetchall()
-    return [Pending(*r) for r in rows]
+    return [(Pending(*r[:3]), int(r[3])) for r in rows]

@@ -25,10 +25,13 @@ Filters never cost recall: the namespace, kinds, times and tags restrict the
 rows *before* the top k are taken, so a filtered query returns the best
 matches within the filter.
 
-A memory scores its best window's cosine. A search takes the top ``k × w``
-rows (``w``: the most windows a memory has, 1 when no text is longer than a
-window, so a store of short texts searches as if there were no windows) and
-keeps each memory's best: the best k memories' best windows are among them.
+A memory scores its best window's cosine (a long text's windows are its token
+windows and its sentences: see :meth:`mnemex.embed.local.LocalEmbedder.windows`).
+A search takes the top ``k × w`` rows (``w``: the most windows a memory has, 1
+when no text is longer than a window, so a store of short texts searches as if
+there were no windows) and keeps each memory's best: the best k memories' best
+windows are among them. It takes ``k × 4`` rows first, then 4 times more while
+they hold fewer than k memories (:func:`row_steps`).
 """
 
 from __future__ import annotations
@@ -78,8 +81,19 @@ ANN_MIN_ALLOWED = 5_000  # fewer allowed rows than this: exact search over them 
 # the k-th best are rescored exactly before the top k are taken.
 RESCORE_MARGIN = 1e-4
 # Rows per memory a search first takes (times k): enough when the top rows hold k
-# memories, as they do unless a few memories have many windows each.
+# memories, as they do unless a few memories have many windows each (a long text has
+# a window per sentence); each further step takes WINDOWS_FIRST times more.
 WINDOWS_FIRST = 4
+
+
+def row_steps(k: int, windows: int) -> list[int]:
+    """The rows a search of ``k`` memories takes, step by step, when a memory has at most
+    ``windows`` rows: ``k × 4``, ``k × 16``, ... up to ``k × windows`` (which holds k)."""
+    steps, per = [], 1
+    while per < windows:
+        per = min(per * WINDOWS_FIRST, windows)
+        steps.append(k * per)
+    return steps or [k]
 
 
 def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -589,8 +603,7 @@ class VectorIndex:
                 scores = (self._matrix[:n] @ q)[rows]
             # The top k × w rows hold the k best memories (a memory takes at most w rows);
             # so do fewer rows as soon as they hold k memories.
-            windows = self._windows
-            for wanted in dict.fromkeys((k * min(windows, WINDOWS_FIRST), k * windows)):
+            for wanted in row_steps(k, self._windows):
                 picked = rows
                 if wanted < allowed:
                     kth = np.partition(scores, allowed - wanted)[allowed - wanted]
@@ -623,14 +636,17 @@ class VectorIndex:
         assert self.ann is not None
         np = self._np
         allowed_ids = None if allowed >= 1.0 else self._eid[: len(mask)][mask]
-        rows_k = k * self._windows  # rows that hold the k best memories
-        wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
-        ids, _ = self.ann.search(q, wanted, allowed_ids)
-        rows = self._rows_of_eids(ids.astype(np.int64))
-        keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
-        keep[keep] = mask[rows[keep]]
-        found = self._exact_top(rows[keep], q, k)
-        return found if len(found) >= k else None
+        found: list[VectorHit] = []
+        for rows_k in row_steps(k, self._windows):  # rows that hold the k best memories
+            wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
+            ids, _ = self.ann.search(q, wanted, allowed_ids)
+            rows = self._rows_of_eids(ids.astype(np.int64))
+            keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
+            keep[keep] = mask[rows[keep]]
+            found = self._exact_top(rows[keep], q, k)
+            if len(found) >= k:
+                return found
+        return None
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         """The searchable rows (every window) of these memories."""

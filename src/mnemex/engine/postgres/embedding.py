@@ -3,15 +3,18 @@ its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
 
 The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
 else the one the store records in ``meta``; a text longer than the embedder's
-window gets a vector per window, :meth:`PgEmbedding.pieces`); a text already embedded for the model, in any memory, is not embedded again);
-embedding runs outside any
-transaction, and each batch of vectors is one write. A write whose vectors cannot
+window gets several vectors, :meth:`PgEmbedding.pieces`: the local model's token
+windows and sentences; ``reindex`` gives the memories stored with other windows
+their text's); a text already embedded for the model, in any memory, is not
+embedded again; embedding runs outside any transaction, and each batch of
+vectors is one write. A write whose vectors cannot
 be made leaves its memories stored without them (``last_error``); ``embed``
 catches up.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,10 @@ _PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
     WHERE m.seq > %(after)s {only}
       AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
     ORDER BY m.seq LIMIT %(limit)s"""
+# Memories with vectors of the model and how many windows each has stored.
+_WINDOWED = """SELECT m.seq, m.content, m.content_hash, count(*) FROM memories AS m
+    JOIN embeddings AS e ON e.seq = m.seq AND e.model = %(model)s
+    WHERE m.seq > %(after)s GROUP BY m.seq ORDER BY m.seq LIMIT %(limit)s"""
 
 
 class PgEmbedding:
@@ -121,14 +128,47 @@ class PgEmbedding:
         force: bool = False,
         prune: bool = False,
     ) -> EmbedReport | None:
-        """Vectors for what lacks one (the index terms are kept by triggers: nothing to
-        rebuild); ``prune`` deletes other models' vectors."""
+        """Vectors for what lacks one, and anew for the memories whose stored windows are
+        not their text's (the index terms are kept by triggers: nothing to rebuild);
+        ``prune`` deletes other models' vectors."""
         if prune and self._wanted is not None:
             with self.session.transaction() as conn:
                 conn.execute("DELETE FROM embeddings WHERE model <> %s", (self._wanted.model_id,))
         if self.embedder is None and self._wanted is None:
             return None
-        return self.embed(progress=progress, force=force)
+        report = self.embed(progress=progress, force=force)
+        if self._embedder is not None:
+            self._window(self._embedder, report, progress)
+        return report
+
+    def _window(
+        self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
+    ) -> None:
+        """Embed anew the memories whose stored windows are not as many as their text's
+        (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are."""
+        from mnemex.engine.embedding import rewindowed
+        from mnemex.index.embeddings import Pending
+
+        if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
+            return
+        last = 0
+        while True:
+            with self.session.connection() as conn:
+                rows = conn.execute(
+                    _WINDOWED, {"after": last, "model": embedder.model_id, "limit": BATCH}
+                ).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            stored = [(Pending(r[0], r[1], r[2]), int(r[3])) for r in rows]
+            stale = rewindowed(stored, functools.partial(self.pieces, embedder))
+            if stale:
+                texts, _ = self._store(
+                    embedder, [(r.seq, r.content, r.content_hash) for r in stale], {}
+                )
+                report.embedded += texts
+                if progress is not None:
+                    progress(len(stale))
 
     def embed_new(
         self, seqs: Sequence[int], primed: dict[str, Any] | None = None, **_: Any
@@ -170,25 +210,34 @@ class PgEmbedding:
                 return
             with self.session.connection() as conn:
                 stored = stored_windows(conn, embedder.model_id, [r[2] for r in rows])
-            new = [r for r in rows if r[2] not in stored]
-            windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
-            texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
-            vectors: Any = embed_checked(embedder, texts) if texts else []
-            by_text = {t: vectors[i] for i, t in enumerate(texts)}
-            for r in new:
-                stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
-            items = [
-                (seq, digest, vector, window)
-                for seq, _, digest in rows
-                for window, vector in enumerate(stored[digest])
-            ]
-            with self.session.connection() as conn:
-                insert_vectors(conn, embedder.model_id, items)
-            report.embedded += len(texts)
-            report.reused += len(items) - len(texts)
+            texts, items = self._store(embedder, rows, stored)
+            report.embedded += texts
+            report.reused += items - texts
             if progress is not None:
                 progress(len(rows))
             last = rows[-1][0]
+
+    def _store(
+        self, embedder: Embedder, rows: Sequence[Any], stored: dict[str, list[Any]]
+    ) -> tuple[int, int]:
+        """Give each row (seq, content, content hash) its windows' vectors: ``stored``'s
+        for its hash, else embedded (no connection held), then written in one batch.
+        Returns (texts embedded, vectors written)."""
+        new = [r for r in rows if r[2] not in stored]
+        windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
+        texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
+        vectors: Any = embed_checked(embedder, texts) if texts else []
+        by_text = {t: vectors[i] for i, t in enumerate(texts)}
+        for r in new:
+            stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
+        items = [
+            (seq, digest, vector, window)
+            for seq, _, digest in rows
+            for window, vector in enumerate(stored[digest])
+        ]
+        with self.session.connection() as conn:
+            insert_vectors(conn, embedder.model_id, items)
+        return len(texts), len(items)
 
     def _pending_count(self, model: str) -> int:
         with self.session.connection() as conn:
