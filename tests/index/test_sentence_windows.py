@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mnemex.embed import SENTENCE_BASE
 from mnemex.embed.local import (
     SENTENCE_CHARS,
     SENTENCE_WINDOWS,
@@ -59,8 +60,14 @@ def model() -> LocalEmbedder:
 
 def token_windows(model: LocalEmbedder, text: str) -> int:
     """How many of the text's windows are token windows (the rest are its sentences)."""
-    pieces = model.windows(text)
-    return len(pieces) - (len(sentence_windows(text)) if len(pieces) > 1 else 0)
+    return len(model.window_parts(text)[0])
+
+
+def numbers(model: LocalEmbedder, text: str) -> list[int]:
+    """The window numbers a memory of ``text`` is stored with: its token windows 0, 1, ...,
+    its sentence windows SENTENCE_BASE, SENTENCE_BASE + 1, ..."""
+    tokens, sentences = model.window_parts(text)
+    return [*range(len(tokens)), *range(SENTENCE_BASE, SENTENCE_BASE + len(sentences))]
 
 
 def test_sentence_windows_read_each_sentence_after_the_first_line() -> None:
@@ -187,7 +194,7 @@ def test_a_sentence_deep_in_a_long_memory_finds_it(make_store, model: LocalEmbed
     long_id = store.add(report())
     seq = seq_of(store, long_id)
     tokens = token_windows(model, report())
-    assert [w for _, w in rows(store, seq)] == list(range(len(model.windows(report()))))
+    assert [w for _, w in rows(store, seq)] == numbers(model, report())
     now = cosines(store, QUERY)
     ranked = [h.id for h in store.search(QUERY, mode="vector").hits]
     drop_sentences(store, seq, tokens)  # the same memory as token windows alone

@@ -350,8 +350,14 @@ class LocalEmbedder:
         last one ends with the text; a text that fits the model's window is one), then,
         for a text of more than one window or ``SENTENCE_CHARS`` characters, its
         :func:`sentence_windows`. A short text is one window, itself."""
+        tokens, sentences = self.window_parts(text)
+        return [*tokens, *sentences]
+
+    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
+        """:meth:`windows` in two parts: the token windows, then the sentence windows
+        (distinct, none a token window; none for a short text)."""
         if len(text) <= WINDOW:  # a token covers at least one character: it fits
-            return [text]
+            return [text], []
         with self._lock:
             tokenizer = self._load_tokenizer()
         encoding = tokenizer.encode(text, add_special_tokens=False)
@@ -367,5 +373,7 @@ class LocalEmbedder:
                 if start + WINDOW >= len(offsets):
                     break
         elif len(text) <= SENTENCE_CHARS:
-            return out
-        return list(dict.fromkeys([*out, *sentence_windows(text)]))
+            return out, []
+        tokens = list(dict.fromkeys(out))
+        seen = set(tokens)
+        return tokens, [s for s in sentence_windows(text) if s not in seen]

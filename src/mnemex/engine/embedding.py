@@ -101,13 +101,13 @@ class Embedding:
         a text, as embedders without a window and ``embed_windows = false`` give)."""
         if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
             return None
-        return functools.partial(embedders.windows, embedder)
+        return functools.partial(embedders.numbered_windows, embedder)
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
         embedder = self.embedder
         cut = None if embedder is None else self.cut(embedder)
-        return text if cut is None else cut(text)[0]
+        return text if cut is None else cut(text)[0][1]
 
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
@@ -290,10 +290,16 @@ class Embedding:
         return report
 
 
-def rewindowed(stored: Sequence[tuple[Pending, int]], cut: Cut) -> list[Pending]:
-    """Of (memory, windows stored), the memories whose text has another number of windows
-    now (a long text stored with one vector, or with its token windows but no sentences)."""
-    return [memory for memory, count in stored if len(cut(memory.content)) != count]
+def rewindowed(stored: Sequence[tuple[Pending, tuple[int, int]]], cut: Cut) -> list[Pending]:
+    """Of (memory, (windows stored, of them sentence windows)), the memories whose text is
+    cut otherwise now (a long text stored with one vector, or with its token windows but
+    no sentences, or its sentences not numbered as sentences)."""
+    out = []
+    for memory, shape in stored:
+        numbers = [number for number, _ in cut(memory.content)]
+        if (len(numbers), sum(map(embedders.is_sentence, numbers))) != shape:
+            out.append(memory)
+    return out
 
 
 def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemex.embed import SENTENCE_BASE
 from mnemex.errors import IndexMismatch
 from mnemex.storage import IN_CHUNK, marks
 
@@ -122,6 +123,19 @@ def snapshot_path(db_path: Path, model: str) -> Path:
     return db_path.with_name(f"{db_path.name}.{safe}.vectors")
 
 
+def window_spans(windows: np.ndarray) -> tuple[int, int]:
+    """(the highest token window number + 1, the highest sentence window number's place
+    among sentence windows + 1) of window numbers: of a memory's rows, the token windows
+    and the sentence windows it has (0 for none)."""
+    sentences = windows >= SENTENCE_BASE
+    tokens = windows[~sentences]
+    top = windows[sentences]
+    return (
+        int(tokens.max()) + 1 if len(tokens) else 0,
+        int(top.max()) - SENTENCE_BASE + 1 if len(top) else 0,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class VectorHit:
     seq: int
@@ -149,7 +163,9 @@ class VectorIndex:
         self._created = np.zeros(0, dtype=np.int64)  # epoch milliseconds
         self._win = np.zeros(0, dtype=np.int32)  # the window's number within its memory
         self._valid = np.zeros(0, dtype=bool)
-        self._windows = 1  # at least the most windows of one memory (the rows a seq may take)
+        # At least the most token windows and sentence windows of one memory: their sum
+        # bounds the rows a seq may take (``_windows``).
+        self._most_tokens, self._most_sentences = 1, 0
         self._n = 0
         self._ns_codes: dict[str, int] = {}
         self._kind_codes: dict[str, int] = {}
@@ -168,6 +184,11 @@ class VectorIndex:
     def mark_dirty(self) -> None:
         """This connection wrote: look for changes before the next search."""
         self._dirty = True
+
+    @property
+    def _windows(self) -> int:
+        """At least the most windows of one memory (the rows a seq may take)."""
+        return self._most_tokens + self._most_sentences
 
     @property
     def size(self) -> int:
@@ -234,7 +255,8 @@ class VectorIndex:
         self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         for name, dtype in _SNAPSHOT_ARRAYS:
             setattr(self, name, np.zeros(0, dtype=dtype))
-        self._n, self._read, self.corrupt, self._windows = 0, 0, 0, 1
+        self._n, self._read, self.corrupt = 0, 0, 0
+        self._most_tokens, self._most_sentences = 1, 0
         self._ns_codes, self._kind_codes = {}, {}
 
     def _read_snapshot(self) -> bool:
@@ -284,7 +306,7 @@ class VectorIndex:
         for name, array in arrays.items():  # plain arrays over the mapping: no memmap per slice
             setattr(self, name, np.asarray(array))
         self._n = n
-        self._windows = int(self._win.max()) + 1
+        self._most_tokens, self._most_sentences = window_spans(self._win)
         self._ns_codes = {str(k): int(v) for k, v in head["namespaces"].items()}
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
@@ -483,7 +505,9 @@ class VectorIndex:
         self._eid[n:end] = eids
         self._seq[n:end] = seqs
         self._win[n:end] = wins
-        self._windows = max(self._windows, int(wins.max()) + 1)
+        tokens, sentences = window_spans(wins)
+        self._most_tokens = max(self._most_tokens, tokens)
+        self._most_sentences = max(self._most_sentences, sentences)
         fields = np.array([meta[int(s)] for s in seqs.tolist()], dtype=np.int64).reshape(-1, 3)
         self._ns[n:end] = fields[:, 0]
         self._kind[n:end] = fields[:, 1]
@@ -668,15 +692,31 @@ class VectorIndex:
         """The exact cosine (see :func:`exact_cosines`) to ``query`` of each memory that
         has a vector: its best window's."""
         with self._lock:
-            rows = self._rows_of(seqs)
-            if not len(rows):
+            return self._best(self._rows_of(seqs), query)
+
+    def token_cosines_of(self, seqs: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        """The exact cosine to ``query`` of each of these memories that has sentence
+        windows: its best token window's (the others' is their :meth:`cosines_of`). A
+        store without sentence windows answers at once."""
+        np = self._np
+        with self._lock:
+            if not self._most_sentences:
                 return {}
-            exact = exact_cosines(self._matrix[rows], query)
-            out: dict[int, float] = {}
-            for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
-                if seq not in out or cosine > out[seq]:
-                    out[seq] = cosine
-            return out
+            rows = self._rows_of(seqs)
+            sentences = self._win[rows] >= SENTENCE_BASE
+            long = np.isin(self._seq[rows], self._seq[rows[sentences]])
+            return self._best(rows[long & ~sentences], query)
+
+    def _best(self, rows: np.ndarray, query: np.ndarray) -> dict[int, float]:
+        """Each memory's best exact cosine to ``query`` among ``rows``."""
+        if not len(rows):
+            return {}
+        exact = exact_cosines(self._matrix[rows], query)
+        out: dict[int, float] = {}
+        for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
+            if seq not in out or cosine > out[seq]:
+                out[seq] = cosine
+        return out
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
         """The searchable vectors and their embedding ids."""

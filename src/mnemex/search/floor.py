@@ -24,7 +24,7 @@ lexical search keeps every row its expression matches.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 FLOOR_VERSION = "floor-v2"
@@ -67,15 +67,25 @@ def relevant_query(
     seqs: Iterable[int],
     text: Mapping[int, float],
     cosines: Mapping[int, float],
+    token_cosines: Callable[[list[int]], Mapping[int, float]] | None = None,
 ) -> bool:
-    """True when some candidate is relevant enough to answer the query at all."""
-    for seq in seqs:
-        cosine = cosines.get(seq, -1.0)
-        if cosine >= floor.query_cosine or (
-            cosine >= floor.agree_cosine and text.get(seq, 0.0) >= floor.agree_text
-        ):
-            return True
-    return False
+    """True when some candidate is relevant enough to answer the query at all.
+
+    ``cosines`` are each candidate's best window's; ``token_cosines`` gives, for the
+    candidates that have sentence windows, their best token window's, which the gate
+    reads instead: it is asked only about the candidates ``cosines`` would let through."""
+    passing = [seq for seq in seqs if _vouched(floor, cosines.get(seq, -1.0), text.get(seq))]
+    if not passing or token_cosines is None:
+        return bool(passing)
+    tokens = token_cosines(passing)
+    return any(_vouched(floor, tokens.get(seq, cosines[seq]), text.get(seq)) for seq in passing)
+
+
+def _vouched(floor: Floor, cosine: float, text: float | None) -> bool:
+    """A candidate's cosine reaches the query's cut-off, or both arms vouch for it."""
+    return cosine >= floor.query_cosine or (
+        cosine >= floor.agree_cosine and (text or 0.0) >= floor.agree_text
+    )
 
 
 def relevant_hit(floor: Floor, text: float | None, cosine: float | None) -> bool:

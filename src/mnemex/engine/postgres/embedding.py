@@ -35,8 +35,10 @@ _PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
     WHERE m.seq > %(after)s {only}
       AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
     ORDER BY m.seq LIMIT %(limit)s"""
-# Memories with vectors of the model and how many windows each has stored.
-_WINDOWED = """SELECT m.seq, m.content, m.content_hash, count(*) FROM memories AS m
+# Memories with vectors of the model, how many windows each has stored and how many of
+# them are sentence windows.
+_WINDOWED = """SELECT m.seq, m.content, m.content_hash, count(*),
+        count(*) FILTER (WHERE e.window_no >= %(base)s) FROM memories AS m
     JOIN embeddings AS e ON e.seq = m.seq AND e.model = %(model)s
     WHERE m.seq > %(after)s GROUP BY m.seq ORDER BY m.seq LIMIT %(limit)s"""
 
@@ -69,15 +71,17 @@ class PgEmbedding:
                     self._ready = True
         return self._embedder
 
-    def pieces(self, embedder: Embedder, text: str) -> list[str]:
-        """The windows of ``text`` the store gives a vector each (one, the text, with
-        ``embed_windows`` off; see :func:`mnemex.embed.windows`)."""
-        return embedders.windows(embedder, text) if self.session.settings.embed_windows else [text]
+    def pieces(self, embedder: Embedder, text: str) -> list[tuple[int, str]]:
+        """The windows of ``text`` the store gives a vector each, with their numbers (one,
+        the text, with ``embed_windows`` off; see :func:`mnemex.embed.numbered_windows`)."""
+        if not self.session.settings.embed_windows:
+            return [(0, text)]
+        return embedders.numbered_windows(embedder, text)
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (window 0)."""
         embedder = self.embedder
-        return text if embedder is None else self.pieces(embedder, text)[0]
+        return text if embedder is None else self.pieces(embedder, text)[0][1]
 
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
@@ -155,12 +159,18 @@ class PgEmbedding:
         while True:
             with self.session.connection() as conn:
                 rows = conn.execute(
-                    _WINDOWED, {"after": last, "model": embedder.model_id, "limit": BATCH}
+                    _WINDOWED,
+                    {
+                        "after": last,
+                        "model": embedder.model_id,
+                        "limit": BATCH,
+                        "base": embedders.SENTENCE_BASE,
+                    },
                 ).fetchall()
             if not rows:
                 return
             last = rows[-1][0]
-            stored = [(Pending(r[0], r[1], r[2]), int(r[3])) for r in rows]
+            stored = [(Pending(r[0], r[1], r[2]), (int(r[3]), int(r[4]))) for r in rows]
             stale = rewindowed(stored, functools.partial(self.pieces, embedder))
             if stale:
                 texts, _ = self._store(
@@ -218,22 +228,22 @@ class PgEmbedding:
             last = rows[-1][0]
 
     def _store(
-        self, embedder: Embedder, rows: Sequence[Any], stored: dict[str, list[Any]]
+        self, embedder: Embedder, rows: Sequence[Any], stored: dict[str, list[tuple[int, Any]]]
     ) -> tuple[int, int]:
-        """Give each row (seq, content, content hash) its windows' vectors: ``stored``'s
-        for its hash, else embedded (no connection held), then written in one batch.
-        Returns (texts embedded, vectors written)."""
+        """Give each row (seq, content, content hash) its windows' vectors (with their
+        numbers): ``stored``'s for its hash, else embedded (no connection held), then
+        written in one batch. Returns (texts embedded, vectors written)."""
         new = [r for r in rows if r[2] not in stored]
         windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
-        texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
+        texts = list(dict.fromkeys(p for pieces in windows.values() for _, p in pieces))
         vectors: Any = embed_checked(embedder, texts) if texts else []
         by_text = {t: vectors[i] for i, t in enumerate(texts)}
         for r in new:
-            stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
+            stored.setdefault(r[2], [(w, by_text[piece]) for w, piece in windows[r[0]]])
         items = [
             (seq, digest, vector, window)
             for seq, _, digest in rows
-            for window, vector in enumerate(stored[digest])
+            for window, vector in stored[digest]
         ]
         with self.session.connection() as conn:
             insert_vectors(conn, embedder.model_id, items)
