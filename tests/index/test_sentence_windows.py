@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from mnemex.embed import SENTENCE_BASE
+import mnemex
+from mnemex.embed import SENTENCE_BASE, window_numbers
 from mnemex.embed.local import (
     SENTENCE_CHARS,
     SENTENCE_WINDOWS,
@@ -18,11 +21,15 @@ from mnemex.embed.local import (
     LocalEmbedder,
     sentence_windows,
 )
-from mnemex.index.vectors import row_steps
+from mnemex.index.vectors import row_steps, window_spans
+from mnemex.migration import migrate
+from mnemex.search.floor import CALIBRATED
+from mnemex.search.pipeline import NOTHING_RELEVANT
 from mnemex.store import Store
 from tests.index.test_windows import cosines, on_postgres, rows, seq_of
 from tests.pg_fixtures import both_engines
 
+FLOOR = CALIBRATED["all-minilm-l6-v2"]
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 TITLE = "Annual report of the regional water authority"
 FILLER = [
@@ -240,3 +247,151 @@ def test_duplicates_of_a_long_memory_compare_its_first_window(make_store, model)
     assert not added.deduplicated and added.id != long_id
     again = store.remember(report().replace("twice as much", "two times as much"))
     assert again.deduplicated and again.id == long_id  # a whole repeat still merges
+
+
+class Counting:
+    """The local model, counting the texts it embeds (the store's cut is the model's)."""
+
+    def __init__(self, model: LocalEmbedder) -> None:
+        self.model, self.embedded = model, 0
+        self.model_id, self.dim = model.model_id, model.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.embedded += len(texts)
+        return self.model.embed(texts)
+
+    def windows(self, text: str) -> list[str]:
+        return self.model.windows(text)
+
+    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
+        return self.model.window_parts(text)
+
+
+def test_a_memory_takes_as_many_rows_as_its_token_and_sentence_windows() -> None:
+    """The rows a search takes per memory count windows, not window numbers."""
+    wins = np.array([0, 1, SENTENCE_BASE, SENTENCE_BASE + 1, SENTENCE_BASE + 2, 0, 2])
+    assert window_spans(wins) == (3, 3)
+    assert window_spans(np.array([0, 0, 1])) == (2, 0)
+    assert window_numbers([SENTENCE_BASE + 1, 0, SENTENCE_BASE, 1]) == [
+        0,
+        1,
+        SENTENCE_BASE,
+        SENTENCE_BASE + 1,
+    ]
+
+
+@pytest.mark.model
+@both_engines
+def test_sentence_windows_keep_their_numbers_when_reused(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    """A text stored again (another namespace) takes the stored vectors of the same text,
+    numbers and all: nothing is embedded again."""
+    counting = Counting(model)
+    store = make_store(embedder=counting)
+    first = seq_of(store, store.add(report()))
+    embedded = counting.embedded
+    second = seq_of(store, store.add(report(), namespace="elsewhere"))
+    assert counting.embedded == embedded  # reused by content hash
+    assert [w for _, w in rows(store, first)] == numbers(model, report())
+    assert [w for _, w in rows(store, second)] == numbers(model, report())
+    assert store.check()["ok"]
+
+
+@pytest.mark.model
+def test_check_finds_a_sentence_window_missing(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model)
+    seq = seq_of(store, store.add(report()))
+    assert store.check()["ok"]
+    with store.session.transaction() as conn:
+        conn.execute(
+            "DELETE FROM embeddings WHERE seq = ? AND window = ?", (seq, SENTENCE_BASE + 1)
+        )
+    problems = store.check()["problems"]
+    assert any("lack some of their windows" in p for p in problems)
+
+
+def number_sentences_as_tokens(store: Store, seq: int, tokens: int) -> None:
+    """Write the memory as 5a38f69 did: its sentence windows numbered after its token
+    windows (tokens, tokens + 1, ...)."""
+    window = "window_no" if on_postgres(store) else "window"
+    mark = "%s" if on_postgres(store) else "?"
+    with store.session.transaction() as conn:
+        conn.execute(
+            f"UPDATE embeddings SET {window} = {window} - {mark} + {mark} "
+            f"WHERE seq = {mark} AND {window} >= {mark}",
+            (SENTENCE_BASE, tokens, seq, SENTENCE_BASE),
+        )
+    store.session.after_write()
+
+
+@pytest.mark.model
+@both_engines
+def test_reindex_numbers_sentences_stored_as_token_windows(
+    make_store, model: LocalEmbedder
+) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model)
+    store.add_many(others())
+    seq = seq_of(store, store.add(report()))
+    full = rows(store)
+    number_sentences_as_tokens(store, seq, token_windows(model, report()))
+    assert [w for _, w in rows(store, seq)] == list(range(len(model.windows(report()))))
+    done = store.reindex()
+    assert done is not None and done.embedded > 0
+    assert rows(store) == full
+    assert store.check()["ok"]
+
+
+# A question the long memory's one sentence about honey answers, and none of its token
+# windows: its sentence window reaches the floor's query cut-off, its token windows do not.
+SENTENCE_ONLY = "how much honey did the hives make"
+# A question a token window of the long memory answers (and a sentence window better).
+TOKEN_TOO = "water treatment plant annual report"
+CAT = "The cat slept on the warm kitchen windowsill all afternoon."
+
+
+def best(model: LocalEmbedder, query: str, pieces: list[str]) -> float:
+    vectors = model.embed([query, *pieces])
+    return float((vectors[1:] @ vectors[0]).max())
+
+
+@pytest.mark.model
+@both_engines
+def test_the_query_gate_reads_token_windows(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    """The relevance floor's query gate reads each memory's best token window (its
+    cosine before sentence windows), the ranking and the per-hit floor its best window."""
+    tokens, sentences = model.window_parts(report())
+    assert best(model, SENTENCE_ONLY, tokens) < FLOOR.query_cosine  # (its words too few)
+    assert best(model, SENTENCE_ONLY, sentences) > FLOOR.query_cosine + 0.2
+    store = make_store(embedder=model)
+    long_id = store.add(report())
+    store.add(CAT)
+    unfloored = store.search(SENTENCE_ONLY, threshold=False).hits
+    assert unfloored and unfloored[0].id == long_id  # its sentence window finds it
+    found = store.search(SENTENCE_ONLY)
+    assert not found.hits and NOTHING_RELEVANT in found.notes
+    assert best(model, TOKEN_TOO, tokens) > FLOOR.query_cosine
+    hits = store.search(TOKEN_TOO, explain=True).hits
+    assert hits and hits[0].id == long_id
+    assert hits[0].explain is not None
+    cosine = hits[0].explain["vector"]["cosine"]
+    assert cosine == pytest.approx(best(model, TOKEN_TOO, tokens + sentences), abs=1e-4)
+    assert cosine > best(model, TOKEN_TOO, tokens) + 0.1  # ranked by its best window
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("target", ["sqlite", "postgres"])
+def test_a_migrated_store_keeps_sentence_numbers_and_the_gate(
+    tmp_path: Path, model: LocalEmbedder, target: str, request: pytest.FixtureRequest
+) -> None:
+    source = tmp_path / "a.db"
+    with mnemex.open(source, embedder=model) as store:
+        store.add_many([CAT, "Shipping labels are printed at the loading dock."])
+        store.add(report())
+        stored = rows(store)
+    there = tmp_path / "b.db" if target == "sqlite" else request.getfixturevalue("pg_url")
+    migrate(source, there)
+    with mnemex.open(there, embedder=model) as copy:
+        assert rows(copy) == stored
+        assert copy.check()["ok"]
+        assert not copy.search(SENTENCE_ONLY).hits
+        again = copy.reindex()
+        assert again is not None and again.embedded == 0  # numbered as its text's windows

@@ -199,8 +199,9 @@ class Embedding:
     def _window(
         self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
     ) -> None:
-        """Embed anew, in windows, the memories whose stored windows are not as many as
-        their text's (:func:`rewindowed`); the others are left as they are."""
+        """Embed anew, in windows, the memories whose stored windows are not their text's
+        (as many token and sentence windows: :func:`rewindowed`); the others are left as
+        they are."""
         from mnemex.index import embeddings as vectors
 
         cut = self.cut(embedder)

@@ -148,7 +148,7 @@ class PgEmbedding:
     def _window(
         self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
     ) -> None:
-        """Embed anew the memories whose stored windows are not as many as their text's
+        """Embed anew the memories whose stored windows are not their text's
         (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are."""
         from mnemex.engine.embedding import rewindowed
         from mnemex.index.embeddings import Pending
