@@ -1,5 +1,6 @@
-"""A memory longer than a window of the local model gets a vector per sentence of its body
-too, each read after its first line, and is scored by the best of all its windows."""
+"""With ``embed_sentences`` on, a memory longer than a window of the local model gets a
+vector per sentence of its body too, each read after its first line, and is scored by the
+best of all its windows. Off (the default), it gets its token windows alone."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ DEEP = (
     "twice as much honey as the year before."
 )
 QUERY = "how much honey did the beehives by the reservoir make?"
+
+
+@pytest.fixture(autouse=True)
+def sentences_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every store of this module reads long texts sentence by sentence too."""
+    monkeypatch.setenv("MNEMEX_EMBED_SENTENCES", "true")
 
 
 def report() -> str:
@@ -395,3 +402,26 @@ def test_a_migrated_store_keeps_sentence_numbers_and_the_gate(
         assert not copy.search(SENTENCE_ONLY).hits
         again = copy.reindex()
         assert again is not None and again.embedded == 0  # numbered as its text's windows
+
+
+@pytest.mark.model
+@both_engines
+def test_sentences_follow_the_setting(make_store, model: LocalEmbedder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Off (the default), a long memory gets its token windows alone; a reindex with the
+    setting turned on gives it its sentences, and one with it off takes them away."""
+    monkeypatch.delenv("MNEMEX_EMBED_SENTENCES")
+    store = make_store("setting.db", embedder=model)
+    long_id = store.add(report())
+    seq = seq_of(store, long_id)
+    tokens = token_windows(model, report())
+    assert [w for _, w in rows(store, seq)] == list(range(tokens))
+    store.close()
+    on = make_store("setting.db", embedder=model, embed_sentences=True)
+    assert on.reindex() is not None
+    assert [w for _, w in rows(on, seq)] == numbers(model, report())
+    on.close()
+    off = make_store("setting.db", embedder=model)
+    done = off.reindex()
+    assert done is not None and done.embedded > 0  # written anew, without sentences
+    assert [w for _, w in rows(off, seq)] == list(range(tokens))
+    assert off.check()["ok"]

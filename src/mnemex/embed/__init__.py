@@ -68,15 +68,18 @@ def windows(embedder: Embedder, text: str) -> list[str]:
     return [text] if cut is None else list(cut(text))
 
 
-def numbered_windows(embedder: Embedder, text: str) -> list[tuple[int, str]]:
+def numbered_windows(
+    embedder: Embedder, text: str, *, sentences: bool = True
+) -> list[tuple[int, str]]:
     """:func:`windows` with the number each is stored under: token windows from 0, the
     sentence windows of an embedder that gives them apart (``window_parts``, the local
-    model's) from ``SENTENCE_BASE``."""
+    model's) from ``SENTENCE_BASE``; none with ``sentences`` false (the setting
+    ``embed_sentences``)."""
     parts = getattr(embedder, "window_parts", None)
     if parts is None:
         return list(enumerate(windows(embedder, text)))
-    tokens, sentences = parts(text)
-    return [*enumerate(tokens), *enumerate(sentences, SENTENCE_BASE)]
+    tokens, found = parts(text)
+    return [*enumerate(tokens), *enumerate(found if sentences else [], SENTENCE_BASE)]
 
 
 def is_sentence(window: int) -> bool:

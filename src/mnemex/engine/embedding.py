@@ -101,7 +101,9 @@ class Embedding:
         a text, as embedders without a window and ``embed_windows = false`` give)."""
         if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
             return None
-        return functools.partial(embedders.numbered_windows, embedder)
+        return functools.partial(
+            embedders.numbered_windows, embedder, sentences=self.session.settings.embed_sentences
+        )
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (its window 0)."""

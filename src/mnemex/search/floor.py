@@ -48,7 +48,7 @@ class Floor:
 # 0.30, calibrated on first windows); the query gate reads best token windows since, the
 # same cosines: 4.2 % of 926 foreign queries keep a hit (0-4 % per pair, except CISI's
 # library-science questions against SciFact abstracts: 35.5 %), in-domain nDCG@10 / R@10
-# within 0.003 (benchmarks/RESULTS.md, "A vector per sentence: shipped").
+# within 0.003 (benchmarks/RESULTS.md, "A vector per sentence: built, off by default").
 CALIBRATED = {
     "all-minilm-l6-v2": Floor(
         query_cosine=0.40, agree_cosine=0.30, agree_text=0.40, hit_cosine=0.20, hit_text=0.15

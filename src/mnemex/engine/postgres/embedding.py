@@ -73,10 +73,12 @@ class PgEmbedding:
 
     def pieces(self, embedder: Embedder, text: str) -> list[tuple[int, str]]:
         """The windows of ``text`` the store gives a vector each, with their numbers (one,
-        the text, with ``embed_windows`` off; see :func:`mnemex.embed.numbered_windows`)."""
-        if not self.session.settings.embed_windows:
+        the text, with ``embed_windows`` off; sentence windows with ``embed_sentences``; see
+        :func:`mnemex.embed.numbered_windows`)."""
+        settings = self.session.settings
+        if not settings.embed_windows:
             return [(0, text)]
-        return embedders.numbered_windows(embedder, text)
+        return embedders.numbered_windows(embedder, text, sentences=settings.embed_sentences)
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (window 0)."""
