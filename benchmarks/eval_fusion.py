@@ -94,12 +94,14 @@ def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[s
         cos = {h.seq: h.cosine for h in vec}
         cos.update(index.cosines_of([s for s in bm if s not in cos], qv))  # best windows
         first = {s: float(v @ qv) for s, v in index.vectors_of(sorted(cos)).items()}
+        tokens = {**cos, **index.token_cosines_of(sorted(cos), qv)}  # best token windows
         out[qid] = {
             "lex": [(c.seq, c.raw) for c in lex],
             "vec": [(h.seq, h.cosine) for h in vec],
             "bm": bm,
             "cos": cos,
             "cos0": first,  # the first window's cosine (the memory's start)
+            "tok": tokens,  # the best token window's cosine (sentence windows left out)
             "norm": lexical.norm,
             "ns": ns,
             "ids": ids,
@@ -355,9 +357,10 @@ def fusion_table() -> None:
 # -- the relevance floor -----------------------------------------------------------------
 
 
-def gated(floor: Floor, fuse: Fusion = adaptive, gate: str = "cos") -> Fusion:
-    """The floor on ``fuse``; ``gate`` names the cosines the query gate reads (``cos``: each
-    memory's best window, as the arms score; ``cos0``: its first window)."""
+def gated(floor: Floor, fuse: Fusion = adaptive, gate: str = "tok") -> Fusion:
+    """The floor on ``fuse``; ``gate`` names the cosines the query gate reads (``tok``: each
+    memory's best token window, as the pipeline's gate; ``cos``: its best window, sentence
+    windows too, as the arms score and the per-hit floor reads; ``cos0``: its first window)."""
 
     def keep(q: Query) -> dict[int, float]:
         scores = fuse(q)
@@ -408,6 +411,8 @@ def floor_table() -> None:
             label += " **(default)**"
         rows.append((label, gated(floor), gated(floor)))
         if floor == shipped_floor:
+            label = "the same, the query gate on each memory's best window (sentences too)"
+            rows.append((label, gated(floor, gate="cos"), gated(floor, gate="cos")))
             label = "the same, the query gate on each memory's first window"
             rows.append((label, gated(floor, gate="cos0"), gated(floor, gate="cos0")))
     for best in (0.3, 0.4, 0.5):

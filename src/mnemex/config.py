@@ -35,6 +35,10 @@ DEFAULT_EMBEDDER = "auto"
 EMBED_COOLDOWN = 30.0  # seconds a provider that failed is skipped (doubled per failure in a row)
 # A text longer than the model's window gets a vector per window, scored by its best.
 EMBED_WINDOWS = True
+# A long text also gets a vector per sentence (the local model): off, as measured on the
+# LoCoMo workspace (found@1 0.6316 -> 0.6158; SciFact train +0.012, CISI +0.009, test
+# +0.0006: benchmarks/RESULTS.md, "A vector per sentence: built, off by default").
+EMBED_SENTENCES = False
 DEFAULT_MODE = "auto"  # hybrid when an embedder is configured, else lexical
 # Fusion defaults chosen by evaluation (benchmarks/RESULTS.md): weighted fusion with equal
 # weights beat RRF (k = 60) and the seeds' 0.7 / 0.3 on both SciFact (train split) and
@@ -110,7 +114,10 @@ class Settings:
     embed_timeout: float = 30.0  # seconds per HTTP request
     embed_dimensions: int = 0  # openai: ask the endpoint for vectors this long (0: the model's)
     embed_cooldown: float = EMBED_COOLDOWN  # 0: never skip a provider that failed
-    embed_windows: bool = EMBED_WINDOWS  # a long text gets a vector per window of the model
+    # A long text gets several vectors: one per window of the model; false: one a text.
+    embed_windows: bool = EMBED_WINDOWS
+    # With windows, a long text also gets a vector per sentence (the local model).
+    embed_sentences: bool = EMBED_SENTENCES
     query_timeout: float = 5.0  # seconds to embed a query before answering lexically
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key_env: str = "OPENAI_API_KEY"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from mnemex.search.floor import Floor, floor_for, relevant_hit, relevant_query
@@ -23,6 +25,29 @@ def test_a_query_is_answered_when_one_arm_is_sure_or_both_agree() -> None:
     assert not relevant_query(FLOOR, [1], {1: 0.9}, {1: 0.25})  # words alone are not enough
     assert not relevant_query(FLOOR, [1, 2], {1: 0.2}, {1: 0.35, 2: 0.1})
     assert not relevant_query(FLOOR, [], {}, {})
+
+
+def test_the_gate_reads_token_windows_of_the_candidates_it_would_let_through() -> None:
+    asked: list[list[int]] = []
+
+    def tokens(found: dict[int, float]) -> Callable[[list[int]], dict[int, float]]:
+        def token_cosines(seqs: list[int]) -> dict[int, float]:
+            asked.append(seqs)
+            return {s: c for s, c in found.items() if s in seqs}
+
+        return token_cosines
+
+    cosines = {1: 0.1, 2: 0.45, 3: 0.5}
+    # 2 and 3 pass on their best windows, a sentence's; their token windows do not.
+    assert not relevant_query(FLOOR, [1, 2, 3], {}, cosines, tokens({2: 0.2, 3: 0.35}))
+    assert asked == [[2, 3]]  # only the candidates the best windows let through
+    # 3 has no sentence windows: its best window is a token window.
+    assert relevant_query(FLOOR, [1, 2, 3], {}, cosines, tokens({2: 0.2}))
+    # Both arms still vouch on the token window's cosine.
+    assert relevant_query(FLOOR, [2], {2: 0.35}, {2: 0.45}, tokens({2: 0.31}))
+    asked.clear()
+    assert not relevant_query(FLOOR, [1], {}, cosines, tokens({}))
+    assert asked == []  # nothing passes: nothing asked
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ and until ``reindex`` switches the store to it, the store's own stays in use
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -53,12 +53,46 @@ class Embedder(Protocol):
         ...
 
 
+# The number of a text's first sentence window: its token windows are numbered 0, 1, ...,
+# its sentence windows SENTENCE_BASE, SENTENCE_BASE + 1, ... (a text has far fewer token
+# windows than this), so the store tells them apart and keeps their order.
+SENTENCE_BASE = 1 << 20
+
+
 def windows(embedder: Embedder, text: str) -> list[str]:
     """The pieces of ``text`` that ``embedder`` embeds, one vector each: an embedder with
     a ``windows`` method (the local model: 254 WordPiece tokens) cuts a longer text into
-    overlapping windows; any other reads the text as one (truncating it as it does)."""
+    overlapping windows (the local model adds its sentences); any other reads the text
+    as one (truncating it as it does)."""
     cut = getattr(embedder, "windows", None)
     return [text] if cut is None else list(cut(text))
+
+
+def numbered_windows(
+    embedder: Embedder, text: str, *, sentences: bool = True
+) -> list[tuple[int, str]]:
+    """:func:`windows` with the number each is stored under: token windows from 0, the
+    sentence windows of an embedder that gives them apart (``window_parts``, the local
+    model's) from ``SENTENCE_BASE``; none with ``sentences`` false (the setting
+    ``embed_sentences``)."""
+    parts = getattr(embedder, "window_parts", None)
+    if parts is None:
+        return list(enumerate(windows(embedder, text)))
+    tokens, found = parts(text)
+    return [*enumerate(tokens), *enumerate(found if sentences else [], SENTENCE_BASE)]
+
+
+def is_sentence(window: int) -> bool:
+    """Whether a stored window number is a sentence window's."""
+    return window >= SENTENCE_BASE
+
+
+def window_numbers(numbers: Collection[int]) -> list[int]:
+    """The numbers a cut gives as many token and sentence windows as ``numbers`` holds:
+    ``sorted(numbers)`` when none is missing."""
+    sentences = sum(map(is_sentence, numbers))
+    tokens = len(numbers) - sentences
+    return [*range(tokens), *range(SENTENCE_BASE, SENTENCE_BASE + sentences)]
 
 
 def local_available() -> bool:
@@ -265,13 +299,17 @@ def embed_checked(
 __all__ = [
     "AUTO",
     "PROVIDERS",
+    "SENTENCE_BASE",
     "Embedder",
     "Unavailable",
     "describe",
     "embed_checked",
+    "is_sentence",
     "local_available",
+    "numbered_windows",
     "resolve",
     "settle",
     "time_left",
+    "window_numbers",
     "windows",
 ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
 
+from mnemex.embed import SENTENCE_BASE
 from mnemex.engine import logger
 from mnemex.storage import TOKENIZER, read_transaction
 
@@ -19,12 +20,15 @@ _TAG_DRIFT = """SELECT
   + (SELECT count(*) FROM (SELECT j.value, m.seq FROM memories AS m, json_each(m.tags) AS j
         EXCEPT SELECT tag, seq FROM memory_tags))"""
 # Vectors of no memory, or of another text than the memory's; memories whose windows
-# are not numbered 0, 1, ... without a gap (a memory's windows are written together).
-_VECTOR_DRIFT = """SELECT
+# are not numbered without a gap (token windows 0, 1, ..., sentence windows from
+# SENTENCE_BASE, ...; a memory's windows are written together).
+_VECTOR_DRIFT = f"""SELECT
     (SELECT count(*) FROM embeddings AS e LEFT JOIN memories AS m ON m.seq = e.seq
         WHERE m.content_hash IS NOT e.content_hash),
     (SELECT count(*) FROM (SELECT 1 FROM embeddings GROUP BY model, seq
-        HAVING count(*) != max(window) + 1))"""
+        HAVING count(*) != coalesce(max(window) FILTER (WHERE window < {SENTENCE_BASE}) + 1, 0)
+            + coalesce(max(window) FILTER (WHERE window >= {SENTENCE_BASE})
+                - {SENTENCE_BASE} + 1, 0)))"""
 
 
 def check(session: SqliteSession) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The embedding lifecycle of a session: which embedder the store uses, giving memories
 vectors (now, or later from the backlog a failed write leaves), and reindex.
 
-A text longer than the embedder's window gets a vector per window (the setting
-``embed_windows``; :func:`mnemex.embed.windows`); ``reindex`` gives the long
-memories stored with one vector their windows.
+A text longer than the embedder's window gets several vectors (the setting
+``embed_windows``; :func:`mnemex.embed.windows`: the local model's token windows and
+sentences); ``reindex`` gives the memories stored with other windows than their
+text's now (one vector, or token windows without sentences) their windows.
 
 Written over the session's public surface; the vector SQL it runs is
 :mod:`mnemex.index.embeddings`.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
-    from mnemex.index.embeddings import Cut, EmbedReport
+    from mnemex.index.embeddings import Cut, EmbedReport, Pending
 
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
@@ -100,13 +101,15 @@ class Embedding:
         a text, as embedders without a window and ``embed_windows = false`` give)."""
         if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
             return None
-        return functools.partial(embedders.windows, embedder)
+        return functools.partial(
+            embedders.numbered_windows, embedder, sentences=self.session.settings.embed_sentences
+        )
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
         embedder = self.embedder
         cut = None if embedder is None else self.cut(embedder)
-        return text if cut is None else cut(text)[0]
+        return text if cut is None else cut(text)[0][1]
 
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
@@ -198,8 +201,9 @@ class Embedding:
     def _window(
         self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
     ) -> None:
-        """Embed anew, in windows, the memories with one vector whose text is longer than
-        one window; the others are left as they are."""
+        """Embed anew, in windows, the memories whose stored windows are not their text's
+        (as many token and sentence windows: :func:`rewindowed`); the others are left as
+        they are."""
         from mnemex.index import embeddings as vectors
 
         cut = self.cut(embedder)
@@ -208,11 +212,11 @@ class Embedding:
         session, last = self.session, 0
         while True:
             with session.connection() as conn:
-                batch = vectors.unwindowed(conn, embedder.model_id, after=last)
+                batch = vectors.windowed(conn, embedder.model_id, after=last)
             if not batch:
                 break
-            last = batch[-1].seq
-            long = [r for r in batch if len(cut(r.content)) > 1]
+            last = batch[-1][0].seq
+            long = rewindowed(batch, cut)
             vectors.embed_and_store(
                 session.conn,
                 embedder,
@@ -287,6 +291,18 @@ class Embedding:
                     (str(exc),),
                 )
         return report
+
+
+def rewindowed(stored: Sequence[tuple[Pending, tuple[int, int]]], cut: Cut) -> list[Pending]:
+    """Of (memory, (windows stored, of them sentence windows)), the memories whose text is
+    cut otherwise now (a long text stored with one vector, or with its token windows but
+    no sentences, or its sentences not numbered as sentences)."""
+    out = []
+    for memory, shape in stored:
+        numbers = [number for number, _ in cut(memory.content)]
+        if (len(numbers), sum(map(embedders.is_sentence, numbers))) != shape:
+            out.append(memory)
+    return out
 
 
 def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:

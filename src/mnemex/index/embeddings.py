@@ -1,8 +1,9 @@
 """Writing vectors: find memories without one, embed them in batches, store them.
 
 A text longer than the embedder's window is cut into windows (``cut``, see
-:func:`mnemex.embed.windows`), one vector and one row each (``window`` 0, 1, ...);
-a memory's windows are always written together. Vectors are reused, not
+:func:`mnemex.embed.numbered_windows`), one vector and one row each, numbered as the
+cut numbers them (``window``: token windows 0, 1, ..., sentence windows from
+:data:`mnemex.embed.SENTENCE_BASE`); a memory's windows are always written together. Vectors are reused, not
 recomputed, when another memory with the same content hash already has them
 for the model (so unchanged content is never embedded twice). Vectors are
 written in short transactions, one per batch, and only for memories whose
@@ -18,10 +19,11 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from mnemex.embed import Embedder, embed_checked
+from mnemex.embed import SENTENCE_BASE, Embedder, embed_checked
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 
-Cut = Callable[[str], list[str]]  # a text's windows (one: the text itself)
+Cut = Callable[[str], list[tuple[int, str]]]  # a text's numbered windows (one: (0, text))
+Windows = list[tuple[int, bytes]]  # a text's vectors by window number, in order
 EMBED_BATCH = 256  # texts per embedder call and per write transaction
 # With a progress callback, batches start small and double while one takes less than
 # PROGRESS_SECONDS, so that a progress bar moves (and estimates) from the first seconds.
@@ -115,7 +117,7 @@ def embed_and_store(
     ``guard`` is held around each use of the connection, never while the
     model runs, so other threads can search meanwhile. ``progress`` is called after
     each batch with its number of rows. ``reuse=False`` embeds every row anew (its
-    earlier windows are replaced).
+    earlier windows are deleted).
     """
     step = EMBED_BATCH if progress is None else FIRST_PROGRESS_BATCH
     start = 0
@@ -123,7 +125,7 @@ def embed_and_store(
         batch = rows[start : start + step]
         start += len(batch)
         began = time.monotonic()
-        known: dict[str, list[bytes]] = {}
+        known: dict[str, Windows] = {}
         if reuse:
             with guard():
                 known = _known_vectors(
@@ -134,6 +136,11 @@ def embed_and_store(
         report.reused += len(batch) - len(todo)
         model, dim = embedder.model_id, embedder.dim
         with guard(), write_transaction(conn):
+            if not reuse:  # the earlier windows go, those past the new last one too
+                conn.executemany(
+                    "DELETE FROM embeddings WHERE model = ? AND seq = ?",
+                    [(model, r.seq) for r in batch],
+                )
             conn.executemany(
                 """INSERT OR REPLACE INTO embeddings
                        (seq, model, window, dim, content_hash, vector)
@@ -142,7 +149,7 @@ def embed_and_store(
                 [
                     (r.seq, model, w, dim, r.content_hash, v, r.seq, r.content_hash)
                     for r in batch
-                    for w, v in enumerate(known[r.content_hash])
+                    for w, v in known[r.content_hash]
                 ],
             )
         if progress:
@@ -152,53 +159,55 @@ def embed_and_store(
 
 
 def _embed_windows(
-    embedder: Embedder, todo: Sequence[Pending], known: dict[str, list[bytes]], cut: Cut | None
+    embedder: Embedder, todo: Sequence[Pending], known: dict[str, Windows], cut: Cut | None
 ) -> int:
     """Embed the windows of each row's text into ``known`` (by content hash), each
     distinct window once, in one call. Returns the number of texts embedded."""
-    pieces = {r.content: [r.content] if cut is None else cut(r.content) for r in todo}
-    texts = list(dict.fromkeys(t for p in pieces.values() for t in p))
+    pieces = {r.content: [(0, r.content)] if cut is None else cut(r.content) for r in todo}
+    texts = list(dict.fromkeys(t for p in pieces.values() for _, t in p))
     if not texts:
         return 0
     fresh = embed_checked(embedder, texts)
     by_text = {t: fresh[i].tobytes() for i, t in enumerate(texts)}
     for r in todo:
-        known[r.content_hash] = [by_text[t] for t in pieces[r.content]]
+        known[r.content_hash] = [(w, by_text[t]) for w, t in pieces[r.content]]
     return len(pieces)
 
 
 def _known_vectors(
     conn: sqlite3.Connection, model: str, dim: int, hashes: set[str]
-) -> dict[str, list[bytes]]:
-    """The windows' vectors (in order) of one memory with each content hash, if any."""
+) -> dict[str, Windows]:
+    """The windows' vectors (in order, with their numbers) of one memory with each content
+    hash, if any."""
     if not hashes:
         return {}
-    found: dict[str, list[bytes]] = {}
+    found: dict[str, Windows] = {}
     owner: dict[str, int] = {}
     ordered = sorted(hashes)
     for start in range(0, len(ordered), IN_CHUNK):
         chunk = ordered[start : start + IN_CHUNK]
-        for content_hash, seq, vector in conn.execute(
-            f"SELECT content_hash, seq, vector FROM embeddings WHERE model = ? AND dim = ? "
+        for content_hash, seq, window, vector in conn.execute(
+            f"SELECT content_hash, seq, window, vector FROM embeddings WHERE model = ? AND dim = ? "
             f"AND length(vector) = ? AND content_hash IN ({marks(len(chunk))}) "
             "ORDER BY content_hash, seq, window",
             [model, dim, dim * 4, *chunk],
         ):
             if owner.setdefault(content_hash, seq) == seq:
-                found.setdefault(content_hash, []).append(vector)
+                found.setdefault(content_hash, []).append((window, vector))
     return found
 
 
-def unwindowed(conn: sqlite3.Connection, model: str, *, after: int = 0) -> list[Pending]:
-    """Memories with one vector for ``model`` (their text may be longer than a window:
-    stored before long texts were windowed, or with windows off), by ``seq`` after
+def windowed(
+    conn: sqlite3.Connection, model: str, *, after: int = 0, limit: int = EMBED_BATCH
+) -> list[tuple[Pending, tuple[int, int]]]:
+    """Memories with vectors for ``model`` and how many windows, and of them sentence
+    windows, each has stored (they differ from its text's when it was stored before long
+    texts were windowed, or cut into sentences, or with windows off), by ``seq`` after
     ``after``."""
     rows = conn.execute(
-        """SELECT m.seq, m.content, m.content_hash FROM memories AS m
-           JOIN embeddings AS e ON e.model = ? AND e.seq = m.seq AND e.window = 0
-           WHERE m.seq > ? AND NOT EXISTS (
-               SELECT 1 FROM embeddings AS x WHERE x.model = ? AND x.seq = m.seq AND x.window = 1)
-           ORDER BY m.seq LIMIT ?""",
-        (model, after, model, EMBED_BATCH),
+        """SELECT m.seq, m.content, m.content_hash, count(*), sum(e.window >= ?)
+           FROM memories AS m JOIN embeddings AS e ON e.model = ? AND e.seq = m.seq
+           WHERE m.seq > ? GROUP BY m.seq ORDER BY m.seq LIMIT ?""",
+        (SENTENCE_BASE, model, after, limit),
     ).fetchall()
-    return [Pending(*r) for r in rows]
+    return [(Pending(*r[:3]), (int(r[3]), int(r[4]))) for r in rows]

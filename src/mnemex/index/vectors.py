@@ -25,10 +25,13 @@ Filters never cost recall: the namespace, kinds, times and tags restrict the
 rows *before* the top k are taken, so a filtered query returns the best
 matches within the filter.
 
-A memory scores its best window's cosine. A search takes the top ``k × w``
-rows (``w``: the most windows a memory has, 1 when no text is longer than a
-window, so a store of short texts searches as if there were no windows) and
-keeps each memory's best: the best k memories' best windows are among them.
+A memory scores its best window's cosine (a long text's windows are its token
+windows and its sentences: see :meth:`mnemex.embed.local.LocalEmbedder.windows`).
+A search takes the top ``k × w`` rows (``w``: the most windows a memory has, 1
+when no text is longer than a window, so a store of short texts searches as if
+there were no windows) and keeps each memory's best: the best k memories' best
+windows are among them. It takes ``k × 4`` rows first, then 4 times more while
+they hold fewer than k memories (:func:`row_steps`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mnemex.embed import SENTENCE_BASE
 from mnemex.errors import IndexMismatch
 from mnemex.storage import IN_CHUNK, marks
 
@@ -78,8 +82,19 @@ ANN_MIN_ALLOWED = 5_000  # fewer allowed rows than this: exact search over them 
 # the k-th best are rescored exactly before the top k are taken.
 RESCORE_MARGIN = 1e-4
 # Rows per memory a search first takes (times k): enough when the top rows hold k
-# memories, as they do unless a few memories have many windows each.
+# memories, as they do unless a few memories have many windows each (a long text has
+# a window per sentence); each further step takes WINDOWS_FIRST times more.
 WINDOWS_FIRST = 4
+
+
+def row_steps(k: int, windows: int) -> list[int]:
+    """The rows a search of ``k`` memories takes, step by step, when a memory has at most
+    ``windows`` rows: ``k × 4``, ``k × 16``, ... up to ``k × windows`` (which holds k)."""
+    steps, per = [], 1
+    while per < windows:
+        per = min(per * WINDOWS_FIRST, windows)
+        steps.append(k * per)
+    return steps or [k]
 
 
 def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -106,6 +121,19 @@ def snapshot_path(db_path: Path, model: str) -> Path:
     """Where the vector snapshot of ``model`` for the store at ``db_path`` is kept."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
     return db_path.with_name(f"{db_path.name}.{safe}.vectors")
+
+
+def window_spans(windows: np.ndarray) -> tuple[int, int]:
+    """(the highest token window number + 1, the highest sentence window number's place
+    among sentence windows + 1) of window numbers: of a memory's rows, the token windows
+    and the sentence windows it has (0 for none)."""
+    sentences = windows >= SENTENCE_BASE
+    tokens = windows[~sentences]
+    top = windows[sentences]
+    return (
+        int(tokens.max()) + 1 if len(tokens) else 0,
+        int(top.max()) - SENTENCE_BASE + 1 if len(top) else 0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +163,9 @@ class VectorIndex:
         self._created = np.zeros(0, dtype=np.int64)  # epoch milliseconds
         self._win = np.zeros(0, dtype=np.int32)  # the window's number within its memory
         self._valid = np.zeros(0, dtype=bool)
-        self._windows = 1  # at least the most windows of one memory (the rows a seq may take)
+        # At least the most token windows and sentence windows of one memory: their sum
+        # bounds the rows a seq may take (``_windows``).
+        self._most_tokens, self._most_sentences = 1, 0
         self._n = 0
         self._ns_codes: dict[str, int] = {}
         self._kind_codes: dict[str, int] = {}
@@ -154,6 +184,11 @@ class VectorIndex:
     def mark_dirty(self) -> None:
         """This connection wrote: look for changes before the next search."""
         self._dirty = True
+
+    @property
+    def _windows(self) -> int:
+        """At least the most windows of one memory (the rows a seq may take)."""
+        return self._most_tokens + self._most_sentences
 
     @property
     def size(self) -> int:
@@ -220,7 +255,8 @@ class VectorIndex:
         self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         for name, dtype in _SNAPSHOT_ARRAYS:
             setattr(self, name, np.zeros(0, dtype=dtype))
-        self._n, self._read, self.corrupt, self._windows = 0, 0, 0, 1
+        self._n, self._read, self.corrupt = 0, 0, 0
+        self._most_tokens, self._most_sentences = 1, 0
         self._ns_codes, self._kind_codes = {}, {}
 
     def _read_snapshot(self) -> bool:
@@ -270,7 +306,7 @@ class VectorIndex:
         for name, array in arrays.items():  # plain arrays over the mapping: no memmap per slice
             setattr(self, name, np.asarray(array))
         self._n = n
-        self._windows = int(self._win.max()) + 1
+        self._most_tokens, self._most_sentences = window_spans(self._win)
         self._ns_codes = {str(k): int(v) for k, v in head["namespaces"].items()}
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
@@ -469,7 +505,9 @@ class VectorIndex:
         self._eid[n:end] = eids
         self._seq[n:end] = seqs
         self._win[n:end] = wins
-        self._windows = max(self._windows, int(wins.max()) + 1)
+        tokens, sentences = window_spans(wins)
+        self._most_tokens = max(self._most_tokens, tokens)
+        self._most_sentences = max(self._most_sentences, sentences)
         fields = np.array([meta[int(s)] for s in seqs.tolist()], dtype=np.int64).reshape(-1, 3)
         self._ns[n:end] = fields[:, 0]
         self._kind[n:end] = fields[:, 1]
@@ -589,8 +627,7 @@ class VectorIndex:
                 scores = (self._matrix[:n] @ q)[rows]
             # The top k × w rows hold the k best memories (a memory takes at most w rows);
             # so do fewer rows as soon as they hold k memories.
-            windows = self._windows
-            for wanted in dict.fromkeys((k * min(windows, WINDOWS_FIRST), k * windows)):
+            for wanted in row_steps(k, self._windows):
                 picked = rows
                 if wanted < allowed:
                     kth = np.partition(scores, allowed - wanted)[allowed - wanted]
@@ -623,14 +660,17 @@ class VectorIndex:
         assert self.ann is not None
         np = self._np
         allowed_ids = None if allowed >= 1.0 else self._eid[: len(mask)][mask]
-        rows_k = k * self._windows  # rows that hold the k best memories
-        wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
-        ids, _ = self.ann.search(q, wanted, allowed_ids)
-        rows = self._rows_of_eids(ids.astype(np.int64))
-        keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
-        keep[keep] = mask[rows[keep]]
-        found = self._exact_top(rows[keep], q, k)
-        return found if len(found) >= k else None
+        found: list[VectorHit] = []
+        for rows_k in row_steps(k, self._windows):  # rows that hold the k best memories
+            wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
+            ids, _ = self.ann.search(q, wanted, allowed_ids)
+            rows = self._rows_of_eids(ids.astype(np.int64))
+            keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
+            keep[keep] = mask[rows[keep]]
+            found = self._exact_top(rows[keep], q, k)
+            if len(found) >= k:
+                return found
+        return None
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         """The searchable rows (every window) of these memories."""
@@ -652,15 +692,31 @@ class VectorIndex:
         """The exact cosine (see :func:`exact_cosines`) to ``query`` of each memory that
         has a vector: its best window's."""
         with self._lock:
-            rows = self._rows_of(seqs)
-            if not len(rows):
+            return self._best(self._rows_of(seqs), query)
+
+    def token_cosines_of(self, seqs: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        """The exact cosine to ``query`` of each of these memories that has sentence
+        windows: its best token window's (the others' is their :meth:`cosines_of`). A
+        store without sentence windows answers at once."""
+        np = self._np
+        with self._lock:
+            if not self._most_sentences:
                 return {}
-            exact = exact_cosines(self._matrix[rows], query)
-            out: dict[int, float] = {}
-            for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
-                if seq not in out or cosine > out[seq]:
-                    out[seq] = cosine
-            return out
+            rows = self._rows_of(seqs)
+            sentences = self._win[rows] >= SENTENCE_BASE
+            long = np.isin(self._seq[rows], self._seq[rows[sentences]])
+            return self._best(rows[long & ~sentences], query)
+
+    def _best(self, rows: np.ndarray, query: np.ndarray) -> dict[int, float]:
+        """Each memory's best exact cosine to ``query`` among ``rows``."""
+        if not len(rows):
+            return {}
+        exact = exact_cosines(self._matrix[rows], query)
+        out: dict[int, float] = {}
+        for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
+            if seq not in out or cosine > out[seq]:
+                out[seq] = cosine
+        return out
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
         """The searchable vectors and their embedding ids."""

@@ -217,6 +217,7 @@ class Retriever(Protocol):
     ) -> VectorArm | None: ...
     def bm25_of(self, lexical: LexicalPlan, seqs: Sequence[int]) -> dict[int, float]: ...
     def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]: ...
+    def token_cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]: ...
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
@@ -265,6 +266,9 @@ class Engine:
 
     def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
         return dict(self.vectors(int(qvec.shape[0])).cosines_of(seqs, qvec))
+
+    def token_cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
+        return dict(self.vectors(int(qvec.shape[0])).token_cosines_of(seqs, qvec))
 
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
         return dict(self.vectors(dim).vectors_of(seqs))
@@ -599,7 +603,13 @@ def _relevant(
     if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
         floor = floor_for(engine.embedder.model_id)
     if floor is not None and arms.mode != "lexical":
-        if not relevant_query(floor, order, text_scores, cosines):
+        query_vector = arms.query_vector
+        assert query_vector is not None
+
+        def token_cosines(seqs: list[int]) -> dict[int, float]:
+            return engine.token_cosines_of(seqs, query_vector)
+
+        if not relevant_query(floor, order, text_scores, cosines, token_cosines):
             order = []
             notes.append(NOTHING_RELEVANT)
         else:

@@ -3,15 +3,18 @@ its memories (stamped with the model, in ``embeddings``; see :mod:`.vectors`).
 
 The decisions are :mod:`mnemex.embed`'s, as for SQLite (the configured embedder,
 else the one the store records in ``meta``; a text longer than the embedder's
-window gets a vector per window, :meth:`PgEmbedding.pieces`); a text already embedded for the model, in any memory, is not embedded again);
-embedding runs outside any
-transaction, and each batch of vectors is one write. A write whose vectors cannot
+window gets several vectors, :meth:`PgEmbedding.pieces`: the local model's token
+windows and sentences; ``reindex`` gives the memories stored with other windows
+their text's); a text already embedded for the model, in any memory, is not
+embedded again; embedding runs outside any transaction, and each batch of
+vectors is one write. A write whose vectors cannot
 be made leaves its memories stored without them (``last_error``); ``embed``
 catches up.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,12 @@ _PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
     WHERE m.seq > %(after)s {only}
       AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
     ORDER BY m.seq LIMIT %(limit)s"""
+# Memories with vectors of the model, how many windows each has stored and how many of
+# them are sentence windows.
+_WINDOWED = """SELECT m.seq, m.content, m.content_hash, count(*),
+        count(*) FILTER (WHERE e.window_no >= %(base)s) FROM memories AS m
+    JOIN embeddings AS e ON e.seq = m.seq AND e.model = %(model)s
+    WHERE m.seq > %(after)s GROUP BY m.seq ORDER BY m.seq LIMIT %(limit)s"""
 
 
 class PgEmbedding:
@@ -62,15 +71,19 @@ class PgEmbedding:
                     self._ready = True
         return self._embedder
 
-    def pieces(self, embedder: Embedder, text: str) -> list[str]:
-        """The windows of ``text`` the store gives a vector each (one, the text, with
-        ``embed_windows`` off; see :func:`mnemex.embed.windows`)."""
-        return embedders.windows(embedder, text) if self.session.settings.embed_windows else [text]
+    def pieces(self, embedder: Embedder, text: str) -> list[tuple[int, str]]:
+        """The windows of ``text`` the store gives a vector each, with their numbers (one,
+        the text, with ``embed_windows`` off; sentence windows with ``embed_sentences``; see
+        :func:`mnemex.embed.numbered_windows`)."""
+        settings = self.session.settings
+        if not settings.embed_windows:
+            return [(0, text)]
+        return embedders.numbered_windows(embedder, text, sentences=settings.embed_sentences)
 
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (window 0)."""
         embedder = self.embedder
-        return text if embedder is None else self.pieces(embedder, text)[0]
+        return text if embedder is None else self.pieces(embedder, text)[0][1]
 
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
@@ -121,14 +134,53 @@ class PgEmbedding:
         force: bool = False,
         prune: bool = False,
     ) -> EmbedReport | None:
-        """Vectors for what lacks one (the index terms are kept by triggers: nothing to
-        rebuild); ``prune`` deletes other models' vectors."""
+        """Vectors for what lacks one, and anew for the memories whose stored windows are
+        not their text's (the index terms are kept by triggers: nothing to rebuild);
+        ``prune`` deletes other models' vectors."""
         if prune and self._wanted is not None:
             with self.session.transaction() as conn:
                 conn.execute("DELETE FROM embeddings WHERE model <> %s", (self._wanted.model_id,))
         if self.embedder is None and self._wanted is None:
             return None
-        return self.embed(progress=progress, force=force)
+        report = self.embed(progress=progress, force=force)
+        if self._embedder is not None:
+            self._window(self._embedder, report, progress)
+        return report
+
+    def _window(
+        self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
+    ) -> None:
+        """Embed anew the memories whose stored windows are not their text's
+        (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are."""
+        from mnemex.engine.embedding import rewindowed
+        from mnemex.index.embeddings import Pending
+
+        if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
+            return
+        last = 0
+        while True:
+            with self.session.connection() as conn:
+                rows = conn.execute(
+                    _WINDOWED,
+                    {
+                        "after": last,
+                        "model": embedder.model_id,
+                        "limit": BATCH,
+                        "base": embedders.SENTENCE_BASE,
+                    },
+                ).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            stored = [(Pending(r[0], r[1], r[2]), (int(r[3]), int(r[4]))) for r in rows]
+            stale = rewindowed(stored, functools.partial(self.pieces, embedder))
+            if stale:
+                texts, _ = self._store(
+                    embedder, [(r.seq, r.content, r.content_hash) for r in stale], {}
+                )
+                report.embedded += texts
+                if progress is not None:
+                    progress(len(stale))
 
     def embed_new(
         self, seqs: Sequence[int], primed: dict[str, Any] | None = None, **_: Any
@@ -170,25 +222,34 @@ class PgEmbedding:
                 return
             with self.session.connection() as conn:
                 stored = stored_windows(conn, embedder.model_id, [r[2] for r in rows])
-            new = [r for r in rows if r[2] not in stored]
-            windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
-            texts = list(dict.fromkeys(p for pieces in windows.values() for p in pieces))
-            vectors: Any = embed_checked(embedder, texts) if texts else []
-            by_text = {t: vectors[i] for i, t in enumerate(texts)}
-            for r in new:
-                stored.setdefault(r[2], [by_text[piece] for piece in windows[r[0]]])
-            items = [
-                (seq, digest, vector, window)
-                for seq, _, digest in rows
-                for window, vector in enumerate(stored[digest])
-            ]
-            with self.session.connection() as conn:
-                insert_vectors(conn, embedder.model_id, items)
-            report.embedded += len(texts)
-            report.reused += len(items) - len(texts)
+            texts, items = self._store(embedder, rows, stored)
+            report.embedded += texts
+            report.reused += items - texts
             if progress is not None:
                 progress(len(rows))
             last = rows[-1][0]
+
+    def _store(
+        self, embedder: Embedder, rows: Sequence[Any], stored: dict[str, list[tuple[int, Any]]]
+    ) -> tuple[int, int]:
+        """Give each row (seq, content, content hash) its windows' vectors (with their
+        numbers): ``stored``'s for its hash, else embedded (no connection held), then
+        written in one batch. Returns (texts embedded, vectors written)."""
+        new = [r for r in rows if r[2] not in stored]
+        windows = {r[0]: self.pieces(embedder, r[1]) for r in new}
+        texts = list(dict.fromkeys(p for pieces in windows.values() for _, p in pieces))
+        vectors: Any = embed_checked(embedder, texts) if texts else []
+        by_text = {t: vectors[i] for i, t in enumerate(texts)}
+        for r in new:
+            stored.setdefault(r[2], [(w, by_text[piece]) for w, piece in windows[r[0]]])
+        items = [
+            (seq, digest, vector, window)
+            for seq, _, digest in rows
+            for window, vector in stored[digest]
+        ]
+        with self.session.connection() as conn:
+            insert_vectors(conn, embedder.model_id, items)
+        return len(texts), len(items)
 
     def _pending_count(self, model: str) -> int:
         with self.session.connection() as conn:

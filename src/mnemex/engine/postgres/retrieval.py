@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
-from mnemex.embed import Embedder
+from mnemex.embed import SENTENCE_BASE, Embedder
 from mnemex.engine.postgres import bm25, raw
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import literal, model_dim, vector
@@ -222,6 +222,21 @@ class PostgresEngine:
             (literal(qvec), self.embedder.model_id, seqs),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows}
+
+    def token_cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
+        """The cosine to the query of each of these memories that has sentence windows:
+        its best token window's."""
+        if not seqs or self.embedder is None:
+            return {}
+        dim = int(qvec.shape[0])
+        rows = self.conn.execute(
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) "
+            "FILTER (WHERE window_no < %s) FROM embeddings "
+            "WHERE model = %s AND seq = ANY(%s) GROUP BY seq "
+            "HAVING max(window_no) >= %s".encode(),
+            (literal(qvec), SENTENCE_BASE, self.embedder.model_id, seqs, SENTENCE_BASE),
+        ).fetchall()
+        return {int(seq): float(c) for seq, c in rows if c is not None}
 
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
         """Each memory's first-window vector."""

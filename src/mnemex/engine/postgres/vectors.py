@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mnemex.embed import window_numbers
 from mnemex.errors import IndexMismatch, InvalidInput
 
 if TYPE_CHECKING:
@@ -154,9 +155,10 @@ def insert_vectors(
 
 def stored_windows(
     conn: psycopg.Connection[Any], model: str, digests: Sequence[str]
-) -> dict[str, list[Any]]:
+) -> dict[str, list[tuple[int, Any]]]:
     """The vectors of ``model`` already stored for texts of these content hashes, each
-    text's windows in order (a text whose stored windows are not 0..n-1 left out)."""
+    text's windows in order with their numbers (a text whose stored windows are not
+    numbered as a cut numbers them, :func:`mnemex.embed.window_numbers`, left out)."""
     found: dict[str, dict[int, Any]] = {}
     for digest, window, text in conn.execute(
         "SELECT DISTINCT ON (content_hash, window_no) content_hash, window_no, vector::text "
@@ -166,9 +168,9 @@ def stored_windows(
     ):
         found.setdefault(digest, {})[int(window)] = text
     return {
-        digest: [np.asarray(json.loads(by[w]), dtype=np.float32) for w in range(len(by))]
+        digest: [(w, np.asarray(json.loads(by[w]), dtype=np.float32)) for w in sorted(by)]
         for digest, by in found.items()
-        if sorted(by) == list(range(len(by)))
+        if sorted(by) == window_numbers(by)
     }
 
 

@@ -1,0 +1,427 @@
+"""With ``embed_sentences`` on, a memory longer than a window of the local model gets a
+vector per sentence of its body too, each read after its first line, and is scored by the
+best of all its windows. Off (the default), it gets its token windows alone."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mnemex
+from mnemex.embed import SENTENCE_BASE, window_numbers
+from mnemex.embed.local import (
+    SENTENCE_CHARS,
+    SENTENCE_WINDOWS,
+    WINDOW,
+    LocalEmbedder,
+    sentence_windows,
+)
+from mnemex.index.vectors import row_steps, window_spans
+from mnemex.migration import migrate
+from mnemex.search.floor import CALIBRATED
+from mnemex.search.pipeline import NOTHING_RELEVANT
+from mnemex.store import Store
+from tests.index.test_windows import cosines, on_postgres, rows, seq_of
+from tests.pg_fixtures import both_engines
+
+FLOOR = CALIBRATED["all-minilm-l6-v2"]
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+TITLE = "Annual report of the regional water authority"
+FILLER = [
+    "The treatment plant processed more water than in any earlier year.",
+    "Three pumping stations were renovated and their motors replaced.",
+    "Leaks in the old cast iron mains fell by a fifth after the repairs.",
+    "The board approved a new tariff for industrial customers in March.",
+    "Staff training covered chlorine handling and emergency shutdowns.",
+    "Samples from every district met the drinking water standard.",
+    "A new telemetry system reports the level of each storage tank.",
+    "Maintenance crews cleared the intake screens after the spring floods.",
+    "The authority signed a ten year contract for sludge disposal.",
+    "Customer complaints about taste and odour dropped sharply.",
+    "Two reservoirs were drained for inspection of their dams.",
+    "Energy use per cubic metre pumped went down by six percent.",
+]
+DEEP = (
+    "A volunteer beekeeper reported that the hives placed near the reservoir produced "
+    "twice as much honey as the year before."
+)
+QUERY = "how much honey did the beehives by the reservoir make?"
+
+
+@pytest.fixture(autouse=True)
+def sentences_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every store of this module reads long texts sentence by sentence too."""
+    monkeypatch.setenv("MNEMEX_EMBED_SENTENCES", "true")
+
+
+def report() -> str:
+    """A long memory (a title line, then many sentences) with one sentence, deep in its
+    body, that no other sentence is about."""
+    body = [*FILLER, *FILLER[:6], DEEP, *FILLER[6:], *FILLER[:4]]
+    return TITLE + "\n" + " ".join(body)
+
+
+@pytest.fixture(scope="module")
+def model() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def token_windows(model: LocalEmbedder, text: str) -> int:
+    """How many of the text's windows are token windows (the rest are its sentences)."""
+    return len(model.window_parts(text)[0])
+
+
+def numbers(model: LocalEmbedder, text: str) -> list[int]:
+    """The window numbers a memory of ``text`` is stored with: its token windows 0, 1, ...,
+    its sentence windows SENTENCE_BASE, SENTENCE_BASE + 1, ..."""
+    tokens, sentences = model.window_parts(text)
+    return [*range(len(tokens)), *range(SENTENCE_BASE, SENTENCE_BASE + len(sentences))]
+
+
+def test_sentence_windows_read_each_sentence_after_the_first_line() -> None:
+    text = "Title of it\nFirst sentence here. Second one (with a bracket)! 3 more?  Last."
+    assert sentence_windows(text) == [
+        "Title of it. First sentence here.",
+        "Title of it. Second one (with a bracket)!",
+        "Title of it. 3 more?",
+        "Title of it. Last.",
+    ]
+    assert sentence_windows("One line. Two sentences.") == ["One line.", "Two sentences."]
+    assert sentence_windows("Title\nSame. Same. Other.") == ["Title. Same.", "Title. Other."]
+    many = "Title\n" + " ".join(f"Sentence number {i} is here." for i in range(200))
+    pieces = sentence_windows(many)
+    assert len(pieces) == SENTENCE_WINDOWS
+    assert pieces[0] == "Title. Sentence number 0 is here."
+    assert pieces[-1] == f"Title. Sentence number {SENTENCE_WINDOWS - 1} is here."
+
+
+def test_the_sentences_are_the_ones_the_evaluation_embedded() -> None:
+    """Split as ``benchmarks/eval_sentences.py`` measured it, to the character (its
+    embedding cache then holds every sentence window of the corpora it read)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        measured: Any = importlib.import_module("eval_sentences")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    texts = [
+        report(),
+        "  Padded title  \n  Body one. Body two.  ",
+        "No title line. Just sentences! Ok? (Yes) [really] 42 is a number.",
+        "Title\n\n   \n",
+    ]
+    for text in texts:
+        title, parts = measured.sentences(text, titled=True)
+        headed = [f"{title}. {part}" if title else part for part in parts]
+        assert sentence_windows(text) == list(dict.fromkeys(headed))[:SENTENCE_WINDOWS]
+
+
+def test_windows_to_take_grow_until_they_hold_k_memories() -> None:
+    assert row_steps(10, 1) == [10]
+    assert row_steps(10, 3) == [30]
+    assert row_steps(10, 10) == [40, 100]
+    assert row_steps(10, 10 + SENTENCE_WINDOWS) == [40, 160, 640, 740]
+
+
+@pytest.mark.model
+def test_a_long_text_is_its_token_windows_then_its_sentences(model: LocalEmbedder) -> None:
+    short = "Title line\nA short memory. It fits one window. So it stays whole."
+    assert model.windows(short) == [short]
+    text = report()
+    pieces = model.windows(text)
+    sentences = sentence_windows(text)
+    assert len(sentences) == len(dict.fromkeys(FILLER)) + 1  # every distinct sentence
+    tokens = pieces[: len(pieces) - len(sentences)]
+    assert len(tokens) >= 2 and pieces[len(tokens) :] == sentences
+    assert all(piece in text for piece in tokens)  # the token windows, as before
+    assert tokens[0] == text[: len(tokens[0])] and text.endswith(tokens[-1])
+    assert f"{TITLE}. {DEEP}" in sentences
+    many = "Title\n" + " ".join(f"Sentence number {i} is here." for i in range(400))
+    assert model.windows(many)[-1] == f"Title. Sentence number {SENTENCE_WINDOWS - 1} is here."
+
+
+@pytest.mark.model
+def test_a_text_of_one_window_is_split_past_sentence_chars(model: LocalEmbedder) -> None:
+    """Long words fit many characters in one window: such a text is read sentence by
+    sentence once it has more than ``SENTENCE_CHARS`` characters, as measured."""
+    words = [
+        "international",
+        "administration",
+        "responsibilities",
+        "understanding",
+        "environmental",
+    ]
+    sentences = [f"The {w} committee reviewed {v} reports." for w in words for v in words]
+    medium = "Committee minutes\n" + " ".join(sentences)
+    assert len(medium) > SENTENCE_CHARS
+    assert len(model.encode([medium])[0]) - 2 <= WINDOW  # its tokens fit one window
+    assert model.windows(medium) == [medium, *sentence_windows(medium)]
+    shorter = medium[: SENTENCE_CHARS - 20]
+    assert model.windows(shorter) == [shorter]
+
+
+def drop_sentences(store: Store, seq: int, keep: int) -> None:
+    """Write the memory as the scheme before sentences did: its token windows alone."""
+    window = "window_no" if on_postgres(store) else "window"
+    mark = "%s" if on_postgres(store) else "?"
+    with store.session.transaction() as conn:
+        conn.execute(
+            f"DELETE FROM embeddings WHERE seq = {mark} AND {window} >= {mark}", (seq, keep)
+        )
+    store.session.after_write()
+
+
+def add_window(store: Store, seq: int) -> None:
+    """Give a memory one window more than its text has (as a scheme with more would)."""
+    if on_postgres(store):
+        sql = """INSERT INTO embeddings (seq, namespace, model, content_hash, window_no, vector)
+                 SELECT seq, namespace, model, content_hash, 1, vector FROM embeddings
+                 WHERE seq = %s AND window_no = 0"""
+    else:
+        sql = """INSERT INTO embeddings (seq, model, window, dim, content_hash, vector)
+                 SELECT seq, model, 1, dim, content_hash, vector FROM embeddings
+                 WHERE seq = ? AND window = 0"""
+    with store.session.transaction() as conn:
+        conn.execute(sql, (seq,))
+    store.session.after_write()
+
+
+def others() -> list[str]:
+    return [
+        "Bees need flowers within a few kilometres of their hive to make honey.",
+        "The honey harvest at the farm market was sold out by noon.",
+        "The reservoir's water level rose after three weeks of rain.",
+        "Beekeepers in the valley met to compare the yields of their hives.",
+    ]
+
+
+@pytest.mark.model
+@both_engines
+def test_a_sentence_deep_in_a_long_memory_finds_it(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model, relevance_floor=False)
+    store.add_many(others())
+    long_id = store.add(report())
+    seq = seq_of(store, long_id)
+    tokens = token_windows(model, report())
+    assert [w for _, w in rows(store, seq)] == numbers(model, report())
+    now = cosines(store, QUERY)
+    ranked = [h.id for h in store.search(QUERY, mode="vector").hits]
+    drop_sentences(store, seq, tokens)  # the same memory as token windows alone
+    before = cosines(store, QUERY)
+    ranked_before = [h.id for h in store.search(QUERY, mode="vector").hits]
+    assert now[long_id] > before[long_id] + 0.1
+    assert ranked[0] == long_id
+    assert ranked_before.index(long_id) > 0  # the short memories about honey won before
+
+
+@pytest.mark.model
+@both_engines
+def test_reindex_gives_old_memories_their_sentences_once(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model)
+    short_ids = store.add_many(others())
+    long_id = store.add(report())
+    seq, short = seq_of(store, long_id), seq_of(store, short_ids[0])
+    full = rows(store)
+    tokens = token_windows(model, report())
+    drop_sentences(store, seq, tokens)
+    add_window(store, short)
+    assert len(rows(store, seq)) == tokens and len(rows(store, short)) == 2
+    done = store.reindex()
+    assert done is not None and done.embedded > 0
+    assert rows(store) == full  # the long memory's sentences back, the short one's one
+    assert store.check()["ok"]
+    assert cosines(store, QUERY)[long_id] > 0.5
+    again = store.reindex()
+    assert again is not None and again.embedded == 0  # nothing left to re-window
+    assert rows(store) == full
+
+
+@pytest.mark.model
+@both_engines
+def test_duplicates_of_a_long_memory_compare_its_first_window(make_store, model) -> None:  # type: ignore[no-untyped-def]
+    """Sentence windows do not make a sentence of a long memory its duplicate: the check
+    compares first windows, as before."""
+    store = make_store(embedder=model, dedup_text=1.0)  # the cosine decides alone
+    long_id = store.add(report())
+    deep = f"{TITLE}. {DEEP}"
+    assert cosines(store, deep)[long_id] > 0.99  # its best window is that sentence
+    added = store.remember(deep)
+    assert not added.deduplicated and added.id != long_id
+    again = store.remember(report().replace("twice as much", "two times as much"))
+    assert again.deduplicated and again.id == long_id  # a whole repeat still merges
+
+
+class Counting:
+    """The local model, counting the texts it embeds (the store's cut is the model's)."""
+
+    def __init__(self, model: LocalEmbedder) -> None:
+        self.model, self.embedded = model, 0
+        self.model_id, self.dim = model.model_id, model.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.embedded += len(texts)
+        return self.model.embed(texts)
+
+    def windows(self, text: str) -> list[str]:
+        return self.model.windows(text)
+
+    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
+        return self.model.window_parts(text)
+
+
+def test_a_memory_takes_as_many_rows_as_its_token_and_sentence_windows() -> None:
+    """The rows a search takes per memory count windows, not window numbers."""
+    wins = np.array([0, 1, SENTENCE_BASE, SENTENCE_BASE + 1, SENTENCE_BASE + 2, 0, 2])
+    assert window_spans(wins) == (3, 3)
+    assert window_spans(np.array([0, 0, 1])) == (2, 0)
+    assert window_numbers([SENTENCE_BASE + 1, 0, SENTENCE_BASE, 1]) == [
+        0,
+        1,
+        SENTENCE_BASE,
+        SENTENCE_BASE + 1,
+    ]
+
+
+@pytest.mark.model
+@both_engines
+def test_sentence_windows_keep_their_numbers_when_reused(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    """A text stored again (another namespace) takes the stored vectors of the same text,
+    numbers and all: nothing is embedded again."""
+    counting = Counting(model)
+    store = make_store(embedder=counting)
+    first = seq_of(store, store.add(report()))
+    embedded = counting.embedded
+    second = seq_of(store, store.add(report(), namespace="elsewhere"))
+    assert counting.embedded == embedded  # reused by content hash
+    assert [w for _, w in rows(store, first)] == numbers(model, report())
+    assert [w for _, w in rows(store, second)] == numbers(model, report())
+    assert store.check()["ok"]
+
+
+@pytest.mark.model
+def test_check_finds_a_sentence_window_missing(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model)
+    seq = seq_of(store, store.add(report()))
+    assert store.check()["ok"]
+    with store.session.transaction() as conn:
+        conn.execute(
+            "DELETE FROM embeddings WHERE seq = ? AND window = ?", (seq, SENTENCE_BASE + 1)
+        )
+    problems = store.check()["problems"]
+    assert any("lack some of their windows" in p for p in problems)
+
+
+def number_sentences_as_tokens(store: Store, seq: int, tokens: int) -> None:
+    """Write the memory as 5a38f69 did: its sentence windows numbered after its token
+    windows (tokens, tokens + 1, ...)."""
+    window = "window_no" if on_postgres(store) else "window"
+    mark = "%s" if on_postgres(store) else "?"
+    with store.session.transaction() as conn:
+        conn.execute(
+            f"UPDATE embeddings SET {window} = {window} - {mark} + {mark} "
+            f"WHERE seq = {mark} AND {window} >= {mark}",
+            (SENTENCE_BASE, tokens, seq, SENTENCE_BASE),
+        )
+    store.session.after_write()
+
+
+@pytest.mark.model
+@both_engines
+def test_reindex_numbers_sentences_stored_as_token_windows(
+    make_store, model: LocalEmbedder
+) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(embedder=model)
+    store.add_many(others())
+    seq = seq_of(store, store.add(report()))
+    full = rows(store)
+    number_sentences_as_tokens(store, seq, token_windows(model, report()))
+    assert [w for _, w in rows(store, seq)] == list(range(len(model.windows(report()))))
+    done = store.reindex()
+    assert done is not None and done.embedded > 0
+    assert rows(store) == full
+    assert store.check()["ok"]
+
+
+# A question the long memory's one sentence about honey answers, and none of its token
+# windows: its sentence window reaches the floor's query cut-off, its token windows do not.
+SENTENCE_ONLY = "how much honey did the hives make"
+# A question a token window of the long memory answers (and a sentence window better).
+TOKEN_TOO = "water treatment plant annual report"
+CAT = "The cat slept on the warm kitchen windowsill all afternoon."
+
+
+def best(model: LocalEmbedder, query: str, pieces: list[str]) -> float:
+    vectors = model.embed([query, *pieces])
+    return float((vectors[1:] @ vectors[0]).max())
+
+
+@pytest.mark.model
+@both_engines
+def test_the_query_gate_reads_token_windows(make_store, model: LocalEmbedder) -> None:  # type: ignore[no-untyped-def]
+    """The relevance floor's query gate reads each memory's best token window (its
+    cosine before sentence windows), the ranking and the per-hit floor its best window."""
+    tokens, sentences = model.window_parts(report())
+    assert best(model, SENTENCE_ONLY, tokens) < FLOOR.query_cosine  # (its words too few)
+    assert best(model, SENTENCE_ONLY, sentences) > FLOOR.query_cosine + 0.2
+    store = make_store(embedder=model)
+    long_id = store.add(report())
+    store.add(CAT)
+    unfloored = store.search(SENTENCE_ONLY, threshold=False).hits
+    assert unfloored and unfloored[0].id == long_id  # its sentence window finds it
+    found = store.search(SENTENCE_ONLY)
+    assert not found.hits and NOTHING_RELEVANT in found.notes
+    assert best(model, TOKEN_TOO, tokens) > FLOOR.query_cosine
+    hits = store.search(TOKEN_TOO, explain=True).hits
+    assert hits and hits[0].id == long_id
+    assert hits[0].explain is not None
+    cosine = hits[0].explain["vector"]["cosine"]
+    assert cosine == pytest.approx(best(model, TOKEN_TOO, tokens + sentences), abs=1e-4)
+    assert cosine > best(model, TOKEN_TOO, tokens) + 0.1  # ranked by its best window
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("target", ["sqlite", "postgres"])
+def test_a_migrated_store_keeps_sentence_numbers_and_the_gate(
+    tmp_path: Path, model: LocalEmbedder, target: str, request: pytest.FixtureRequest
+) -> None:
+    source = tmp_path / "a.db"
+    with mnemex.open(source, embedder=model) as store:
+        store.add_many([CAT, "Shipping labels are printed at the loading dock."])
+        store.add(report())
+        stored = rows(store)
+    there = tmp_path / "b.db" if target == "sqlite" else request.getfixturevalue("pg_url")
+    migrate(source, there)
+    with mnemex.open(there, embedder=model) as copy:
+        assert rows(copy) == stored
+        assert copy.check()["ok"]
+        assert not copy.search(SENTENCE_ONLY).hits
+        again = copy.reindex()
+        assert again is not None and again.embedded == 0  # numbered as its text's windows
+
+
+@pytest.mark.model
+@both_engines
+def test_sentences_follow_the_setting(make_store, model: LocalEmbedder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Off (the default), a long memory gets its token windows alone; a reindex with the
+    setting turned on gives it its sentences, and one with it off takes them away."""
+    monkeypatch.delenv("MNEMEX_EMBED_SENTENCES")
+    store = make_store("setting.db", embedder=model)
+    long_id = store.add(report())
+    seq = seq_of(store, long_id)
+    tokens = token_windows(model, report())
+    assert [w for _, w in rows(store, seq)] == list(range(tokens))
+    store.close()
+    on = make_store("setting.db", embedder=model, embed_sentences=True)
+    assert on.reindex() is not None
+    assert [w for _, w in rows(on, seq)] == numbers(model, report())
+    on.close()
+    off = make_store("setting.db", embedder=model)
+    done = off.reindex()
+    assert done is not None and done.embedded > 0  # written anew, without sentences
+    assert [w for _, w in rows(off, seq)] == list(range(tokens))
+    assert off.check()["ok"]
