@@ -60,9 +60,14 @@ class SentenceSpec(Spec):
     """A spec that also sets ``embed_sentences``."""
 
     sentences: bool = False
+    floor: bool = True
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "embed_sentences": self.sentences}
+        return {
+            **super().settings(),
+            "embed_sentences": self.sentences,
+            "relevance_floor": self.floor,
+        }
 
 
 def paragraphs(body: str) -> list[list[str]]:
@@ -119,12 +124,19 @@ def vectors_stored(db: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM embeddings").fetchone()[0])
 
 
-def run_one(variant: str, dataset: str, folder: Path, cache: Path) -> dict[str, Any]:
-    """One evaluation of ``dataset`` with ``variant``'s sentence windows."""
+def run_one(
+    variant: str, dataset: str, folder: Path, cache: Path, floor: bool = True
+) -> dict[str, Any]:
+    """One evaluation of ``dataset`` with ``variant``'s sentence windows (``floor``: the
+    relevance floor on, as shipped)."""
     cut = VARIANTS[variant]
     local.sentence_windows = cut or SHIPPED  # type: ignore[assignment]
     spec = SentenceSpec(
-        mode="hybrid", embedder="local", embed_cache=cache, sentences=cut is not None
+        mode="hybrid",
+        embedder="local",
+        embed_cache=cache,
+        sentences=cut is not None,
+        floor=floor,
     )
     started = time.perf_counter()
     try:
@@ -142,6 +154,7 @@ def run_one(variant: str, dataset: str, folder: Path, cache: Path) -> dict[str, 
     return {
         "variant": variant,
         "dataset": dataset,
+        "floor": floor,
         "metrics": report["metrics"],
         "per_category": report.get("per_category", {}),
         "memories": report["memories"],
@@ -156,7 +169,7 @@ def run(args: argparse.Namespace) -> None:
     RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     for dataset in args.sets.split(","):
         for variant in args.variants.split(","):
-            row = run_one(variant, dataset, folder, Path(args.cache))
+            row = run_one(variant, dataset, folder, Path(args.cache), not args.no_floor)
             with RESULTS_FILE.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(row) + "\n")
             print(json.dumps({k: row[k] for k in ("variant", "dataset", "metrics", "vectors")}))
@@ -175,26 +188,27 @@ def check(args: argparse.Namespace) -> None:
 
 
 def table(_: argparse.Namespace) -> None:
-    """The last row of each (dataset, variant) as markdown."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    """The last row of each (dataset, floor, variant) as markdown, variants in order."""
+    rows: dict[tuple[str, bool, str], dict[str, Any]] = {}
     for line in RESULTS_FILE.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        rows[row["dataset"], row["variant"]] = row
-    print("| variant | found@1 | found@3 | found@5 | top-k cut | recall | vectors |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for (dataset, variant), row in sorted(rows.items()):
+        rows[row["dataset"], row.get("floor", True), row["variant"]] = row
+    order = {name: i for i, name in enumerate(VARIANTS)}
+    print("| set | variant | found@1 | found@3 | found@5 | top-k cut | recall | vectors |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (dataset, floor, variant), row in sorted(
+        rows.items(), key=lambda kv: (kv[0][0], not kv[0][1], order[kv[0][2]])
+    ):
         m = row["metrics"]
+        name = dataset if floor else f"{dataset}, no floor"
         if dataset == "workspace":
             cells = " | ".join(f"{m[k]:.4f}" for k in MEASURES)
         else:
             cells = f"nDCG@10 {m['nDCG@10']:.4f} | | | |"
-        print(f"| {dataset} {variant} | {cells} | {row['vectors']:,} |")
+        print(f"| {name} | {variant} | {cells} | {row['vectors']:,} |")
         for category, c in row["per_category"].items():
-            print(
-                f"|   cat {category} ({c['questions']}) | "
-                + " | ".join(f"{c[k]:.4f}" for k in MEASURES)
-                + " | |"
-            )
+            cells = " | ".join(f"{c[k]:.4f}" for k in MEASURES)
+            print(f"| {name}: category {category} ({c['questions']}) | {variant} | {cells} | |")
 
 
 def main() -> None:
@@ -206,6 +220,7 @@ def main() -> None:
     parser.add_argument("--cache", default="/tmp/ev/cache")
     parser.add_argument("--sets", default="workspace,cisi,scifact")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--no-floor", action="store_true", help="relevance floor off")
     args = parser.parse_args()
     {"run": run, "table": table, "check": check}[args.command](args)
 
