@@ -1,7 +1,8 @@
 """Sentence windows for line-structured text: which unit a markdown chat log needs.
 
     nice python benchmarks/eval_sentence_units.py run [--data DIR] [--cache /tmp/ev/cache]
-        [--sets workspace,cisi,scifact] [--variants off,a,b,c,d]   # appends to the results file
+        [--sets workspace,cisi,scifact] [--variants off,a,b,c,d] [--no-floor]
+        # appends a row per run to benchmarks/.cache/sentence_units.jsonl
     python benchmarks/eval_sentence_units.py table                  # prints the markdown table
     python benchmarks/eval_sentence_units.py check [--data DIR]     # BEIR texts a variant changes
 
@@ -139,6 +140,7 @@ def run_one(
         floor=floor,
     )
     started = time.perf_counter()
+    home = os.environ.get("MNEMEX_HOME")
     try:
         with tempfile.TemporaryDirectory(prefix="mnemex-units-") as tmp:
             os.environ["MNEMEX_HOME"] = tmp
@@ -151,6 +153,9 @@ def run_one(
             vectors = vectors_stored(db)
     finally:
         local.sentence_windows = SHIPPED
+        os.environ.pop("MNEMEX_HOME", None)
+        if home is not None:
+            os.environ["MNEMEX_HOME"] = home
     return {
         "variant": variant,
         "dataset": dataset,
