@@ -1,6 +1,7 @@
 """Fusion and relevance-floor candidates, measured offline on each arm's candidates.
 
     python benchmarks/eval_fusion.py dump [--data DIR]     # stores + per-query features
+    python benchmarks/eval_fusion.py dump-workspace        # only the workspace stores' part
     python benchmarks/eval_fusion.py fusion                # every fusion candidate
     python benchmarks/eval_fusion.py floor                 # the floor's trade-off curve
 
@@ -16,6 +17,14 @@ SciFact, LoCoMo questions and SciFact claims against CISI. ``fusion`` and
 ``floor`` then evaluate candidates on those features in seconds; the shipped
 rules (``adaptive`` fusion, the floor) give the numbers ``mnemex eval``
 gives.
+
+The dump also writes each LoCoMo-dev conversation as a markdown workspace (as
+``mnemex eval locomo FILE --as-workspace`` does) and syncs it into a store of
+its own, then records features for the conversation's questions (a chunk is
+relevant when its line range holds an evidence turn, as that evaluation scores
+it) and for the same foreign SciFact claims and CISI queries as the
+per-conversation stores get (``workspace.pkl``). ``floor`` reports each gate
+on them too.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from mnemex.embed.local import LocalEmbedder
 from mnemex.eval.data import load_beir, load_locomo
 from mnemex.eval.embed_cache import CachedEmbedder, default_cache_dir
 from mnemex.eval.metrics import per_query, ranked_run
+from mnemex.eval.workspace import found_in_chunks, write_all
 from mnemex.index.fts import Filters, bm25_of, plan, retrieve
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.search import fusion as shipped
@@ -140,10 +150,7 @@ def dump(folder: Path) -> None:
             conv["cat"][q.id] = q.category
     beir["locomo"] = conv
     print(f"locomo: {len(conv['q'])} questions, one store per conversation", flush=True)
-    rng = random.Random(7)
-    claims = rng.sample(sorted(load_beir(folder / "beir" / "scifact", "test").queries.items()), 100)
-    cisi = sorted(load_beir(folder / "beir" / "cisi", "test").queries.items())
-    questions = rng.sample([(q.id, q.text) for q in locomo.questions], 200)
+    claims, cisi, questions = foreign_queries(folder)
     foreign: dict[str, dict[str, Query]] = defaultdict(dict)
 
     def ask(name: str, store: str, ns: str, queries: list[tuple[str, str]]) -> None:
@@ -163,6 +170,57 @@ def dump(folder: Path) -> None:
     with open(WORK / "features.pkl", "wb") as handle:
         pickle.dump(beir, handle)
     print({k: len(v) for k, v in foreign.items()}, "foreign queries")
+    dump_workspace(folder)
+
+
+Pairs = list[tuple[str, str]]
+
+
+def foreign_queries(folder: Path) -> tuple[Pairs, Pairs, Pairs]:
+    """The foreign queries: 100 SciFact test claims, the CISI queries, 200 LoCoMo questions."""
+    rng = random.Random(7)
+    claims = rng.sample(sorted(load_beir(folder / "beir" / "scifact", "test").queries.items()), 100)
+    cisi = sorted(load_beir(folder / "beir" / "cisi", "test").queries.items())
+    locomo = load_locomo(folder / "locomo" / "locomo10-dev.json")
+    questions = rng.sample([(q.id, q.text) for q in locomo.questions], 200)
+    return claims, cisi, questions
+
+
+def chunk_places(store: mnemex.Store) -> dict[int, tuple[str, int, int]]:
+    """Each chunk's ``(path, start_line, end_line)`` by seq."""
+    sql = (
+        "SELECT c.seq, f.path, c.start_line, c.end_line FROM chunks AS c "
+        "JOIN files AS f ON f.id = c.file_id"
+    )
+    return {int(r[0]): (r[1], int(r[2]), int(r[3])) for r in store.session.conn.execute(sql)}
+
+
+def dump_workspace(folder: Path) -> None:
+    """Each LoCoMo-dev conversation as a synced workspace in its own store: features of its
+    questions (relevant: the chunks holding an evidence line) and of foreign queries."""
+    locomo = load_locomo(folder / "locomo" / "locomo10-dev.json")
+    claims, cisi, _ = foreign_queries(folder)
+    written = write_all(locomo, WORK / "workspace")
+    ws: dict[str, Any] = {"q": {}, "rel": {}, "foreign": defaultdict(dict)}
+    for ns, where in written.items():
+        store = mnemex.open(WORK / f"workspace-{ns}.db", embedder=embedder(), dedup=False)
+        store.sync(where.folder, namespace=ns)
+        places = chunk_places(store)
+        multi = {s for s, (_, start, end) in places.items() if end > start}
+        asked = [q for q in locomo.questions if q.namespace == ns]
+        for qid, q in features(store, [(q.id, q.text, ns) for q in asked]).items():
+            ws["q"][qid] = {**q, "multi": multi}
+        for q in asked:
+            lines = [where.lines[e] for e in q.evidence if e in where.lines]
+            ws["rel"][q.id] = {s for s, p in places.items() if found_in_chunks([p], lines)}
+        for name, queries in (("scifact->workspace", claims[:40]), ("cisi->workspace", cisi[:30])):
+            found = features(store, [(f"{ns}|{q}", t, ns) for q, t in queries])
+            ws["foreign"][name].update({k: {**v, "multi": multi} for k, v in found.items()})
+        print(f"workspace {ns}: {len(places)} chunks, {len(asked)} questions", flush=True)
+        store.close()
+    ws["foreign"] = dict(ws["foreign"])
+    with open(WORK / "workspace.pkl", "wb") as handle:
+        pickle.dump(ws, handle)
 
 
 # -- fusion candidates -----------------------------------------------------------------
@@ -357,19 +415,32 @@ def fusion_table() -> None:
 # -- the relevance floor -----------------------------------------------------------------
 
 
-def gated(floor: Floor, fuse: Fusion = adaptive, gate: str = "tok") -> Fusion:
+Multi = tuple[float | None, float | None]
+
+
+def gated(
+    floor: Floor, fuse: Fusion = adaptive, gate: str = "tok", multi: Multi = (None, None)
+) -> Fusion:
     """The floor on ``fuse``; ``gate`` names the cosines the query gate reads (``tok``: each
     memory's best token window, as the pipeline's gate; ``cos``: its best window, sentence
-    windows too, as the arms score and the per-hit floor reads; ``cos0``: its first window)."""
+    windows too, as the arms score and the per-hit floor reads; ``cos0``: its first window).
+    ``multi`` (text alone, cosine alone) also lets the gate pass on a multi-line memory (a
+    workspace chunk of more than one line) whose text score or cosine reaches it."""
+    multi_text, multi_cosine = multi
+
+    def vouched(q: Query, s: int) -> bool:
+        c = q[gate].get(s, -1)
+        if c >= floor.query_cosine or (c >= floor.agree_cosine and text(q, s) >= floor.agree_text):
+            return True
+        if s not in q.get("multi", ()):
+            return False
+        return (multi_text is not None and text(q, s) >= multi_text) or (
+            multi_cosine is not None and c >= multi_cosine
+        )
 
     def keep(q: Query) -> dict[int, float]:
         scores = fuse(q)
-        cos = q[gate]
-        if not any(
-            cos.get(s, -1) >= floor.query_cosine
-            or (cos.get(s, -1) >= floor.agree_cosine and text(q, s) >= floor.agree_text)
-            for s in scores
-        ):
+        if not any(vouched(q, s) for s in scores):
             return {}
         return {
             s: v
@@ -388,71 +459,135 @@ def lexical_gate(best: float) -> Fusion:
     return keep
 
 
-def floor_table() -> None:
-    data = load()
+Row = tuple[str, Fusion]
+GATES = (
+    (0.30, 1.1, 1.1),
+    (0.35, 1.1, 1.1),
+    (0.40, 1.1, 1.1),
+    (0.40, 0.25, 0.30),
+    (0.40, 0.30, 0.30),
+    (0.40, 0.30, 0.40),
+    (0.40, 0.35, 0.30),
+    (0.40, 0.35, 0.40),
+    (0.40, 0.30, 0.50),
+    (0.45, 0.30, 0.30),
+    (0.50, 0.30, 0.50),
+)
+# Candidates for chunks: (query cosine, agreement cosine, agreement text), then on a
+# multi-line memory (text alone, cosine alone)
+CHUNK_GATES: tuple[tuple[float, float, float, Multi], ...] = (
+    (0.40, 0.25, 0.40, (None, None)),
+    (0.40, 0.25, 0.35, (None, None)),
+    (0.40, 0.30, 0.35, (None, None)),
+    (0.35, 0.30, 0.40, (None, None)),
+    (0.40, 0.30, 0.40, (0.60, None)),
+    (0.40, 0.30, 0.40, (0.50, None)),
+    (0.40, 0.30, 0.40, (0.40, None)),
+    (0.40, 0.30, 0.40, (0.30, None)),
+    (0.40, 0.30, 0.40, (None, 0.35)),
+    (0.40, 0.30, 0.40, (None, 0.30)),
+    (0.40, 0.30, 0.40, (None, 0.25)),
+    (0.40, 0.30, 0.40, (0.40, 0.30)),
+    (0.40, 0.30, 0.40, (0.30, 0.25)),
+    (0.40, 0.25, 0.30, (0.50, None)),
+)
+
+
+def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
+    qc, ac, at = floor.query_cosine, floor.agree_cosine, floor.agree_text
+    label = f"cosine ≥ {qc}" + (f", or ≥ {ac} with text ≥ {at}" if ac <= 1 else "")
+    alone = [f"text ≥ {multi[0]}"] * (multi[0] is not None)
+    alone += [f"cosine ≥ {multi[1]}"] * (multi[1] is not None)
+    return label + (f", or {' or '.join(alone)} on a multi-line memory" if alone else "")
+
+
+def floor_rows() -> list[Row]:
     shipped_floor = CALIBRATED["all-minilm-l6-v2"]
-    rows: list[tuple[str, Fusion, Fusion]] = [("no floor (adaptive)", adaptive, adaptive)]
-    for qc, ac, at in (
-        (0.30, 1.1, 1.1),
-        (0.35, 1.1, 1.1),
-        (0.40, 1.1, 1.1),
-        (0.40, 0.25, 0.30),
-        (0.40, 0.30, 0.30),
-        (0.40, 0.30, 0.40),
-        (0.40, 0.35, 0.30),
-        (0.40, 0.35, 0.40),
-        (0.40, 0.30, 0.50),
-        (0.45, 0.30, 0.30),
-        (0.50, 0.30, 0.50),
-    ):
-        floor = Floor(qc, ac, at, shipped_floor.hit_cosine, shipped_floor.hit_text)
-        label = f"cosine ≥ {qc}" + (f", or ≥ {ac} with text ≥ {at}" if ac <= 1 else "")
+    hit = (shipped_floor.hit_cosine, shipped_floor.hit_text)
+    rows: list[Row] = [("no floor (adaptive)", adaptive)]
+    for qc, ac, at in GATES:
+        floor = Floor(qc, ac, at, *hit)
+        label = floor_label(floor)
         if floor == shipped_floor:
             label += " **(default)**"
-        rows.append((label, gated(floor), gated(floor)))
+        rows.append((label, gated(floor)))
         if floor == shipped_floor:
             label = "the same, the query gate on each memory's best window (sentences too)"
-            rows.append((label, gated(floor, gate="cos"), gated(floor, gate="cos")))
+            rows.append((label, gated(floor, gate="cos")))
             label = "the same, the query gate on each memory's first window"
-            rows.append((label, gated(floor, gate="cos0"), gated(floor, gate="cos0")))
+            rows.append((label, gated(floor, gate="cos0")))
+    for qc, ac, at, multi in CHUNK_GATES:
+        floor = Floor(qc, ac, at, *hit)
+        rows.append(("*chunks:* " + floor_label(floor, multi), gated(floor, multi=multi)))
     for best in (0.3, 0.4, 0.5):
-        rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best), lexical_only))
+        rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
+    return rows
+
+
+def found_at(ws: dict[str, Any], fuse: Fusion, k: int = 5) -> float:
+    """Workspace found@k: a question is found when one of its first k chunks is relevant."""
+    found = []
+    for qid, q in ws["q"].items():
+        scores = fuse(q)
+        order = sorted(scores, key=lambda s: (-scores[s], s))[:k]
+        found.append(any(s in ws["rel"][qid] for s in order))
+    return float(np.mean(found))
+
+
+def floor_row(data: dict[str, Any], ws: dict[str, Any], fuse: Fusion) -> list[float]:
+    """Share of foreign queries keeping a hit per pair, to the workspace, overall; in-domain
+    values per set, then workspace found@1 / found@5."""
+    kept = {n: [bool(fuse(q)) for q in data["foreign"][n].values()] for n in data["foreign"]}
+    to_ws = [bool(fuse(q)) for n in ws["foreign"] for q in ws["foreign"][n].values()]
+    everything = [x for v in kept.values() for x in v] + to_ws
+    rates = [float(np.mean(v)) for v in kept.values()] + [np.mean(to_ws), np.mean(everything)]
+    values = [score(data[key], fuse, measure)[0] for key, measure in SETS]
+    return rates + values + [found_at(ws, fuse, 1), found_at(ws, fuse, 5)]
+
+
+def floor_table() -> None:
+    data = load()
+    with open(WORK / "workspace.pkl", "rb") as handle:
+        ws = pickle.load(handle)
     names = list(data["foreign"])
     print(
         "| floor (query gate) | "
         + " | ".join(names)
-        + " | SciFact train | SciFact test | CISI | LoCoMo R@10 |"
+        + " | foreign → workspace | all foreign"
+        + " | SciFact train | SciFact test | CISI | LoCoMo R@10 | workspace found@1 | found@5 |"
     )
-    print("| --- |" + " ---: |" * (len(names) + 4))
-    base = {key: score(data[key], adaptive, m)[0] for key, m in SETS}
-    lex_base = {key: score(data[key], lexical_only, m)[0] for key, m in SETS}
-    for label, fuse, _ in rows:
-        lexical_mode = label.startswith("lexical only")
-        rates = []
-        for name in names:
-            queries = data["foreign"][name].values()
-            rates.append(np.mean([bool(fuse(q)) for q in queries]))
-        deltas = []
-        for key, measure in SETS:
-            value = score(data[key], fuse, measure)[0]
-            deltas.append(value - (lex_base if lexical_mode else base)[key])
+    print("| --- |" + " ---: |" * (len(names) + 8))
+    base = floor_row(data, ws, adaptive)
+    lex_base = floor_row(data, ws, lexical_only)
+    pairs = len(names) + 2
+    for label, fuse in floor_rows():
+        against = lex_base if label.startswith("lexical only") else base
+        row = floor_row(data, ws, fuse)
+        deltas = [v - b for v, b in zip(row[pairs:], against[pairs:], strict=True)]
         print(
             f"| {label} | "
-            + " | ".join(f"{r:.1%}" for r in rates)
+            + " | ".join(f"{r:.1%}" for r in row[:pairs])
             + " | "
             + " | ".join(f"{d:+.4f}" for d in deltas)
             + " |",
             flush=True,
         )
+    print(
+        "no floor, absolute: workspace found@1 / found@5 "
+        f"{base[-2]:.4f} / {base[-1]:.4f} ({len(ws['q'])} questions); "
+        + ", ".join(f"{n} {len(v)}" for n, v in ws["foreign"].items())
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["dump", "fusion", "floor"])
+    parser.add_argument("step", choices=["dump", "dump-workspace", "fusion", "floor"])
     parser.add_argument("--data")
     args = parser.parse_args()
     if args.step == "dump":
         dump(data_dir(args.data))
+    elif args.step == "dump-workspace":
+        dump_workspace(data_dir(args.data))
     elif args.step == "fusion":
         fusion_table()
     else:
