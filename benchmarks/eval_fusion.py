@@ -22,9 +22,9 @@ The dump also writes each LoCoMo-dev conversation as a markdown workspace (as
 ``mnemex eval locomo FILE --as-workspace`` does) and syncs it into a store of
 its own, then records features for the conversation's questions (a chunk is
 relevant when its line range holds an evidence turn, as that evaluation scores
-it) and for the same foreign SciFact claims and CISI queries as the
-per-conversation stores get (``workspace.pkl``). ``floor`` reports each gate
-on them too.
+it), for the same foreign SciFact claims and CISI queries as the
+per-conversation stores get, and for 40 questions of the other conversations
+(``workspace.pkl``). ``floor`` reports each gate on them too.
 """
 
 from __future__ import annotations
@@ -200,6 +200,7 @@ def dump_workspace(folder: Path) -> None:
     questions (relevant: the chunks holding an evidence line) and of foreign queries."""
     locomo = load_locomo(folder / "locomo" / "locomo10-dev.json")
     claims, cisi, _ = foreign_queries(folder)
+    rng = random.Random(11)
     written = write_all(locomo, WORK / "workspace")
     ws: dict[str, Any] = {"q": {}, "rel": {}, "foreign": defaultdict(dict)}
     for ns, where in written.items():
@@ -213,7 +214,12 @@ def dump_workspace(folder: Path) -> None:
         for q in asked:
             lines = [where.lines[e] for e in q.evidence if e in where.lines]
             ws["rel"][q.id] = {s for s, p in places.items() if found_in_chunks([p], lines)}
-        for name, queries in (("scifact->workspace", claims[:40]), ("cisi->workspace", cisi[:30])):
+        others = rng.sample([(q.id, q.text) for q in locomo.questions if q.namespace != ns], 40)
+        for name, queries in (
+            ("scifact->workspace", claims[:40]),
+            ("cisi->workspace", cisi[:30]),
+            ("other conversation->workspace", others),
+        ):
             found = features(store, [(f"{ns}|{q}", t, ns) for q, t in queries])
             ws["foreign"][name].update({k: {**v, "multi": multi} for k, v in found.items()})
         print(f"workspace {ns}: {len(places)} chunks, {len(asked)} questions", flush=True)
@@ -534,13 +540,19 @@ def found_at(ws: dict[str, Any], fuse: Fusion, k: int = 5) -> float:
     return float(np.mean(found))
 
 
+SCIENCE = ("scifact->workspace", "cisi->workspace")
+
+
 def floor_row(data: dict[str, Any], ws: dict[str, Any], fuse: Fusion) -> list[float]:
-    """Share of foreign queries keeping a hit per pair, to the workspace, overall; in-domain
-    values per set, then workspace found@1 / found@5."""
+    """Share of foreign queries keeping a hit per pair, then science to the workspaces, all
+    foreign (those two), other conversations' questions to each workspace; in-domain values
+    per set, then workspace found@1 / found@5."""
     kept = {n: [bool(fuse(q)) for q in data["foreign"][n].values()] for n in data["foreign"]}
-    to_ws = [bool(fuse(q)) for n in ws["foreign"] for q in ws["foreign"][n].values()]
+    to_ws = [bool(fuse(q)) for n in SCIENCE for q in ws["foreign"][n].values()]
     everything = [x for v in kept.values() for x in v] + to_ws
-    rates = [float(np.mean(v)) for v in kept.values()] + [np.mean(to_ws), np.mean(everything)]
+    chat = [bool(fuse(q)) for q in ws["foreign"]["other conversation->workspace"].values()]
+    rates = [float(np.mean(v)) for v in kept.values()]
+    rates += [np.mean(to_ws), np.mean(everything), np.mean(chat)]
     values = [score(data[key], fuse, measure)[0] for key, measure in SETS]
     return rates + values + [found_at(ws, fuse, 1), found_at(ws, fuse, 5)]
 
@@ -553,13 +565,13 @@ def floor_table() -> None:
     print(
         "| floor (query gate) | "
         + " | ".join(names)
-        + " | foreign → workspace | all foreign"
+        + " | foreign → workspace | all foreign | other conversation → workspace"
         + " | SciFact train | SciFact test | CISI | LoCoMo R@10 | workspace found@1 | found@5 |"
     )
-    print("| --- |" + " ---: |" * (len(names) + 8))
+    print("| --- |" + " ---: |" * (len(names) + 9))
     base = floor_row(data, ws, adaptive)
     lex_base = floor_row(data, ws, lexical_only)
-    pairs = len(names) + 2
+    pairs = len(names) + 3
     for label, fuse in floor_rows():
         against = lex_base if label.startswith("lexical only") else base
         row = floor_row(data, ws, fuse)
