@@ -2,6 +2,7 @@
 
     python benchmarks/eval_fusion.py dump [--data DIR]     # stores + per-query features
     python benchmarks/eval_fusion.py dump-workspace        # only the workspace stores' part
+    python benchmarks/eval_fusion.py terms                 # query terms of an older dump
     python benchmarks/eval_fusion.py fusion                # every fusion candidate
     python benchmarks/eval_fusion.py floor                 # the floor's trade-off curve
 
@@ -33,7 +34,9 @@ import argparse
 import math
 import pickle
 import random
+import re
 import sys
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +54,8 @@ from mnemex.eval.data import load_beir, load_locomo
 from mnemex.eval.embed_cache import CachedEmbedder, default_cache_dir
 from mnemex.eval.metrics import per_query, ranked_run
 from mnemex.eval.workspace import found_in_chunks, write_all
-from mnemex.index.fts import Filters, bm25_of, plan, retrieve
+from mnemex.index.fts import Filters, LexicalPlan, bm25_of, plan, retrieve
+from mnemex.index.query import idf
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.search import fusion as shipped
 from mnemex.search.floor import CALIBRATED, Floor
@@ -113,9 +117,75 @@ def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[s
             "cos0": first,  # the first window's cosine (the memory's start)
             "tok": tokens,  # the best token window's cosine (sentence windows left out)
             "norm": lexical.norm,
+            "text": text,  # the cleaned query
             "ns": ns,
             "ids": ids,
         }
+        out[qid].update(term_features(conn, lexical, union(out[qid])))
+    return out
+
+
+def term_features(conn: Any, lexical: LexicalPlan, seqs: set[int]) -> Query:
+    """The query's content terms (index term, document frequency in the store, the word as
+    the query writes it, lower-cased: ``terms``), the store's row count (``n``) and, for each candidate holding some, the indexes of the terms it holds
+    (``has``): one FTS5 query per term, on the candidates only."""
+    has: dict[int, set[int]] = defaultdict(set)
+    candidates = sorted(seqs)
+    for i, term in enumerate(lexical.terms):
+        for start in range(0, len(candidates), 500):
+            chunk = candidates[start : start + 500]
+            sql = (
+                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
+                f"AND rowid IN ({','.join('?' * len(chunk))})"
+            )
+            for (seq,) in conn.execute(sql, [term.match, *chunk]):
+                has[int(seq)].add(i)
+    return {
+        "terms": [
+            (t.key, df, t.match[1:-1])
+            for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True)
+        ],
+        "n": lexical.n_docs,
+        "has": {s: frozenset(v) for s, v in has.items()},
+    }
+
+
+def add_terms() -> None:
+    """Add :func:`term_features` to a dump made without them (each query's text is needed)."""
+    data = load()
+    with open(WORK / "workspace.pkl", "rb") as handle:
+        ws = pickle.load(handle)
+    opened: dict[str, mnemex.Store] = {}
+
+    def enrich(name: str, queries: dict[str, Query]) -> None:
+        if name not in opened:
+            opened[name] = mnemex.open(WORK / f"{name}.db", embedder=embedder(), dedup=False)
+        store = opened[name]
+        for q in queries.values():
+            lexical = plan(store.session.lexicon, q["text"], STOPWORDS, expand=True)
+            q.update(term_features(store.session.conn, lexical, union(q)))
+
+    for key in ("scifact-train", "scifact-test", "cisi-test"):
+        enrich(key.split("-")[0], data[key]["q"])
+    for name, queries in [("locomo", data["locomo"]["q"]), *data["foreign"].items()]:
+        target = name.split("->")[-1]
+        for ns, group in groupby_ns(queries).items():
+            enrich(f"locomo-{ns}" if target == "locomo" else target, group)
+    for queries in [ws["q"], *ws["foreign"].values()]:
+        for ns, group in groupby_ns(queries).items():
+            enrich(f"workspace-{ns}", group)
+    for store in opened.values():
+        store.close()
+    with open(WORK / "features.pkl", "wb") as handle:
+        pickle.dump(data, handle)
+    with open(WORK / "workspace.pkl", "wb") as handle:
+        pickle.dump(ws, handle)
+
+
+def groupby_ns(queries: dict[str, Query]) -> dict[str, dict[str, Query]]:
+    out: dict[str, dict[str, Query]] = defaultdict(dict)
+    for qid, q in queries.items():
+        out[q["ns"]][qid] = q
     return out
 
 
@@ -422,27 +492,36 @@ def fusion_table() -> None:
 
 
 Multi = tuple[float | None, float | None]
+Condition = Callable[[Query, int], bool]
 
 
 def gated(
-    floor: Floor, fuse: Fusion = adaptive, gate: str = "tok", multi: Multi = (None, None)
+    floor: Floor,
+    fuse: Fusion = adaptive,
+    gate: str = "tok",
+    multi: Multi = (None, None),
+    when: Condition | None = None,
+    every: bool = False,
 ) -> Fusion:
     """The floor on ``fuse``; ``gate`` names the cosines the query gate reads (``tok``: each
     memory's best token window, as the pipeline's gate; ``cos``: its best window, sentence
     windows too, as the arms score and the per-hit floor reads; ``cos0``: its first window).
     ``multi`` (text alone, cosine alone) also lets the gate pass on a multi-line memory (a
-    workspace chunk of more than one line) whose text score or cosine reaches it."""
+    workspace chunk of more than one line) whose text score or cosine reaches it, when
+    ``when`` (of the query and the memory) holds too; ``every``: on any memory."""
     multi_text, multi_cosine = multi
 
     def vouched(q: Query, s: int) -> bool:
         c = q[gate].get(s, -1)
         if c >= floor.query_cosine or (c >= floor.agree_cosine and text(q, s) >= floor.agree_text):
             return True
-        if s not in q.get("multi", ()):
+        if not every and s not in q.get("multi", ()):
             return False
-        return (multi_text is not None and text(q, s) >= multi_text) or (
+        if not (multi_text is not None and text(q, s) >= multi_text) and not (
             multi_cosine is not None and c >= multi_cosine
-        )
+        ):
+            return False
+        return when is None or when(q, s)
 
     def keep(q: Query) -> dict[int, float]:
         scores = fuse(q)
@@ -455,6 +534,73 @@ def gated(
         }
 
     return keep
+
+
+# -- what a query says the store holds (conditions of the looser gate on chunks) --
+
+_WORD = re.compile(r"[^\W_]+")
+_OPENERS = ".!?:;"
+
+
+def fold(word: str) -> str:
+    """Lower case, diacritics removed, as FTS5's ``unicode61 remove_diacritics 2`` folds."""
+    decomposed = unicodedata.normalize("NFKD", word.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def named_words(text_: str) -> frozenset[str]:
+    """Words of two letters or more the query writes with a capital that does not open a
+    sentence (names: "Caroline", "Oregon", "LGBTQ"), folded."""
+    found = set()
+    for match in _WORD.finditer(text_):
+        word, before = match.group(), text_[max(0, match.start() - 64) : match.start()]
+        stripped = before.rstrip()
+        opens = not stripped or stripped[-1] in _OPENERS or "\n" in before[len(stripped) :]
+        if len(word) >= 2 and word[0].isupper() and not opens:
+            found.add(fold(word))
+    return frozenset(found)
+
+
+def names_held(q: Query, s: int) -> bool:
+    """The query names a word the store holds (its term occurs in some memory)."""
+    names = named_words(q["text"])
+    return any(df > 0 and word in names for _, df, word in q["terms"])
+
+
+def name_in_memory(q: Query, s: int) -> bool:
+    """The memory holds a word the query names."""
+    names = named_words(q["text"])
+    return any(q["terms"][i][2] in names for i in q["has"].get(s, ()))
+
+
+def term_weights(q: Query) -> list[float]:
+    return [idf(df, q["n"]) for _, df, _ in q["terms"]]
+
+
+def absent_at_most(share: float) -> Condition:
+    """At most ``share`` of the query's IDF weight is on terms no memory of the store holds."""
+
+    def holds(q: Query, s: int) -> bool:
+        weights = term_weights(q)
+        absent = sum(w for w, (_, df, _) in zip(weights, q["terms"], strict=True) if df == 0)
+        return absent <= share * sum(weights)
+
+    return holds
+
+
+def coverage_at_least(share: float) -> Condition:
+    """The memory holds at least ``share`` of the query's IDF weight (its content terms)."""
+
+    def holds(q: Query, s: int) -> bool:
+        weights = term_weights(q)
+        return sum(weights[i] for i in q["has"].get(s, ())) >= share * sum(weights)
+
+    return holds
+
+
+def both_arms(k: int) -> Condition:
+    """The memory is in both arms' top ``k``."""
+    return lambda q, s: s in {x for x, _ in q["lex"][:k]} and s in {x for x, _ in q["vec"][:k]}
 
 
 def lexical_gate(best: float) -> Fusion:
@@ -498,6 +644,40 @@ CHUNK_GATES: tuple[tuple[float, float, float, Multi], ...] = (
     (0.40, 0.25, 0.30, (0.50, None)),
 )
 
+CONDITIONS: dict[str, tuple[str, Condition]] = {
+    "named": ("the query names a word the store holds", names_held),
+    "in memory": ("the memory holds a word the query names", name_in_memory),
+    "absent 0.2": (
+        "at most 20 % of the query's weight is on words the store lacks",
+        absent_at_most(0.2),
+    ),
+    "absent 0.4": (
+        "at most 40 % of the query's weight is on words the store lacks",
+        absent_at_most(0.4),
+    ),
+    "coverage 0.3": ("the memory holds 30 % of the query's weight", coverage_at_least(0.3)),
+    "coverage 0.5": ("the memory holds 50 % of the query's weight", coverage_at_least(0.5)),
+    "both 10": ("the memory is in both arms' top 10", both_arms(10)),
+}
+# The looser gate on chunks under a condition: (condition, (text alone, cosine alone), on
+# every memory rather than multi-line ones only)
+CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
+    ("absent 0.2", (0.40, 0.30), False),
+    ("absent 0.4", (0.40, 0.30), False),
+    ("coverage 0.3", (0.40, 0.30), False),
+    ("coverage 0.5", (0.40, 0.30), False),
+    ("both 10", (0.40, 0.30), False),
+    ("named", (0.40, 0.30), False),
+    ("named", (0.40, 0.25), False),
+    ("named", (0.40, 0.35), False),
+    ("named", (0.30, 0.30), False),
+    ("named", (None, 0.30), False),
+    ("named", (0.40, None), False),
+    ("named", (0.40, 0.30), True),
+    ("in memory", (0.40, 0.30), False),
+    ("in memory", (0.40, 0.30), True),
+)
+
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
     qc, ac, at = floor.query_cosine, floor.agree_cosine, floor.agree_text
@@ -525,6 +705,14 @@ def floor_rows() -> list[Row]:
     for qc, ac, at, multi in CHUNK_GATES:
         floor = Floor(qc, ac, at, *hit)
         rows.append(("*chunks:* " + floor_label(floor, multi), gated(floor, multi=multi)))
+    default = (0.40, 0.30, 0.40)
+    for when, multi, every in CONDITIONED:
+        floor = Floor(*default, *hit)
+        label = floor_label(floor, multi).replace(
+            "a multi-line memory", "any memory" if every else "a multi-line memory"
+        )
+        label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
+        rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
     return rows
@@ -593,13 +781,15 @@ def floor_table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["dump", "dump-workspace", "fusion", "floor"])
+    parser.add_argument("step", choices=["dump", "dump-workspace", "terms", "fusion", "floor"])
     parser.add_argument("--data")
     args = parser.parse_args()
     if args.step == "dump":
         dump(data_dir(args.data))
     elif args.step == "dump-workspace":
         dump_workspace(data_dir(args.data))
+    elif args.step == "terms":
+        add_terms()
     elif args.step == "fusion":
         fusion_table()
     else:
