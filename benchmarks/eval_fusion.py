@@ -34,9 +34,7 @@ import argparse
 import math
 import pickle
 import random
-import re
 import sys
-import unicodedata
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -55,7 +53,7 @@ from mnemex.eval.embed_cache import CachedEmbedder, default_cache_dir
 from mnemex.eval.metrics import per_query, ranked_run
 from mnemex.eval.workspace import found_in_chunks, write_all
 from mnemex.index.fts import Filters, LexicalPlan, bm25_of, plan, retrieve
-from mnemex.index.query import idf
+from mnemex.index.query import idf, named_words
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.search import fusion as shipped
 from mnemex.search.floor import CALIBRATED, Floor
@@ -538,31 +536,10 @@ def gated(
 
 # -- what a query says the store holds (conditions of the looser gate on chunks) --
 
-_WORD = re.compile(r"[^\W_]+")
-_OPENERS = ".!?:;"
-
-
-def fold(word: str) -> str:
-    """Lower case, diacritics removed, as FTS5's ``unicode61 remove_diacritics 2`` folds."""
-    decomposed = unicodedata.normalize("NFKD", word.lower())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
-
-
-def named_words(text_: str) -> frozenset[str]:
-    """Words of two letters or more the query writes with a capital that does not open a
-    sentence (names: "Caroline", "Oregon", "LGBTQ"), folded."""
-    found = set()
-    for match in _WORD.finditer(text_):
-        word, before = match.group(), text_[max(0, match.start() - 64) : match.start()]
-        stripped = before.rstrip()
-        opens = not stripped or stripped[-1] in _OPENERS or "\n" in before[len(stripped) :]
-        if len(word) >= 2 and word[0].isupper() and not opens:
-            found.add(fold(word))
-    return frozenset(found)
-
 
 def names_held(q: Query, s: int) -> bool:
-    """The query names a word the store holds (its term occurs in some memory)."""
+    """The query names a word the store holds (its term occurs in some memory), as
+    :func:`mnemex.search.floor.names_held` tells."""
     names = named_words(q["text"])
     return any(df > 0 and word in names for _, df, word in q["terms"])
 

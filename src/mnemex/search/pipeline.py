@@ -46,7 +46,7 @@ from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
-from mnemex.search.floor import floor_for, relevant_hit, relevant_query
+from mnemex.search.floor import floor_for, names_held, relevant_hit, relevant_query
 from mnemex.search.fusion import Fused
 from mnemex.search.rank import Ranking
 from mnemex.search.workers import Job, Workers
@@ -609,7 +609,14 @@ def _relevant(
         def token_cosines(seqs: list[int]) -> dict[int, float]:
             return engine.token_cosines_of(seqs, query_vector)
 
-        if not relevant_query(floor, order, text_scores, cosines, token_cosines):
+        def chunks(seqs: list[int]) -> list[int]:  # of several lines of a workspace file
+            places = engine.locations(seqs)
+            return [s for s in seqs if s in places and places[s].end_line > places[s].start_line]
+
+        named = names_held(arms.lexical, clean_query(request.query))
+        if not relevant_query(
+            floor, order, text_scores, cosines, token_cosines, chunks if named else None
+        ):
             order = []
             notes.append(NOTHING_RELEVANT)
         else:
