@@ -655,6 +655,8 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
     ("in memory", (0.40, 0.30), True),
 )
 
+SHIPPED = ("named", (0.40, 0.30), False)  # mnemex.search.floor, floor-v3
+
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
     qc, ac, at = floor.query_cosine, floor.agree_cosine, floor.agree_text
@@ -672,7 +674,7 @@ def floor_rows() -> list[Row]:
         floor = Floor(qc, ac, at, *hit)
         label = floor_label(floor)
         if floor == shipped_floor:
-            label += " **(default)**"
+            label += " (floor-v2: every memory)"
         rows.append((label, gated(floor)))
         if floor == shipped_floor:
             label = "the same, the query gate on each memory's best window (sentences too)"
@@ -689,6 +691,8 @@ def floor_rows() -> list[Row]:
             "a multi-line memory", "any memory" if every else "a multi-line memory"
         )
         label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
+        if (when, multi, every) == SHIPPED:
+            label += " **(default, floor-v3)**"
         rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
