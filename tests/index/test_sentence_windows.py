@@ -165,6 +165,26 @@ def test_a_text_of_one_window_is_split_past_sentence_chars(model: LocalEmbedder)
     assert model.windows(shorter) == [shorter]
 
 
+def token_count(model: LocalEmbedder, text: str) -> int:
+    """How many tokens ``tokenizers`` finds in ``text`` (past the model's truncation too)."""
+    encoding = model._load_tokenizer().encode(text, add_special_tokens=False)
+    return len(encoding.ids) + sum(len(rest.ids) for rest in encoding.overflowing)
+
+
+@pytest.mark.model
+def test_a_short_text_of_many_tokens_gets_its_windows(model: LocalEmbedder) -> None:
+    """Characters bound a text's tokens in ASCII only (each is one token at most); a
+    Hangul syllable is three (its letters), so a short Korean text can need windows."""
+    assert all(token_count(model, chr(c) * 3) <= 3 for c in range(128))
+    korean = "한국어 문장 " * 36
+    assert len(korean) <= WINDOW < token_count(model, korean)
+    tokens, sentences = model.window_parts(korean)
+    assert len(tokens) == 3 and sentences == sentence_windows(korean)
+    assert tokens[0] == korean[: len(tokens[0])] and korean.rstrip().endswith(tokens[-1])
+    english = "word " * (WINDOW // 5)
+    assert model.window_parts(english) == ([english], [])
+
+
 def drop_sentences(store: Store, seq: int, keep: int) -> None:
     """Write the memory as the scheme before sentences did: its token windows alone."""
     window = "window_no" if on_postgres(store) else "window"

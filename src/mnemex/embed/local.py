@@ -357,7 +357,9 @@ class LocalEmbedder:
     def window_parts(self, text: str) -> tuple[list[str], list[str]]:
         """:meth:`windows` in two parts: the token windows, then the sentence windows
         (distinct, none a token window; none for a short text)."""
-        if len(text) <= WINDOW:  # a token covers at least one character: it fits
+        # An ASCII character is one token at most: such a text fits. Another character can
+        # be several (a Hangul syllable is three, its letters): its text is counted.
+        if len(text) <= WINDOW and text.isascii():
             return [text], []
         with self._lock:
             tokenizer = self._load_tokenizer()
