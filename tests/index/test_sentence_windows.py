@@ -290,8 +290,8 @@ class Counting:
     def windows(self, text: str) -> list[str]:
         return self.model.windows(text)
 
-    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
-        return self.model.window_parts(text)
+    def window_parts(self, text: str, *, sentences: bool = True) -> tuple[list[str], list[str]]:
+        return self.model.window_parts(text, sentences=sentences)
 
 
 def test_a_memory_takes_as_many_rows_as_its_token_and_sentence_windows() -> None:

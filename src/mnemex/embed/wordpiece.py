@@ -9,11 +9,18 @@ and punctuation split, lower case, greedy longest-match WordPiece with
 vocabulary (``minilm/vocab.txt``, one token per line, line n is id n). Any
 other text, and text that spells one of the special tokens, is left to
 ``tokenizers`` (:func:`encode` returns ``None``).
+
+:class:`Tokens` finds the same tokens' places in such a text (the offsets
+``tokenizers`` gives), which cutting a long text into windows needs, several
+times faster than ``tokenizers`` (it reads each distinct word once, and lists
+no token it is not asked for).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from pathlib import Path
 
 VOCAB = Path(__file__).parent / "minilm" / "vocab.txt"
@@ -27,6 +34,10 @@ PREFIX = "##"  # of a piece that continues a word
 _CONTROL = dict.fromkeys([*range(0, 9), 11, 12, *range(14, 32), 127])
 # After lower-casing: runs of letters and digits, and every other visible character alone.
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
+# The same words in the text as it is, between what separates them (split keeps both).
+_SPLIT = re.compile(r"([A-Za-z0-9]+|[^A-Za-z0-9\s])")
+_CONTROLS = re.compile("[{}]".format("".join(re.escape(chr(c)) for c in _CONTROL)))
+PIECES_KEPT = 1 << 17  # distinct words whose pieces Pieces keeps (it starts over past them)
 
 
 def load_vocab(path: Path = VOCAB) -> dict[str, int]:
@@ -49,19 +60,79 @@ def encode(text: str, vocab: dict[str, int], max_tokens: int) -> list[int] | Non
 
 
 def _pieces(word: str, vocab: dict[str, int]) -> list[int]:
+    """The ids of ``word``'s pieces (:func:`_split`); ``[UNK]`` when it has none."""
+    pieces = _split(word, vocab)
+    return [vocab[UNK]] if pieces is None else [found for found, _ in pieces]
+
+
+def _split(word: str, vocab: dict[str, int]) -> list[tuple[int, int]] | None:
     """Greedy longest-match-first: the longest known prefix, then the longest known
-    ``##`` piece of the rest, and so on; ``[UNK]`` for the whole word when a rest has none."""
+    ``##`` piece of the rest, and so on, each as (id, characters); ``None`` (the whole
+    word is ``[UNK]``) when a rest has none or the word is too long."""
     if len(word) > MAX_WORD_CHARS:
-        return [vocab[UNK]]
+        return None
     out, start = [], 0
     while start < len(word):
         for end in range(len(word), start, -1):
             piece = word[start:end] if start == 0 else PREFIX + word[start:end]
             found = vocab.get(piece)
             if found is not None:
-                out.append(found)
+                out.append((found, end - start))
                 start = end
                 break
         else:
-            return [vocab[UNK]]
+            return None
     return out
+
+
+def plain(text: str) -> bool:
+    """Whether :class:`Tokens` reads ``text``: ASCII, spelling no special token, with no
+    control character (``tokenizers`` drops those, which moves the words' places)."""
+    return (
+        text.isascii()
+        and _CONTROLS.search(text) is None
+        and not any(token in text for token in SPECIAL)
+    )
+
+
+class Pieces(dict[str, tuple[int, ...]]):
+    """Each word's pieces' lengths in characters (an ``[UNK]`` word: one piece, the
+    word), found on first use; at most ``PIECES_KEPT`` words are kept."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def __missing__(self, word: str) -> tuple[int, ...]:
+        if len(self) >= PIECES_KEPT:
+            self.clear()
+        pieces = _split(word.lower(), self.vocab)
+        lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
+        self[word] = lengths
+        return lengths
+
+
+class Tokens:
+    """The tokens of a :func:`plain` text, ``[CLS]`` and ``[SEP]`` left out: how many
+    (``len``), and where one is in the text (:meth:`span`, as ``tokenizers``' offsets)."""
+
+    __slots__ = ("_ends", "_last", "_pieces", "_words")
+
+    def __init__(self, text: str, pieces: Pieces) -> None:
+        parts = _SPLIT.split(text)  # a gap, a word, a gap, ..., a gap
+        self._words = parts[1::2]
+        self._ends = list(accumulate(map(len, parts)))  # where each part ends
+        # How many tokens the text has up to each word's end.
+        self._last = list(accumulate(map(len, map(pieces.__getitem__, self._words))))
+        self._pieces = pieces
+
+    def __len__(self) -> int:
+        return self._last[-1] if self._last else 0
+
+    def span(self, token: int) -> tuple[int, int]:
+        """The (start, end) in the text of token ``token`` (from 0)."""
+        word = bisect_right(self._last, token)
+        lengths = self._pieces[self._words[word]]
+        piece = token - self._last[word] + len(lengths)  # its place in its word
+        start = self._ends[2 * word] + sum(lengths[:piece])
+        return start, start + lengths[piece]
