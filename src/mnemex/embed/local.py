@@ -383,21 +383,23 @@ class LocalEmbedder:
 
     def _tokens(self, text: str) -> tuple[int, Callable[[int], tuple[int, int]]]:
         """How many tokens ``text`` has, ``[CLS]`` and ``[SEP]`` left out, and where one
-        is in it (its (start, end) by its number): read in plain Python for ASCII text
-        (:class:`mnemex.embed.wordpiece.Tokens`, the same places several times faster),
-        else by ``tokenizers``."""
+        is in it (its (start, end) by its number), as ``tokenizers`` finds them
+        (:class:`mnemex.embed.wordpiece.Tokens`: the same, several times faster)."""
         from mnemex.embed import wordpiece
 
-        if wordpiece.plain(text):
-            with self._lock:
-                if self._pieces is None:
-                    self._pieces = wordpiece.Pieces(self._vocab or wordpiece.load_vocab())
-            tokens = wordpiece.Tokens(text, self._pieces)
-            return len(tokens), tokens.span
+        with self._lock:
+            if self._pieces is None:
+                vocab = self._vocab or wordpiece.load_vocab()
+                self._pieces = wordpiece.Pieces(vocab, self._offsets)
+        tokens = wordpiece.Tokens(text, self._pieces)
+        return len(tokens), tokens.span
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        """The (start, end) of each token of ``text`` by ``tokenizers``."""
         with self._lock:
             tokenizer = self._load_tokenizer()
         encoding = tokenizer.encode(text, add_special_tokens=False)
         offsets = list(encoding.offsets)
         for rest in encoding.overflowing:  # the tokens past the truncation, in order
             offsets.extend(rest.offsets)
-        return len(offsets), offsets.__getitem__
+        return offsets

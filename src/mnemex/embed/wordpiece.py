@@ -10,16 +10,18 @@ vocabulary (``minilm/vocab.txt``, one token per line, line n is id n). Any
 other text, and text that spells one of the special tokens, is left to
 ``tokenizers`` (:func:`encode` returns ``None``).
 
-:class:`Tokens` finds the same tokens' places in such a text (the offsets
+:class:`Tokens` finds the tokens of any text and their places (the offsets
 ``tokenizers`` gives), which cutting a long text into windows needs, several
-times faster than ``tokenizers`` (it reads each distinct word once, and lists
-no token it is not asked for).
+times faster than ``tokenizers``: it reads each distinct segment of text between
+spaces once, in plain Python when it is plain ASCII (else by ``tokenizers``),
+and places no token it is not asked about.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
@@ -36,8 +38,11 @@ _CONTROL = dict.fromkeys([*range(0, 9), 11, 12, *range(14, 32), 127])
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
 # The same words in the text as it is, between what separates them (split keeps both).
 _SPLIT = re.compile(r"([A-Za-z0-9]+|[^A-Za-z0-9\s])")
+# Text between spaces, tabs and line breaks (split keeps both): no step of `tokenizers`
+# (special tokens, cleaning, accents, lower case, splitting, pieces) reads across these.
+_SEGMENT = re.compile(r"([^ \t\n\r]+)")
 _CONTROLS = re.compile("[{}]".format("".join(re.escape(chr(c)) for c in _CONTROL)))
-PIECES_KEPT = 1 << 17  # distinct words whose pieces Pieces keeps (it starts over past them)
+PIECES_KEPT = 1 << 17  # distinct segments Pieces keeps (it starts over past them)
 
 
 def load_vocab(path: Path = VOCAB) -> dict[str, int]:
@@ -95,35 +100,62 @@ def plain(text: str) -> bool:
     )
 
 
-class Pieces(dict[str, tuple[int, ...]]):
-    """Each word's pieces' lengths in characters (an ``[UNK]`` word: one piece, the
-    word), found on first use; at most ``PIECES_KEPT`` words are kept."""
+Spans = tuple[tuple[int, int], ...]  # tokens' (start, end) in a text, in order
 
-    def __init__(self, vocab: dict[str, int]) -> None:
+
+class Pieces(dict[str, Spans]):
+    """The tokens of each segment of text between spaces, tabs and line breaks (:class:`Tokens`),
+    their (start, end) in it, found on first use: in plain Python for a :func:`plain` one,
+    by ``other`` (``tokenizers``) for any other. At most ``PIECES_KEPT`` segments (and as
+    many words) are kept."""
+
+    def __init__(self, vocab: dict[str, int], other: Callable[[str], Sequence[tuple[int, int]]]):
         super().__init__()
         self.vocab = vocab
+        self.other = other
+        self._words: dict[str, tuple[int, ...]] = {}  # a word's pieces' lengths
 
-    def __missing__(self, word: str) -> tuple[int, ...]:
+    def __missing__(self, segment: str) -> Spans:
         if len(self) >= PIECES_KEPT:
             self.clear()
-        pieces = _split(word.lower(), self.vocab)
-        lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
-        self[word] = lengths
+        if not plain(segment):
+            spans = tuple(self.other(segment))
+        else:
+            parts = _SPLIT.split(segment)  # a gap (none here), a word, ..., a gap
+            at, found = 0, []
+            for word in parts[1::2]:
+                for length in self._lengths(word):
+                    found.append((at, at + length))
+                    at += length
+            spans = tuple(found)
+        self[segment] = spans
+        return spans
+
+    def _lengths(self, word: str) -> tuple[int, ...]:
+        lengths = self._words.get(word)
+        if lengths is None:
+            if len(self._words) >= PIECES_KEPT:
+                self._words.clear()
+            pieces = _split(word.lower(), self.vocab)
+            lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
+            self._words[word] = lengths
         return lengths
 
 
 class Tokens:
-    """The tokens of a :func:`plain` text, ``[CLS]`` and ``[SEP]`` left out: how many
-    (``len``), and where one is in the text (:meth:`span`, as ``tokenizers``' offsets)."""
+    """The tokens of a text, ``[CLS]`` and ``[SEP]`` left out: how many (``len``), and
+    where one is in the text (:meth:`span`, as ``tokenizers``' offsets), each segment
+    between spaces, tabs and line breaks read once (:class:`Pieces`: ``tokenizers`` reads
+    those alike, as nothing it does to a text crosses them)."""
 
-    __slots__ = ("_ends", "_last", "_pieces", "_words")
+    __slots__ = ("_ends", "_last", "_pieces", "_segments")
 
     def __init__(self, text: str, pieces: Pieces) -> None:
-        parts = _SPLIT.split(text)  # a gap, a word, a gap, ..., a gap
-        self._words = parts[1::2]
+        parts = _SEGMENT.split(text)  # a gap, a segment, a gap, ..., a gap
+        self._segments = parts[1::2]
         self._ends = list(accumulate(map(len, parts)))  # where each part ends
-        # How many tokens the text has up to each word's end.
-        self._last = list(accumulate(map(len, map(pieces.__getitem__, self._words))))
+        # How many tokens the text has up to each segment's end.
+        self._last = list(accumulate(map(len, map(pieces.__getitem__, self._segments))))
         self._pieces = pieces
 
     def __len__(self) -> int:
@@ -131,8 +163,8 @@ class Tokens:
 
     def span(self, token: int) -> tuple[int, int]:
         """The (start, end) in the text of token ``token`` (from 0)."""
-        word = bisect_right(self._last, token)
-        lengths = self._pieces[self._words[word]]
-        piece = token - self._last[word] + len(lengths)  # its place in its word
-        start = self._ends[2 * word] + sum(lengths[:piece])
-        return start, start + lengths[piece]
+        segment = bisect_right(self._last, token)
+        spans = self._pieces[self._segments[segment]]
+        start, end = spans[token - self._last[segment] + len(spans)]
+        at = self._ends[2 * segment]
+        return at + start, at + end
