@@ -36,12 +36,13 @@ PREFIX = "##"  # of a piece that continues a word
 _CONTROL = dict.fromkeys([*range(0, 9), 11, 12, *range(14, 32), 127])
 # After lower-casing: runs of letters and digits, and every other visible character alone.
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
-# The same words in the text as it is, between what separates them (split keeps both).
-_SPLIT = re.compile(r"([A-Za-z0-9]+|[^A-Za-z0-9\s])")
+# The same words in a plain segment as it is (no whitespace in it).
+_WORD = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
+# What plain text has not: a character outside ASCII, a control character, a special token.
+_NOT_PLAIN = re.compile("|".join([r"[^\t\n\r\x20-\x7e]", *map(re.escape, SPECIAL)]))
 # Text between spaces, tabs and line breaks (split keeps both): no step of `tokenizers`
 # (special tokens, cleaning, accents, lower case, splitting, pieces) reads across these.
 _SEGMENT = re.compile(r"([^ \t\n\r]+)")
-_CONTROLS = re.compile("[{}]".format("".join(re.escape(chr(c)) for c in _CONTROL)))
 PIECES_KEPT = 1 << 17  # distinct segments Pieces keeps (it starts over past them)
 
 
@@ -91,13 +92,10 @@ def _split(word: str, vocab: dict[str, int]) -> list[tuple[int, int]] | None:
 
 
 def plain(text: str) -> bool:
-    """Whether :class:`Tokens` reads ``text``: ASCII, spelling no special token, with no
-    control character (``tokenizers`` drops those, which moves the words' places)."""
-    return (
-        text.isascii()
-        and _CONTROLS.search(text) is None
-        and not any(token in text for token in SPECIAL)
-    )
+    """Whether :class:`Pieces` reads ``text`` in plain Python: ASCII, spelling no special
+    token, with no control character (``tokenizers`` drops those, which moves the words'
+    places)."""
+    return _NOT_PLAIN.search(text) is None
 
 
 Spans = tuple[tuple[int, int], ...]  # tokens' (start, end) in a text, in order
@@ -118,27 +116,24 @@ class Pieces(dict[str, Spans]):
     def __missing__(self, segment: str) -> Spans:
         if len(self) >= PIECES_KEPT:
             self.clear()
-        if not plain(segment):
-            spans = tuple(self.other(segment))
-        else:
-            parts = _SPLIT.split(segment)  # a gap (none here), a word, ..., a gap
+        if _NOT_PLAIN.search(segment) is None:
             at, found = 0, []
-            for word in parts[1::2]:
-                for length in self._lengths(word):
+            for word in _WORD.findall(segment):  # its words, one after the other
+                for length in self._words.get(word) or self._lengths(word):
                     found.append((at, at + length))
                     at += length
             spans = tuple(found)
+        else:
+            spans = tuple(self.other(segment))
         self[segment] = spans
         return spans
 
     def _lengths(self, word: str) -> tuple[int, ...]:
-        lengths = self._words.get(word)
-        if lengths is None:
-            if len(self._words) >= PIECES_KEPT:
-                self._words.clear()
-            pieces = _split(word.lower(), self.vocab)
-            lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
-            self._words[word] = lengths
+        if len(self._words) >= PIECES_KEPT:
+            self._words.clear()
+        pieces = _split(word.lower(), self.vocab)
+        lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
+        self._words[word] = lengths
         return lengths
 
 
