@@ -248,7 +248,7 @@ class LocalEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._vocab: dict[str, int] | None = None
-        self._pieces: Pieces | None = None  # each word's pieces, for window_parts
+        self._pieces: Pieces | None = None  # each text segment's tokens, for window_parts
 
     @property
     def model_id(self) -> str:

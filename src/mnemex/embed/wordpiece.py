@@ -43,7 +43,7 @@ _NOT_PLAIN = re.compile("|".join([r"[^\t\n\r\x20-\x7e]", *map(re.escape, SPECIAL
 # Text between spaces, tabs and line breaks (split keeps both): no step of `tokenizers`
 # (special tokens, cleaning, accents, lower case, splitting, pieces) reads across these.
 _SEGMENT = re.compile(r"([^ \t\n\r]+)")
-PIECES_KEPT = 1 << 17  # distinct segments Pieces keeps (it starts over past them)
+PIECES_KEPT = 1 << 15  # distinct segments Pieces keeps, about 14 MB (it starts over past them)
 
 
 def load_vocab(path: Path = VOCAB) -> dict[str, int]:
