@@ -1027,6 +1027,7 @@ def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
     by the lexical arm only until they are embedded.
     """
     store = obj.store()
+    store.stats(namespace=_scope())  # a damaged file fails here: one error line, no warning
     with _PhaseBars(not as_json) as bars:
         report = store.reindex(progress=bars, force=force, prune=prune)
     if report is None:
