@@ -91,3 +91,75 @@ def test_any_ascii_text(text: str) -> None:
     # Text that spells a special token is left to `tokenizers`, as documented.
     assert (encoded is None) == any(token in text for token in wordpiece.SPECIAL)
     assert same_ids(text, tokenizers_library(), vocab)
+
+
+def reference_offsets(text: str) -> list[tuple[int, int]]:
+    """Each token's (start, end) as ``tokenizers`` gives them, past its truncation too."""
+    encoding = tokenizers_library().encode(text, add_special_tokens=False)
+    offsets = list(encoding.offsets)
+    for rest in encoding.overflowing:
+        offsets.extend(rest.offsets)
+    return offsets
+
+
+def same_spans(text: str, pieces: wordpiece.Pieces) -> bool:
+    tokens = wordpiece.Tokens(text, pieces)
+    return [tokens.span(i) for i in range(len(tokens))] == reference_offsets(text)
+
+
+def pieces_of(vocab: dict[str, int]) -> wordpiece.Pieces:
+    return wordpiece.Pieces(vocab, reference_offsets)
+
+
+def test_tokens_are_where_tokenizers_finds_them(vocab: dict[str, int]) -> None:
+    pieces = pieces_of(vocab)
+    rng = random.Random(11)
+    words = list(vocab)
+    for _ in range(300):
+        glue = rng.choice(["", " ", "-", "'", "  \t", "\n", " é ", "\u00a0", "\x0b"])
+        text = glue.join(rng.choice(words).removeprefix("##") for _ in range(rng.randint(1, 400)))
+        assert same_spans(text.upper() if rng.random() < 0.2 else text, pieces), text
+    for text in ("a" * 100 + " b", "a" * 101 + " b", "x " * 300, "word " * 600, "  ", ""):
+        assert same_spans(text, pieces), text
+    for text in ("数据库 " * 100 + "数据库" * 200, "한국어 문장 " * 60, "e\u0301 \u0301x [UNK]y"):
+        assert same_spans(text, pieces), text
+    texts = texts_for_agreement()
+    assert 0 < sum(not wordpiece.plain(t) for t in texts) < len(texts) // 2
+    assert all(same_spans(t, pieces) for t in texts)
+
+
+def test_plain_text_is_ascii_without_controls_or_special_tokens() -> None:
+    assert wordpiece.plain("Plain text, with\ttabs\r\nand (punctuation)!")
+    for text in ("café", "a\u00a0b", "keep [CLS] out", "bell\x07", "form\x0cfeed", "del\x7f"):
+        assert not wordpiece.plain(text), repr(text)
+
+
+def test_pieces_start_over_past_their_bound(
+    vocab: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wordpiece, "PIECES_KEPT", 3)
+    pieces = pieces_of(vocab)
+    text = "unbelievable tokenization of many distinct words in one longer text " * 5
+    assert same_spans(text, pieces)
+    assert len(pieces) <= 3
+
+
+PRINTABLE = [chr(c) for c in range(32, 127)] + ["\t", "\n", "\r"]
+SEPARATE = st.sampled_from([" ", "\t", "\n", "\r", "  ", "[UNK]", "[SEP]", "the", "token"])
+
+
+@functools.cache
+def shared_pieces() -> wordpiece.Pieces:
+    return pieces_of(wordpiece.load_vocab())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet=PRINTABLE, max_size=8), SEPARATE), max_size=200))
+def test_any_ascii_text_has_its_tokens_where_tokenizers_finds_them(parts: list[str]) -> None:
+    assert same_spans("".join(parts), shared_pieces())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=6), SEPARATE), max_size=120))
+def test_any_text_has_its_tokens_where_tokenizers_finds_them(parts: list[str]) -> None:
+    assert same_spans("".join(parts), shared_pieces())

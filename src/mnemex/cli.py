@@ -1027,10 +1027,9 @@ def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
     by the lexical arm only until they are embedded.
     """
     store = obj.store()
-    stats = store.stats(namespace=_scope())
-    total = stats.total_memories if force else stats.pending_vectors
-    with progress_bar(total, "embedding", enabled=not as_json) as advance:
-        report = store.reindex(progress=advance, force=force, prune=prune)
+    store.stats(namespace=_scope())  # a damaged file fails here: one error line, no warning
+    with _PhaseBars(not as_json) as bars:
+        report = store.reindex(progress=bars, force=force, prune=prune)
     if report is None:
         text = "full-text index rebuilt; no embedder configured, so no vectors"
         emit(as_json, {"fts": "rebuilt", "model": None}, text)
@@ -1375,7 +1374,8 @@ def _add_to_workspace(
 
 
 class _PhaseBars(contextlib.ExitStack):
-    """Progress bars for a sync's phases (reading files, embedding chunks), one at a time."""
+    """Progress bars for the phases of a sync (reading files, embedding chunks), a reindex
+    (embedding, re-windowing) or a migration, one at a time."""
 
     def __init__(self, enabled: bool) -> None:
         super().__init__()

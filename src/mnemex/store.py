@@ -134,7 +134,7 @@ class Store:
     def reindex(
         self,
         *,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
         force: bool = False,
         prune: bool = False,
     ) -> EmbedReport | None:
@@ -143,7 +143,10 @@ class Store:
         ``force`` re-embeds everything; ``prune`` deletes vectors of other models. The embedder
         configured becomes the store's once its vectors are stored (none configured: the store's
         own). Returns the report (``None``: no embedder). The index is rebuilt, under the write
-        lock, only when it differs from a rebuild.
+        lock, only when it differs from a rebuild. ``progress(phase, done, total)`` follows
+        ``embedding`` (the memories without a vector) and then, with windows, ``re-windowing``
+        (every memory with vectors, looked at; those stored with other windows than their
+        text's now are embedded anew).
         """
         return self.session.embedding.reindex(progress=progress, force=force, prune=prune)
 

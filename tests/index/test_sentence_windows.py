@@ -5,6 +5,11 @@ best of all its windows. Off (the default), it gets its token windows alone."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import pty
+import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +19,7 @@ import numpy as np
 import pytest
 
 import mnemex
-from mnemex.embed import SENTENCE_BASE, window_numbers
+from mnemex.embed import SENTENCE_BASE, numbered_windows, window_numbers
 from mnemex.embed.local import (
     SENTENCE_CHARS,
     SENTENCE_WINDOWS,
@@ -22,11 +27,13 @@ from mnemex.embed.local import (
     LocalEmbedder,
     sentence_windows,
 )
+from mnemex.engine.embedding import REWINDOWING
 from mnemex.index.vectors import row_steps, window_spans
 from mnemex.migration import migrate
 from mnemex.search.floor import CALIBRATED
 from mnemex.search.pipeline import NOTHING_RELEVANT
 from mnemex.store import Store
+from tests.conftest import PYTHON, python_env
 from tests.index.test_windows import cosines, on_postgres, rows, seq_of
 from tests.pg_fixtures import both_engines
 
@@ -145,10 +152,8 @@ def test_a_long_text_is_its_token_windows_then_its_sentences(model: LocalEmbedde
     assert model.windows(many)[-1] == f"Title. Sentence number {SENTENCE_WINDOWS - 1} is here."
 
 
-@pytest.mark.model
-def test_a_text_of_one_window_is_split_past_sentence_chars(model: LocalEmbedder) -> None:
-    """Long words fit many characters in one window: such a text is read sentence by
-    sentence once it has more than ``SENTENCE_CHARS`` characters, as measured."""
+def committee() -> str:
+    """A text of long words: one token window, more than ``SENTENCE_CHARS`` characters."""
     words = [
         "international",
         "administration",
@@ -157,12 +162,39 @@ def test_a_text_of_one_window_is_split_past_sentence_chars(model: LocalEmbedder)
         "environmental",
     ]
     sentences = [f"The {w} committee reviewed {v} reports." for w in words for v in words]
-    medium = "Committee minutes\n" + " ".join(sentences)
+    return "Committee minutes\n" + " ".join(sentences)
+
+
+@pytest.mark.model
+def test_a_text_of_one_window_is_split_past_sentence_chars(model: LocalEmbedder) -> None:
+    """Long words fit many characters in one window: such a text is read sentence by
+    sentence once it has more than ``SENTENCE_CHARS`` characters, as measured."""
+    medium = committee()
     assert len(medium) > SENTENCE_CHARS
     assert len(model.encode([medium])[0]) - 2 <= WINDOW  # its tokens fit one window
     assert model.windows(medium) == [medium, *sentence_windows(medium)]
     shorter = medium[: SENTENCE_CHARS - 20]
     assert model.windows(shorter) == [shorter]
+
+
+def token_count(model: LocalEmbedder, text: str) -> int:
+    """How many tokens ``tokenizers`` finds in ``text`` (past the model's truncation too)."""
+    encoding = model._load_tokenizer().encode(text, add_special_tokens=False)
+    return len(encoding.ids) + sum(len(rest.ids) for rest in encoding.overflowing)
+
+
+@pytest.mark.model
+def test_a_short_text_of_many_tokens_gets_its_windows(model: LocalEmbedder) -> None:
+    """Characters bound a text's tokens in ASCII only (each is one token at most); a
+    Hangul syllable is three (its letters), so a short Korean text can need windows."""
+    assert all(token_count(model, chr(c) * 3) <= 3 for c in range(128))
+    korean = "한국어 문장 " * 36
+    assert len(korean) <= WINDOW < token_count(model, korean)
+    tokens, sentences = model.window_parts(korean)
+    assert len(tokens) == 3 and sentences == sentence_windows(korean)
+    assert tokens[0] == korean[: len(tokens[0])] and korean.rstrip().endswith(tokens[-1])
+    english = "word " * (WINDOW // 5)
+    assert model.window_parts(english) == ([english], [])
 
 
 def drop_sentences(store: Store, seq: int, keep: int) -> None:
@@ -262,16 +294,18 @@ class Counting:
     def __init__(self, model: LocalEmbedder) -> None:
         self.model, self.embedded = model, 0
         self.model_id, self.dim = model.model_id, model.dim
+        self.texts: list[str] = []
 
     def embed(self, texts: Sequence[str]) -> Any:
         self.embedded += len(texts)
+        self.texts.extend(texts)
         return self.model.embed(texts)
 
     def windows(self, text: str) -> list[str]:
         return self.model.windows(text)
 
-    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
-        return self.model.window_parts(text)
+    def window_parts(self, text: str, *, sentences: bool = True) -> tuple[list[str], list[str]]:
+        return self.model.window_parts(text, sentences=sentences)
 
 
 def test_a_memory_takes_as_many_rows_as_its_token_and_sentence_windows() -> None:
@@ -425,3 +459,109 @@ def test_sentences_follow_the_setting(make_store, model: LocalEmbedder, monkeypa
     assert done is not None and done.embedded > 0  # written anew, without sentences
     assert [w for _, w in rows(off, seq)] == list(range(tokens))
     assert off.check()["ok"]
+
+
+def mixed() -> dict[str, str]:
+    """Memories of each kind a reindex tells apart: short ones (ASCII or not), one of one
+    token window past ``SENTENCE_CHARS``, long ones (ASCII or not)."""
+    return {
+        **{f"short {n}": text for n, text in enumerate(others())},
+        "short, not ASCII": "Café notes: the espresso machine in the café was repaired.",
+        "medium": committee(),
+        "long": report(),
+        "long, not ASCII": report().replace("regional water", "Zürich water"),
+    }
+
+
+SENTENCED = ("medium", "long", "long, not ASCII")  # the memories embed_sentences changes
+
+
+@pytest.mark.model
+@both_engines
+def test_reindex_re_windows_exactly_the_memories_the_setting_changes(
+    make_store, model: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Nothing changed, a reindex embeds nothing (it looks at every memory); with
+    ``embed_sentences`` turned on, then off, it embeds anew the long memories alone,
+    each in its windows."""
+    monkeypatch.delenv("MNEMEX_EMBED_SENTENCES")
+    texts, counting = mixed(), Counting(model)
+    store = make_store("flip.db", embedder=counting)
+    store.add_many(list(texts.values()))
+    stored, counting.texts = rows(store), []
+    seen: list[tuple[str, int, int]] = []
+    same = store.reindex(progress=lambda *step: seen.append(step))
+    assert same is not None and same.embedded == 0 and counting.texts == []
+    assert rows(store) == stored
+    assert seen == [
+        ("embedding", 0, 0),
+        (REWINDOWING, 0, len(texts)),
+        (REWINDOWING, len(texts), len(texts)),
+    ]
+    store.close()
+    for sentences in (True, False):
+        again = make_store("flip.db", embedder=counting, embed_sentences=sentences)
+        counting.texts = []
+        seen.clear()
+        done = again.reindex(progress=lambda *step: seen.append(step))
+        assert done is not None and done.embedded > 0
+        windows = [numbered_windows(model, texts[name], sentences=sentences) for name in SENTENCED]
+        assert set(counting.texts) == {piece for cut in windows for _, piece in cut}
+        assert seen[-1] == (REWINDOWING, len(texts), len(texts))
+        assert all(count <= total for _, count, total in seen)
+        counting.texts = []
+        nothing = again.reindex()
+        assert nothing is not None and nothing.embedded == 0 and counting.texts == []
+        assert again.check()["ok"]
+        again.close()
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def on_a_terminal(*args: str, env: dict[str, str]) -> tuple[str, str]:
+    """Run ``mnemex`` with its standard error on a terminal (a pseudo-terminal, where it
+    draws progress bars); its standard output and error, escapes removed from the error."""
+    terminal, child_end = pty.openpty()
+    process = subprocess.Popen(
+        [PYTHON, "-m", "mnemex", *args], stdout=subprocess.PIPE, stderr=child_end, env=env
+    )
+    os.close(child_end)
+    drawn = []
+    while True:
+        try:
+            chunk = os.read(terminal, 1 << 16)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn.append(chunk)
+    os.close(terminal)
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, b"".join(drawn).decode(errors="replace")
+    return out.decode(), ANSI.sub("", b"".join(drawn).decode(errors="replace"))
+
+
+@pytest.mark.model
+def test_the_reindex_progress_reaches_each_phase_total(
+    tmp_path: Path, model: LocalEmbedder
+) -> None:
+    """``mnemex reindex`` draws a bar for the memories it embeds, then one for those it
+    looks at to give them their windows, each reaching its total; ``--json`` draws none."""
+    texts = mixed()
+    db = tmp_path / "progress.db"
+    with mnemex.open(db, embedder=model, embed_sentences=False) as store:
+        store.add_many(list(texts.values()))
+    with mnemex.open(db, embedder=None) as store:
+        store.add("A memory stored without a vector, for the embedding phase.")
+    env = {**python_env(), "MNEMEX_EMBEDDER": "local", "COLUMNS": "120", "TERM": "xterm"}
+    out, drawn = on_a_terminal("--db", str(db), "reindex", env=env)
+    assert "embedded" in out
+    counts: dict[str, list[tuple[int, int]]] = {}
+    for name, done, total in re.findall(r"(embedding|re-windowing)\D*?(\d+)/(\d+)", drawn):
+        counts.setdefault(name, []).append((int(done), int(total)))
+    assert counts["embedding"][-1] == (1, 1)
+    assert counts["re-windowing"][-1] == (len(texts) + 1, len(texts) + 1)
+    assert all(done <= total for steps in counts.values() for done, total in steps)
+    again, drawn = on_a_terminal("--db", str(db), "reindex", "--json", env=env)
+    assert json.loads(again)["embedded"] == 0 and "re-windowing" not in drawn

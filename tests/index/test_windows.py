@@ -301,7 +301,7 @@ def test_the_local_model_finds_a_long_memory_by_its_tail(make_store) -> None:  #
     )
     text = head + tail
     assert len(model.windows(text)) > 1
-    assert len(model._tokenizer.encode(text, add_special_tokens=False).ids) >= WINDOW
+    assert len(model._load_tokenizer().encode(text, add_special_tokens=False).ids) >= WINDOW
     others = [
         "The quarterly sales report is due on Friday.",
         "Deploys are frozen during the holiday week.",

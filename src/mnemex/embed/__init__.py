@@ -74,12 +74,12 @@ def numbered_windows(
     """:func:`windows` with the number each is stored under: token windows from 0, the
     sentence windows of an embedder that gives them apart (``window_parts``, the local
     model's) from ``SENTENCE_BASE``; none with ``sentences`` false (the setting
-    ``embed_sentences``)."""
+    ``embed_sentences``; ``window_parts`` then does not look for them)."""
     parts = getattr(embedder, "window_parts", None)
     if parts is None:
         return list(enumerate(windows(embedder, text)))
-    tokens, found = parts(text)
-    return [*enumerate(tokens), *enumerate(found if sentences else [], SENTENCE_BASE)]
+    tokens, found = parts(text, sentences=sentences)
+    return [*enumerate(tokens), *enumerate(found, SENTENCE_BASE)]
 
 
 def is_sentence(window: int) -> bool:

@@ -27,7 +27,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ from mnemex.errors import EmbeddingError, MissingExtra
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from mnemex.embed.wordpiece import Pieces
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -246,6 +248,7 @@ class LocalEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._vocab: dict[str, int] | None = None
+        self._pieces: Pieces | None = None  # each text segment's tokens, for window_parts
 
     @property
     def model_id(self) -> str:
@@ -354,27 +357,49 @@ class LocalEmbedder:
         tokens, sentences = self.window_parts(text)
         return [*tokens, *sentences]
 
-    def window_parts(self, text: str) -> tuple[list[str], list[str]]:
+    def window_parts(self, text: str, *, sentences: bool = True) -> tuple[list[str], list[str]]:
         """:meth:`windows` in two parts: the token windows, then the sentence windows
-        (distinct, none a token window; none for a short text)."""
-        if len(text) <= WINDOW:  # a token covers at least one character: it fits
+        (distinct, none a token window; none for a short text, nor with ``sentences``
+        false)."""
+        # An ASCII character is one token at most: such a text fits. Another character can
+        # be several (a Hangul syllable is three, its letters): its text is counted.
+        if len(text) <= WINDOW and text.isascii():
             return [text], []
+        count, span = self._tokens(text)
+        out = [text]
+        if count > WINDOW:
+            out = []
+            for start in range(0, count - WINDOW + WINDOW_STRIDE, WINDOW_STRIDE):
+                out.append(text[span(start)[0] : span(min(start + WINDOW, count) - 1)[1]])
+                if start + WINDOW >= count:
+                    break
+        elif len(text) <= SENTENCE_CHARS or not sentences:
+            return out, []
+        tokens = list(dict.fromkeys(out))
+        if not sentences:
+            return tokens, []
+        seen = set(tokens)
+        return tokens, [s for s in sentence_windows(text) if s not in seen]
+
+    def _tokens(self, text: str) -> tuple[int, Callable[[int], tuple[int, int]]]:
+        """How many tokens ``text`` has, ``[CLS]`` and ``[SEP]`` left out, and where one
+        is in it (its (start, end) by its number), as ``tokenizers`` finds them
+        (:class:`mnemex.embed.wordpiece.Tokens`: the same, several times faster)."""
+        from mnemex.embed import wordpiece
+
+        with self._lock:
+            if self._pieces is None:
+                vocab = self._vocab or wordpiece.load_vocab()
+                self._pieces = wordpiece.Pieces(vocab, self._offsets)
+        tokens = wordpiece.Tokens(text, self._pieces)
+        return len(tokens), tokens.span
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        """The (start, end) of each token of ``text`` by ``tokenizers``."""
         with self._lock:
             tokenizer = self._load_tokenizer()
         encoding = tokenizer.encode(text, add_special_tokens=False)
         offsets = list(encoding.offsets)
         for rest in encoding.overflowing:  # the tokens past the truncation, in order
             offsets.extend(rest.offsets)
-        out = [text]
-        if len(offsets) > WINDOW:
-            out = []
-            for start in range(0, len(offsets) - WINDOW + WINDOW_STRIDE, WINDOW_STRIDE):
-                piece = offsets[start : start + WINDOW]
-                out.append(text[piece[0][0] : piece[-1][1]])
-                if start + WINDOW >= len(offsets):
-                    break
-        elif len(text) <= SENTENCE_CHARS:
-            return out, []
-        tokens = list(dict.fromkeys(out))
-        seen = set(tokens)
-        return tokens, [s for s in sentence_windows(text) if s not in seen]
+        return offsets

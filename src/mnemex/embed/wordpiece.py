@@ -9,11 +9,20 @@ and punctuation split, lower case, greedy longest-match WordPiece with
 vocabulary (``minilm/vocab.txt``, one token per line, line n is id n). Any
 other text, and text that spells one of the special tokens, is left to
 ``tokenizers`` (:func:`encode` returns ``None``).
+
+:class:`Tokens` finds the tokens of any text and their places (the offsets
+``tokenizers`` gives), which cutting a long text into windows needs, several
+times faster than ``tokenizers``: it reads each distinct segment of text between
+spaces once, in plain Python when it is plain ASCII (else by ``tokenizers``),
+and places no token it is not asked about.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from pathlib import Path
 
 VOCAB = Path(__file__).parent / "minilm" / "vocab.txt"
@@ -27,6 +36,14 @@ PREFIX = "##"  # of a piece that continues a word
 _CONTROL = dict.fromkeys([*range(0, 9), 11, 12, *range(14, 32), 127])
 # After lower-casing: runs of letters and digits, and every other visible character alone.
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
+# The same words in a plain segment as it is (no whitespace in it).
+_WORD = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
+# What plain text has not: a character outside ASCII, a control character, a special token.
+_NOT_PLAIN = re.compile("|".join([r"[^\t\n\r\x20-\x7e]", *map(re.escape, SPECIAL)]))
+# Text between spaces, tabs and line breaks (split keeps both): no step of `tokenizers`
+# (special tokens, cleaning, accents, lower case, splitting, pieces) reads across these.
+_SEGMENT = re.compile(r"([^ \t\n\r]+)")
+PIECES_KEPT = 1 << 15  # distinct segments Pieces keeps, about 14 MB (it starts over past them)
 
 
 def load_vocab(path: Path = VOCAB) -> dict[str, int]:
@@ -49,19 +66,100 @@ def encode(text: str, vocab: dict[str, int], max_tokens: int) -> list[int] | Non
 
 
 def _pieces(word: str, vocab: dict[str, int]) -> list[int]:
+    """The ids of ``word``'s pieces (:func:`_split`); ``[UNK]`` when it has none."""
+    pieces = _split(word, vocab)
+    return [vocab[UNK]] if pieces is None else [found for found, _ in pieces]
+
+
+def _split(word: str, vocab: dict[str, int]) -> list[tuple[int, int]] | None:
     """Greedy longest-match-first: the longest known prefix, then the longest known
-    ``##`` piece of the rest, and so on; ``[UNK]`` for the whole word when a rest has none."""
+    ``##`` piece of the rest, and so on, each as (id, characters); ``None`` (the whole
+    word is ``[UNK]``) when a rest has none or the word is too long."""
     if len(word) > MAX_WORD_CHARS:
-        return [vocab[UNK]]
+        return None
     out, start = [], 0
     while start < len(word):
         for end in range(len(word), start, -1):
             piece = word[start:end] if start == 0 else PREFIX + word[start:end]
             found = vocab.get(piece)
             if found is not None:
-                out.append(found)
+                out.append((found, end - start))
                 start = end
                 break
         else:
-            return [vocab[UNK]]
+            return None
     return out
+
+
+def plain(text: str) -> bool:
+    """Whether :class:`Pieces` reads ``text`` in plain Python: ASCII, spelling no special
+    token, with no control character (``tokenizers`` drops those, which moves the words'
+    places)."""
+    return _NOT_PLAIN.search(text) is None
+
+
+Spans = tuple[tuple[int, int], ...]  # tokens' (start, end) in a text, in order
+
+
+class Pieces(dict[str, Spans]):
+    """The tokens of each segment of text between spaces, tabs and line breaks (:class:`Tokens`),
+    their (start, end) in it, found on first use: in plain Python for a :func:`plain` one,
+    by ``other`` (``tokenizers``) for any other. At most ``PIECES_KEPT`` segments (and as
+    many words) are kept."""
+
+    def __init__(self, vocab: dict[str, int], other: Callable[[str], Sequence[tuple[int, int]]]):
+        super().__init__()
+        self.vocab = vocab
+        self.other = other
+        self._words: dict[str, tuple[int, ...]] = {}  # a word's pieces' lengths
+
+    def __missing__(self, segment: str) -> Spans:
+        if len(self) >= PIECES_KEPT:
+            self.clear()
+        if _NOT_PLAIN.search(segment) is None:
+            at, found = 0, []
+            for word in _WORD.findall(segment):  # its words, one after the other
+                for length in self._words.get(word) or self._lengths(word):
+                    found.append((at, at + length))
+                    at += length
+            spans = tuple(found)
+        else:
+            spans = tuple(self.other(segment))
+        self[segment] = spans
+        return spans
+
+    def _lengths(self, word: str) -> tuple[int, ...]:
+        if len(self._words) >= PIECES_KEPT:
+            self._words.clear()
+        pieces = _split(word.lower(), self.vocab)
+        lengths = (len(word),) if pieces is None else tuple(n for _, n in pieces)
+        self._words[word] = lengths
+        return lengths
+
+
+class Tokens:
+    """The tokens of a text, ``[CLS]`` and ``[SEP]`` left out: how many (``len``), and
+    where one is in the text (:meth:`span`, as ``tokenizers``' offsets), each segment
+    between spaces, tabs and line breaks read once (:class:`Pieces`: ``tokenizers`` reads
+    those alike, as nothing it does to a text crosses them)."""
+
+    __slots__ = ("_ends", "_last", "_pieces", "_segments")
+
+    def __init__(self, text: str, pieces: Pieces) -> None:
+        parts = _SEGMENT.split(text)  # a gap, a segment, a gap, ..., a gap
+        self._segments = parts[1::2]
+        self._ends = list(accumulate(map(len, parts)))  # where each part ends
+        # How many tokens the text has up to each segment's end.
+        self._last = list(accumulate(map(len, map(pieces.__getitem__, self._segments))))
+        self._pieces = pieces
+
+    def __len__(self) -> int:
+        return self._last[-1] if self._last else 0
+
+    def span(self, token: int) -> tuple[int, int]:
+        """The (start, end) in the text of token ``token`` (from 0)."""
+        segment = bisect_right(self._last, token)
+        spans = self._pieces[self._segments[segment]]
+        start, end = spans[token - self._last[segment] + len(spans)]
+        at = self._ends[2 * segment]
+        return at + start, at + end

@@ -29,8 +29,10 @@ from mnemex.embed import Embedder
 from mnemex.engine import logger
 from mnemex.engine.check import index_differs
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
+from mnemex.progress import Progress, phase
 from mnemex.storage import write_transaction
 
+REWINDOWING: Final = "re-windowing"  # reindex's phase that gives memories their windows
 FROM_SETTINGS: Final = object()  # Store(embedder=...) default: resolve the embedder setting
 DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when time is limited
 _BACKLOG = "SELECT value FROM meta WHERE key = 'embed_backlog'"
@@ -176,11 +178,13 @@ class Embedding:
     def reindex(
         self,
         *,
-        progress: Callable[[int], None] | None = None,
+        progress: Progress | None = None,
         force: bool = False,
         prune: bool = False,
     ) -> EmbedReport | None:
         """See :meth:`mnemex.store.Store.reindex`."""
+        from mnemex.index import embeddings as vectors
+
         target = self._target()  # before anything is deleted
         session = self.session
         if index_differs(session):
@@ -194,22 +198,25 @@ class Embedding:
         session.after_write()
         if target is None:
             return None
-        report = self.embed(progress=progress, force=force)
+        with session.connection() as conn:
+            todo = _memories(conn) if force else vectors.count_pending(conn, target.model_id)
+        report = self.embed(progress=phase(progress, "embedding", todo), force=force)
         self._window(target, report, progress)
         return report
 
-    def _window(
-        self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
-    ) -> None:
+    def _window(self, embedder: Embedder, report: EmbedReport, progress: Progress | None) -> None:
         """Embed anew, in windows, the memories whose stored windows are not their text's
         (as many token and sentence windows: :func:`rewindowed`); the others are left as
-        they are."""
+        they are. Its phase of ``progress``, ``re-windowing``, counts the memories looked
+        at (those with vectors)."""
         from mnemex.index import embeddings as vectors
 
         cut = self.cut(embedder)
         if cut is None:
             return
         session, last = self.session, 0
+        with session.connection() as conn:
+            advance = phase(progress, REWINDOWING, _memories(conn) - report.pending)
         while True:
             with session.connection() as conn:
                 batch = vectors.windowed(conn, embedder.model_id, after=last)
@@ -222,12 +229,14 @@ class Embedding:
                 embedder,
                 long,
                 report,
-                progress,
+                advance,
                 guard=session.connection,
                 cut=cut,
                 reuse=False,
             )
             session.after_write()
+            if advance is not None:
+                advance(len(batch) - len(long))  # looked at, left as they are
         if report.embedded:
             session.update_ann(embedder)
 
@@ -303,6 +312,10 @@ def rewindowed(stored: Sequence[tuple[Pending, tuple[int, int]]], cut: Cut) -> l
         if (len(numbers), sum(map(embedders.is_sentence, numbers))) != shape:
             out.append(memory)
     return out
+
+
+def _memories(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
 
 
 def _recorded_embedder(conn: sqlite3.Connection) -> dict[str, Any] | None:

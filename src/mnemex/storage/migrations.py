@@ -365,7 +365,8 @@ _CONTENT_HASH: Final = (
 )
 
 # A long text is embedded in several windows (see mnemex.embed.windows): one row per
-# window of a memory, numbered from 0; a memory is scored by its best window. The
+# window of a memory, its token windows numbered from 0 and its sentence windows from
+# mnemex.embed.SENTENCE_BASE; a memory is scored by its best window. The
 # table is copied (SQLite cannot change a UNIQUE constraint in place) keeping every
 # row's id and the id sequence, so snapshots, HNSW files and ``vector_log`` stay
 # valid; old rows are window 0. The triggers naming the table are made anew.

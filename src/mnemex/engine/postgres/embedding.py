@@ -24,6 +24,7 @@ from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import logger
 from mnemex.engine.postgres.vectors import insert_vectors, stored_windows
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
+from mnemex.progress import Progress, phase
 
 if TYPE_CHECKING:
     from mnemex.engine.postgres.session import PostgresSession
@@ -130,7 +131,7 @@ class PgEmbedding:
     def reindex(
         self,
         *,
-        progress: Callable[[int], None] | None = None,
+        progress: Progress | None = None,
         force: bool = False,
         prune: bool = False,
     ) -> EmbedReport | None:
@@ -142,21 +143,24 @@ class PgEmbedding:
                 conn.execute("DELETE FROM embeddings WHERE model <> %s", (self._wanted.model_id,))
         if self.embedder is None and self._wanted is None:
             return None
-        report = self.embed(progress=progress, force=force)
+        wanted, todo = self._wanted, 0
+        if wanted is not None:
+            todo = self._memories() if force else self._pending_count(wanted.model_id)
+        report = self.embed(progress=phase(progress, "embedding", todo), force=force)
         if self._embedder is not None:
             self._window(self._embedder, report, progress)
         return report
 
-    def _window(
-        self, embedder: Embedder, report: EmbedReport, progress: Callable[[int], None] | None
-    ) -> None:
+    def _window(self, embedder: Embedder, report: EmbedReport, progress: Progress | None) -> None:
         """Embed anew the memories whose stored windows are not their text's
-        (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are."""
-        from mnemex.engine.embedding import rewindowed
+        (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are.
+        Its phase of ``progress`` counts the memories looked at (those with vectors)."""
+        from mnemex.engine.embedding import REWINDOWING, rewindowed
         from mnemex.index.embeddings import Pending
 
         if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
             return
+        advance = phase(progress, REWINDOWING, self._memories() - report.pending)
         last = 0
         while True:
             with self.session.connection() as conn:
@@ -179,8 +183,8 @@ class PgEmbedding:
                     embedder, [(r.seq, r.content, r.content_hash) for r in stale], {}
                 )
                 report.embedded += texts
-                if progress is not None:
-                    progress(len(stale))
+            if advance is not None:
+                advance(len(rows))
 
     def embed_new(
         self, seqs: Sequence[int], primed: dict[str, Any] | None = None, **_: Any
@@ -250,6 +254,11 @@ class PgEmbedding:
         with self.session.connection() as conn:
             insert_vectors(conn, embedder.model_id, items)
         return len(texts), len(items)
+
+    def _memories(self) -> int:
+        with self.session.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM memories").fetchone()
+        return int(row[0]) if row else 0
 
     def _pending_count(self, model: str) -> int:
         with self.session.connection() as conn:

@@ -303,8 +303,9 @@ _RELATION_INDEX: Final = (
 )
 
 # A long text is embedded in several windows (see mnemex.embed.windows): one row per
-# window of a memory, numbered from 0 in ``window_no`` ("window" is a reserved word
-# here); a memory is scored by its best window. Rows stored before are window 0.
+# window of a memory, numbered in ``window_no`` ("window" is a reserved word here), its
+# token windows from 0 and its sentence windows from mnemex.embed.SENTENCE_BASE; a
+# memory is scored by its best window. Rows stored before are window 0.
 _WINDOWS: Final = (
     """ALTER TABLE embeddings ADD COLUMN IF NOT EXISTS window_no integer NOT NULL DEFAULT 0
         CHECK (window_no >= 0)""",
