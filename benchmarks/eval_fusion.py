@@ -788,7 +788,7 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
     ),
 )
 
-SHIPPED = ("named", (0.40, 0.30), False)  # mnemex.search.floor, floor-v3
+SHIPPED = ("v3 or memory names", (0.40, 0.30), False)  # mnemex.search.floor, floor-v4
 
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
@@ -825,7 +825,7 @@ def floor_rows() -> list[Row]:
         )
         label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
         if (when, multi, every) == SHIPPED:
-            label += " **(default, floor-v3)**"
+            label += " **(default, floor-v4)**"
         rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
