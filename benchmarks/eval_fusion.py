@@ -5,6 +5,8 @@
     python benchmarks/eval_fusion.py terms                 # query terms of an older dump
     python benchmarks/eval_fusion.py fusion                # every fusion candidate
     python benchmarks/eval_fusion.py floor                 # the floor's trade-off curve
+    python benchmarks/eval_fusion.py dump --lower          # every query lower-cased
+    python benchmarks/eval_fusion.py floor --lower         # the floor on those
 
 ``dump`` builds a store per dataset under benchmarks/.cache/fusion (SciFact,
 CISI, and each LoCoMo-dev conversation in its own store, so no other
@@ -34,6 +36,7 @@ import argparse
 import math
 import pickle
 import random
+import sqlite3
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -48,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import mnemex
 from common import CACHE, data_dir
 from mnemex.embed.local import LocalEmbedder
+from mnemex.embed.wordpiece import load_vocab
 from mnemex.eval.data import load_beir, load_locomo
 from mnemex.eval.embed_cache import CachedEmbedder, default_cache_dir
 from mnemex.eval.metrics import per_query, ranked_run
@@ -65,6 +69,12 @@ Query = dict[str, Any]
 Fusion = Callable[[Query], dict[int, float]]
 
 _embedder: CachedEmbedder | None = None
+LOWER = False  # ``--lower``: every query lower-cased, in dumps of their own
+
+
+def dumped(name: str) -> Path:
+    """A dump's file: ``features`` or ``workspace``, of the queries as written or lowered."""
+    return WORK / (f"{name}-lower.pkl" if LOWER else f"{name}.pkl")
 
 
 def embedder() -> CachedEmbedder:
@@ -91,7 +101,7 @@ def build(path: Path, groups: dict[str, list[dict[str, Any]]]) -> mnemex.Store:
 def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[str, Query]:
     conn, lexicon, emb = store.session.conn, store.session.lexicon, embedder()
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
-    texts = [clean_query(t) for _, t, _ in queries]
+    texts = [clean_query(t.lower() if LOWER else t) for _, t, _ in queries]
     vectors = emb.embed(texts)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     index = store.session.vectors(emb.dim)
@@ -151,7 +161,7 @@ def term_features(conn: Any, lexical: LexicalPlan, seqs: set[int]) -> Query:
 def add_terms() -> None:
     """Add :func:`term_features` to a dump made without them (each query's text is needed)."""
     data = load()
-    with open(WORK / "workspace.pkl", "rb") as handle:
+    with open(dumped("workspace"), "rb") as handle:
         ws = pickle.load(handle)
     opened: dict[str, mnemex.Store] = {}
 
@@ -174,9 +184,9 @@ def add_terms() -> None:
             enrich(f"workspace-{ns}", group)
     for store in opened.values():
         store.close()
-    with open(WORK / "features.pkl", "wb") as handle:
+    with open(dumped("features"), "wb") as handle:
         pickle.dump(data, handle)
-    with open(WORK / "workspace.pkl", "wb") as handle:
+    with open(dumped("workspace"), "wb") as handle:
         pickle.dump(ws, handle)
 
 
@@ -235,7 +245,7 @@ def dump(folder: Path) -> None:
     beir["foreign"] = dict(foreign)
     for store in stores.values():
         store.close()
-    with open(WORK / "features.pkl", "wb") as handle:
+    with open(dumped("features"), "wb") as handle:
         pickle.dump(beir, handle)
     print({k: len(v) for k, v in foreign.items()}, "foreign queries")
     dump_workspace(folder)
@@ -293,7 +303,7 @@ def dump_workspace(folder: Path) -> None:
         print(f"workspace {ns}: {len(places)} chunks, {len(asked)} questions", flush=True)
         store.close()
     ws["foreign"] = dict(ws["foreign"])
-    with open(WORK / "workspace.pkl", "wb") as handle:
+    with open(dumped("workspace"), "wb") as handle:
         pickle.dump(ws, handle)
 
 
@@ -463,7 +473,7 @@ SETS = (
 
 
 def load() -> dict[str, Any]:
-    with open(WORK / "features.pkl", "rb") as handle:
+    with open(dumped("features"), "rb") as handle:
         return pickle.load(handle)  # type: ignore[no-any-return]
 
 
@@ -580,6 +590,79 @@ def both_arms(k: int) -> Condition:
     return lambda q, s: s in {x for x, _ in q["lex"][:k]} and s in {x for x, _ in q["vec"][:k]}
 
 
+# -- conditions for a query written without a capital (every condition below holds only then)
+
+_names_of: dict[str, dict[int, frozenset[str]]] = {}
+_vocab: dict[str, int] = {}
+
+
+def memory_names(ns: str) -> dict[int, frozenset[str]]:
+    """The words each memory of the workspace store of ``ns`` writes as names."""
+    if ns not in _names_of:
+        with sqlite3.connect(WORK / f"workspace-{ns}.db") as conn:
+            rows = conn.execute("SELECT seq, content FROM memories").fetchall()
+        _names_of[ns] = {int(seq): named_words(content) for seq, content in rows}
+    return _names_of[ns]
+
+
+def uncased(q: Query) -> bool:
+    return not any(c.isupper() for c in q["text"])
+
+
+def lower_case(rule: Condition) -> Condition:
+    """v3's condition on a query with a capital, ``rule`` on one without."""
+    return lambda q, s: names_held(q, s) if not uncased(q) else rule(q, s)
+
+
+def memory_writes_as_name(q: Query, s: int) -> bool:
+    """The memory writes a word of the query as a name (with a capital inside a sentence)."""
+    names = memory_names(q["ns"]).get(s, frozenset())
+    return any(word in names for _, _, word in q["terms"])
+
+
+def rare_held(share: float) -> Condition:
+    """A term of the query is in at least one memory and at most ``share`` of them."""
+    return lambda q, s: any(0 < df <= share * q["n"] for _, df, _ in q["terms"])
+
+
+def rare_in_memory(share: float) -> Condition:
+    """The memory holds a term of the query that at most ``share`` of the memories hold."""
+    return lambda q, s: any(q["terms"][i][1] <= share * q["n"] for i in q["has"].get(s, ()))
+
+
+def rare_coverage(share: float) -> Condition:
+    """The memory holds ``share`` of the IDF weight of the query's rarer terms (the held
+    terms whose IDF is at or above the median of the held terms')."""
+
+    def holds(q: Query, s: int) -> bool:
+        held = [(i, idf(df, q["n"])) for i, (_, df, _) in enumerate(q["terms"]) if df > 0]
+        if not held:
+            return False
+        middle = float(np.median([w for _, w in held]))
+        rare = [(i, w) for i, w in held if w >= middle]
+        has = q["has"].get(s, frozenset())
+        return sum(w for i, w in rare if i in has) >= share * sum(w for _, w in rare)
+
+    return holds
+
+
+def pieces(word: str) -> bool:
+    """The model's WordPiece vocabulary lacks the word as a whole token."""
+    if not _vocab:
+        _vocab.update(load_vocab())
+    return word not in _vocab
+
+
+def pieces_held(q: Query, s: int) -> bool:
+    """A word of the query the vocabulary splits into pieces is in some memory."""
+    return any(df > 0 and pieces(word) for _, df, word in q["terms"])
+
+
+def pieces_in_memory(q: Query, s: int) -> bool:
+    """The memory holds a word of the query the vocabulary splits into pieces."""
+    return any(pieces(q["terms"][i][2]) for i in q["has"].get(s, ()))
+
+
 def lexical_gate(best: float) -> Fusion:
     def keep(q: Query) -> dict[int, float]:
         top = max((text(q, s) for s, _ in q["lex"]), default=0.0)
@@ -635,6 +718,45 @@ CONDITIONS: dict[str, tuple[str, Condition]] = {
     "coverage 0.3": ("the memory holds 30 % of the query's weight", coverage_at_least(0.3)),
     "coverage 0.5": ("the memory holds 50 % of the query's weight", coverage_at_least(0.5)),
     "both 10": ("the memory is in both arms' top 10", both_arms(10)),
+    "v3 or memory names": (
+        "the query names a word the store holds, or, written without a capital, the memory"
+        " writes one of its words as a name",
+        lower_case(memory_writes_as_name),
+    ),
+    **{
+        f"v3 or rare {p}": (
+            f"the query names a word the store holds, or, written without a capital, holds a"
+            f" word that at most {p:.0%} of the memories hold",
+            lower_case(rare_held(p)),
+        )
+        for p in (0.02, 0.05, 0.10)
+    },
+    **{
+        f"v3 or rare in memory {p}": (
+            f"the query names a word the store holds, or, written without a capital, the memory"
+            f" holds a word of it that at most {p:.0%} of the memories hold",
+            lower_case(rare_in_memory(p)),
+        )
+        for p in (0.02, 0.05, 0.10)
+    },
+    **{
+        f"v3 or rare coverage {p}": (
+            f"the query names a word the store holds, or, written without a capital, the memory"
+            f" holds {p:.0%} of the weight of its rarer half",
+            lower_case(rare_coverage(p)),
+        )
+        for p in (0.5, 1.0)
+    },
+    "v3 or pieces held": (
+        "the query names a word the store holds, or, written without a capital, holds a word"
+        " the model's vocabulary splits that the store holds",
+        lower_case(pieces_held),
+    ),
+    "v3 or pieces in memory": (
+        "the query names a word the store holds, or, written without a capital, the memory"
+        " holds a word of it the model's vocabulary splits",
+        lower_case(pieces_in_memory),
+    ),
 }
 # The looser gate on chunks under a condition: (condition, (text alone, cosine alone), on
 # every memory rather than multi-line ones only)
@@ -653,9 +775,20 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
     ("named", (0.40, 0.30), True),
     ("in memory", (0.40, 0.30), False),
     ("in memory", (0.40, 0.30), True),
+    *(
+        (name, (0.40, 0.30), False)
+        for name in (
+            "v3 or memory names",
+            *(f"v3 or rare {p}" for p in (0.02, 0.05, 0.10)),
+            *(f"v3 or rare in memory {p}" for p in (0.02, 0.05, 0.10)),
+            *(f"v3 or rare coverage {p}" for p in (0.5, 1.0)),
+            "v3 or pieces held",
+            "v3 or pieces in memory",
+        )
+    ),
 )
 
-SHIPPED = ("named", (0.40, 0.30), False)  # mnemex.search.floor, floor-v3
+SHIPPED = ("v3 or memory names", (0.40, 0.30), False)  # mnemex.search.floor, floor-v4
 
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
@@ -692,7 +825,7 @@ def floor_rows() -> list[Row]:
         )
         label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
         if (when, multi, every) == SHIPPED:
-            label += " **(default, floor-v3)**"
+            label += " **(default, floor-v4)**"
         rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
@@ -728,7 +861,7 @@ def floor_row(data: dict[str, Any], ws: dict[str, Any], fuse: Fusion) -> list[fl
 
 def floor_table() -> None:
     data = load()
-    with open(WORK / "workspace.pkl", "rb") as handle:
+    with open(dumped("workspace"), "rb") as handle:
         ws = pickle.load(handle)
     names = list(data["foreign"])
     print(
@@ -764,7 +897,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=["dump", "dump-workspace", "terms", "fusion", "floor"])
     parser.add_argument("--data")
+    parser.add_argument(
+        "--lower", action="store_true", help="every query lower-cased (dump, floor: own files)"
+    )
     args = parser.parse_args()
+    global LOWER
+    LOWER = args.lower
     if args.step == "dump":
         dump(data_dir(args.data))
     elif args.step == "dump-workspace":

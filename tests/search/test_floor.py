@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from mnemex.index.fts import plan
-from mnemex.search.floor import Floor, floor_for, names_held, relevant_hit, relevant_query
+from mnemex.search.floor import (
+    Floor,
+    floor_for,
+    names_held,
+    relevant_hit,
+    relevant_query,
+    uncased,
+    writes_as_name,
+)
 from mnemex.search.pipeline import NOTHING_RELEVANT
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
@@ -90,6 +98,19 @@ def test_a_query_names_a_word_the_store_holds_when_its_term_has_rows(store: Stor
     for query in ("When did Gina see the parade?", "when did caroline see the parade?"):
         assert not names_held(plan(store.session.lexicon, query), query)
     assert not names_held(plan(store.session.lexicon, "Caroline"), "Caroline")  # opens it
+
+
+def test_a_memory_writes_a_word_of_the_query_as_a_name(store: Store) -> None:
+    store.add("- Caroline: we went to the parade\n- Melanie: Pride was in June")
+    lexical = plan(store.session.lexicon, "when did caroline see the parade?")
+    assert writes_as_name(lexical, "- Caroline: we went to the parade")
+    assert writes_as_name(lexical, "We met caroline and then Caroline left.")
+    assert writes_as_name(lexical, "- caroline: we went to the Parade")
+    assert not writes_as_name(lexical, "- caroline: we went to the parade")
+    assert not writes_as_name(lexical, "Caroline went to the parade")  # opens the text
+    assert not writes_as_name(lexical, "Parade day. Caroline came.")  # opens a sentence
+    assert uncased("when did caroline see the parade?") and uncased("что 42")
+    assert not uncased("when did Caroline see the parade?") and not uncased("what is NATO")
 
 
 @pytest.mark.parametrize(
@@ -198,14 +219,19 @@ def test_a_chunk_of_several_lines_answers_a_question_naming_what_the_store_holds
     assert cosine < FLOOR.agree_cosine <= text  # the gate of a single memory refuses it
     hits = store.search(asked).hits
     assert [h.location.path for h in hits if h.location] == ["memory/2023-01-10.md"]
-    # Naming nothing: the gate of a single memory.
-    refused = store.search(asked.lower())
+    # Written without a capital: the chunk writes "caroline" as a name.
+    hits = store.search(asked.lower()).hits
+    assert [h.location.path for h in hits if h.location] == ["memory/2023-01-10.md"]
+    # Naming nothing, with a capital: the gate of a single memory.
+    refused = store.search("When did the speaker go to the pride parade?")
     assert refused.hits == () and NOTHING_RELEVANT in refused.notes
     # Naming someone the store never heard of: its text alone would pass the chunk.
     foreign = "Why did Gina skip the pride parade with friends?"
     text, cosine = arms_of(store, foreign)
     assert cosine < FLOOR.agree_cosine <= text
     assert store.search(foreign).hits == ()
+    refused = store.search(foreign.lower())  # no word of it is a name in the chunk
+    assert refused.hits == () and NOTHING_RELEVANT in refused.notes
     # The same text as a memory of its own, not a chunk: the gate of a single memory.
     store.add_many(texts, namespace="notes")
     assert arms_of(store, asked, namespace="notes")[1] < FLOOR.agree_cosine

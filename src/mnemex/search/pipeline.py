@@ -46,7 +46,14 @@ from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
-from mnemex.search.floor import floor_for, names_held, relevant_hit, relevant_query
+from mnemex.search.floor import (
+    floor_for,
+    names_held,
+    relevant_hit,
+    relevant_query,
+    uncased,
+    writes_as_name,
+)
 from mnemex.search.fusion import Fused
 from mnemex.search.rank import Ranking
 from mnemex.search.workers import Job, Workers
@@ -609,14 +616,10 @@ def _relevant(
         def token_cosines(seqs: list[int]) -> dict[int, float]:
             return engine.token_cosines_of(seqs, query_vector)
 
-        def chunks(seqs: list[int]) -> list[int]:  # of several lines of a workspace file
-            places = engine.locations(seqs)
-            return [s for s in seqs if s in places and places[s].end_line > places[s].start_line]
-
-        named = names_held(arms.lexical, clean_query(request.query))
-        if not relevant_query(
-            floor, order, text_scores, cosines, token_cosines, chunks if named else None
-        ):
+        query = clean_query(request.query)
+        named = names_held(arms.lexical, query)
+        chunks = _chunks(engine, arms.lexical, named) if named or uncased(query) else None
+        if not relevant_query(floor, order, text_scores, cosines, token_cosines, chunks):
             order = []
             notes.append(NOTHING_RELEVANT)
         else:
@@ -627,6 +630,23 @@ def _relevant(
     return [
         s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
+
+
+def _chunks(
+    engine: Retriever, lexical: LexicalPlan, named: bool
+) -> Callable[[list[int]], list[int]]:
+    """The floor's pick of chunks of several lines of a workspace file; unless the query
+    names a word the store holds (``named``), only those writing a word of it as a name."""
+
+    def pick(seqs: list[int]) -> list[int]:
+        places = engine.locations(seqs)
+        found = [s for s in seqs if s in places and places[s].end_line > places[s].start_line]
+        if named or not found:
+            return found
+        texts = dict(engine.contents(found))
+        return [s for s in found if writes_as_name(lexical, texts.get(s, ""))]
+
+    return pick
 
 
 def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
