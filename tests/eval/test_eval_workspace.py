@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mnemex.eval.data import load_locomo
+from mnemex.eval.runner import Spec
 from mnemex.eval.workspace import (
     cut_block,
     found_in_chunks,
@@ -18,6 +22,7 @@ from mnemex.eval.workspace import (
     write_workspace,
 )
 from mnemex.search.recall import count_chars
+from tests.conftest import FakeEmbedder
 
 FILLER = [
     "Sounds good, talk to you soon about the weekend plans and everything else.",
@@ -122,3 +127,46 @@ def test_cli_as_workspace_json(conversation_file: Path, tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert report["dataset"] == "tiny-locomo as workspace" and report["mode"] == "lexical"
     assert set(report["metrics"]) == {"found@1", "found@3", "found@5", "top-k cut", "recall"}
+
+
+class SlowEmbedder(FakeEmbedder):
+    """The fake embedder on a loaded machine: each call takes ``DELAY`` seconds."""
+
+    DELAY = 0.3
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        time.sleep(self.DELAY)
+        return super().embed(texts)
+
+
+class FailsOnQuestions(FakeEmbedder):
+    """Embeds the workspace's chunks, fails on every question."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if any(t.rstrip().endswith("?") for t in texts):
+            raise RuntimeError("no vectors for questions")
+        return super().embed(texts)
+
+
+def test_a_slow_embedder_does_not_change_the_numbers(
+    conversation_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query embedded after ``query_timeout`` answers lexically in a search, never in an
+    evaluation: a loaded machine gives the numbers of an idle one."""
+    spec = Spec(mode="hybrid")
+    fast = run_workspace(conversation_file, spec=spec, progress=False, embedder=FakeEmbedder())
+    monkeypatch.setenv("MNEMEX_QUERY_TIMEOUT", str(SlowEmbedder.DELAY / 10))
+    slow = run_workspace(conversation_file, spec=spec, progress=False, embedder=SlowEmbedder())
+    assert fast["lexical_fallbacks"] == slow["lexical_fallbacks"] == 0
+    assert slow["metrics"] == fast["metrics"] and slow["mode"] == "hybrid"
+
+
+def test_searches_answered_lexically_are_counted(conversation_file: Path) -> None:
+    spec = Spec(mode="hybrid")
+    report = run_workspace(
+        conversation_file, spec=spec, progress=False, embedder=FailsOnQuestions()
+    )
+    assert report["queries"] == 3
+    assert report["lexical_fallbacks"] == 6  # each question's search and recall's search
+    lexical = run_workspace(conversation_file, spec=Spec(mode="lexical"), progress=False)
+    assert lexical["lexical_fallbacks"] == 0  # asked for: not a fallback

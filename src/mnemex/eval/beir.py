@@ -7,7 +7,7 @@ from typing import Any
 
 from mnemex.eval.data import load_beir
 from mnemex.eval.metrics import DEFAULT_MEASURES, latency, mean, per_query
-from mnemex.eval.runner import Spec, eval_store, ingest, machine, run_queries
+from mnemex.eval.runner import Spec, eval_store, ingest, lexical_fallbacks, machine, run_queries
 
 NAMESPACE = "beir"
 
@@ -40,6 +40,7 @@ def run_beir(
         "split": split,
         **described,
         "modes_used": dict(modes),
+        "lexical_fallbacks": lexical_fallbacks(modes.elements(), described["mode"]),
         "memories": memories,
         "queries": len(query_ids),
         "depth": depth,

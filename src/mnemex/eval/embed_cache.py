@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from mnemex.embed import Embedder
 
 CACHE_FILE = "embeddings.sqlite"
+# Seconds to wait for another process writing the cache (SQLite's default is 5): a lookup
+# that gave up would fail the query's embedding, and the search would answer lexically.
+BUSY_SECONDS = 600.0
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS vectors ("
     "model TEXT NOT NULL, sha256 BLOB NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL, "
@@ -57,7 +60,9 @@ class CachedEmbedder:
         self.inner = inner
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(directory / CACHE_FILE, check_same_thread=False)
+            self._conn = sqlite3.connect(
+                directory / CACHE_FILE, timeout=BUSY_SECONDS, check_same_thread=False
+            )
             self._conn.execute(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise InvalidInput(

@@ -15,7 +15,7 @@ from typing import Any
 from mnemex.errors import InvalidInput
 from mnemex.eval.data import LocomoData, load_locomo
 from mnemex.eval.metrics import latency, mean, per_query
-from mnemex.eval.runner import Spec, eval_store, ingest, machine, run_queries
+from mnemex.eval.runner import Spec, eval_store, ingest, lexical_fallbacks, machine, run_queries
 
 MEASURES = ("R@5", "R@10", "nDCG@10", "RR@10", "R@100")
 
@@ -69,6 +69,7 @@ def run_locomo(
         **described,
         "stores": "one per conversation" if separate else "one, a namespace per conversation",
         "modes_used": dict(modes),
+        "lexical_fallbacks": lexical_fallbacks(modes.elements(), described["mode"]),
         "memories": len(data.turns),
         "conversations": len(by_ns),
         "queries": len(data.questions),

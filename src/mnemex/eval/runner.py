@@ -7,13 +7,14 @@ import platform
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mnemex import __version__
 from mnemex.config import Settings, load_settings
+from mnemex.embed import Embedder
 from mnemex.embed import resolve as resolve_embedder
 from mnemex.eval.embed_cache import CachedEmbedder
 from mnemex.eval.metrics import ranked_run
@@ -23,6 +24,11 @@ from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
 
 INGEST_BATCH = 5_000
+# An evaluation measures the ranking, not the machine: each search waits for its query's
+# vector however long embedding it takes (an agent's search answers lexically after
+# ``query_timeout``, so a loaded machine would change the numbers), and no search syncs a
+# workspace under ``sync_timeout`` (the evaluation syncs its folders whole before searching).
+DETERMINISTIC: dict[str, Any] = {"query_timeout": 3600.0, "sync_on_search": False}
 
 
 @dataclass(frozen=True)
@@ -81,29 +87,36 @@ class Spec:
 
 
 @contextlib.contextmanager
-def eval_store(db: Path | None, spec: Spec, **settings: Any) -> Iterator[Store]:
-    """The store at ``db``, or a temporary one deleted afterwards."""
-    overrides = {k: v for k, v in {**spec.settings(), **settings}.items() if v is not None}
+def eval_store(
+    db: Path | None, spec: Spec, *, embedder: Embedder | None = None, **settings: Any
+) -> Iterator[Store]:
+    """The store at ``db``, or a temporary one deleted afterwards, searching as
+    :data:`DETERMINISTIC` says; ``embedder``: this one rather than the spec's by name."""
+    given = {**DETERMINISTIC, **spec.settings(), **settings}
+    overrides = {k: v for k, v in given.items() if v is not None}
     if db is not None:
-        with _opened(load_settings(db, **overrides), spec) as store:
+        with _opened(load_settings(db, **overrides), spec, embedder) as store:
             yield store
         return
     with (
         tempfile.TemporaryDirectory(prefix="mnemex-eval-") as tmp,
-        _opened(load_settings(Path(tmp) / "eval.db", home=tmp, **overrides), spec) as store,
+        _opened(
+            load_settings(Path(tmp) / "eval.db", home=tmp, **overrides), spec, embedder
+        ) as store,
     ):
         yield store
 
 
 @contextlib.contextmanager
-def _opened(settings: Settings, spec: Spec) -> Iterator[Store]:
+def _opened(settings: Settings, spec: Spec, embedder: Embedder | None) -> Iterator[Store]:
     """A store on ``settings``, its embedder behind the spec's embedding cache if any."""
     cached = None
     if spec.embed_cache is not None and spec.vectors:
-        inner = resolve_embedder(settings)
+        inner = embedder if embedder is not None else resolve_embedder(settings)
         if inner is not None:
             cached = CachedEmbedder(inner, spec.embed_cache)
-    store = Store(settings) if cached is None else Store(settings, embedder=cached)
+    chosen = cached if cached is not None else embedder
+    store = Store(settings) if chosen is None else Store(settings, embedder=chosen)
     try:
         yield store
     finally:
@@ -160,6 +173,12 @@ def run_queries(
                 fusions.add(result.fusion_version)
             advance(1)
     return run, samples, modes, fusions
+
+
+def lexical_fallbacks(modes_used: Iterable[str], mode: str) -> int:
+    """Searches answered from the lexical arm alone when the evaluation asked for vectors
+    (an empty query, or one the embedder failed on: the notes of such a search say why)."""
+    return 0 if mode == "lexical" else sum(used == "lexical" for used in modes_used)
 
 
 def machine() -> dict[str, str]:

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mnemex.embed import Embedder
 from mnemex.eval.data import LocomoData, Question, Turn, load_locomo
 from mnemex.eval.metrics import latency
-from mnemex.eval.runner import Spec, eval_store, machine
+from mnemex.eval.runner import Spec, eval_store, lexical_fallbacks, machine
 from mnemex.progress import progress_bar
 from mnemex.search.rank import age_days
 from mnemex.search.recall import HEADER, format_age, render, render_line
@@ -110,9 +111,9 @@ def cut_block(lines: Sequence[str], budget: int) -> str:
 
 def _answer(
     store: Store, q: Question, ws: Written, spec: Spec
-) -> tuple[dict[str, bool], float, str | None]:
+) -> tuple[dict[str, bool], float, str | None, tuple[str, str]]:
     """Found at each cutoff, within recall and within the plain cut block; search ms; the
-    fusion version used."""
+    fusion version used; the modes the search and recall's search used."""
     evidence_lines = [ws.lines[e] for e in q.evidence if e in ws.lines]
     evidence_text = [ws.text[e] for e in q.evidence if e in ws.text]
     started = time.perf_counter()
@@ -135,7 +136,7 @@ def _answer(
     out["top-k cut"] = found_in_text(cut_block(lines, RECALL_BUDGET), evidence_text)
     recalled = store.recall(q.text, RECALL_BUDGET, mode=spec.mode, namespace=q.namespace)
     out["recall"] = found_in_text(recalled.markdown.removeprefix(HEADER), evidence_text)
-    return out, elapsed, result.fusion_version
+    return out, elapsed, result.fusion_version, (result.mode_used, recalled.mode_used)
 
 
 MEASURES = (*(f"found@{k}" for k in CUTOFFS), "top-k cut", "recall")
@@ -148,13 +149,15 @@ def run_workspace(
     db: Path | None = None,
     progress: bool = True,
     folder: Path | None = None,
+    embedder: Embedder | None = None,
 ) -> dict[str, Any]:
-    """The workspace evaluation of a LoCoMo file (see the module docstring)."""
+    """The workspace evaluation of a LoCoMo file (see the module docstring); ``embedder``:
+    this one rather than the spec's by name."""
     spec = spec or Spec()
     data = load_locomo(file)
     with tempfile.TemporaryDirectory(prefix="mnemex-locomo-ws-") as tmp:
         written = write_all(data, folder or Path(tmp))
-        with eval_store(db, spec) as store:
+        with eval_store(db, spec, embedder=embedder) as store:
             started = time.perf_counter()
             chunks = sync_all(store, written, spec.vectors and store.embedder is not None, progress)
             seconds = time.perf_counter() - started
@@ -193,11 +196,13 @@ def evaluate(
     rows: dict[str, dict[str, bool]] = {}
     samples: list[float] = []
     fusions: set[str] = set()
+    modes: list[str] = []
     with progress_bar(len(data.questions), "searching", progress) as advance:
         for q in data.questions:
-            rows[q.id], ms, version = _answer(store, q, written[q.namespace], spec)
+            rows[q.id], ms, version, used = _answer(store, q, written[q.namespace], spec)
             samples.append(ms)
             fusions.update([version] if version else [])
+            modes.extend(used)
             advance(1)
     described = spec.describe(store, fusions)
     chunking = f"{store.settings.chunk_tokens} tokens, overlap {store.settings.chunk_overlap}"
@@ -218,6 +223,7 @@ def evaluate(
         "questions_without_evidence": data.unanswerable,
         "ingest_seconds": round(sync_seconds, 3),
         "metrics": _means(rows, list(rows)),
+        "lexical_fallbacks": lexical_fallbacks(modes, described["mode"]),
         "per_category": categories,
         "latency_ms": latency(samples),
         "machine": machine(),
