@@ -55,6 +55,7 @@ def test_beir_perfect_retrieval(beir_dir: Path) -> None:
     assert report["metrics"]["nDCG@10"] == pytest.approx(1.0)
     assert report["metrics"]["RR@10"] == pytest.approx(1.0)
     assert report["latency_ms"]["p50"] > 0
+    assert report["lexical_fallbacks"] == 0
 
 
 def test_beir_cli_json(beir_dir: Path) -> None:
@@ -141,7 +142,7 @@ def test_locomo_loader(locomo_file: Path) -> None:
 
 def test_locomo_run(locomo_file: Path) -> None:
     report = run_locomo(locomo_file, progress=False)
-    assert report["queries"] == 2
+    assert report["queries"] == 2 and report["lexical_fallbacks"] == 0
     assert report["metrics"]["R@5"] == pytest.approx(1.0)
     assert set(report["per_category"]) == {"1", "4"}
     assert report["per_category"]["4"]["R@10"] == pytest.approx(1.0)
@@ -253,3 +254,11 @@ def test_embed_cache_unusable_folder_is_one_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(InvalidInput, match="embedding cache"):
         CachedEmbedder(FakeEmbedder(), blocker)
+
+
+def test_lexical_fallbacks_counts_lexical_answers_only_when_vectors_were_asked() -> None:
+    from mnemex.eval.runner import lexical_fallbacks
+
+    assert lexical_fallbacks(["hybrid", "lexical", "lexical", "hybrid"], "hybrid") == 2
+    assert lexical_fallbacks(["lexical", "vector"], "vector") == 1
+    assert lexical_fallbacks(["lexical", "lexical"], "lexical") == 0
