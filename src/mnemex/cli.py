@@ -1020,9 +1020,12 @@ def embed(obj: Context, as_json: bool) -> None:
 @click.pass_obj
 @handle_errors
 def reindex(obj: Context, force: bool, prune: bool, as_json: bool) -> None:
-    """Rebuild the full-text index and embed what the configured model lacks.
+    """Rebuild the full-text index if it differs, embed what the model lacks, re-window.
 
-    Run it after changing the embedding model: vectors of different models
+    Memories whose stored windows are not their text's now (one vector for a
+    long text, or sentence windows after `embed_sentences` changed) get their
+    windows; the progress shows embedding, then re-windowing. Run it after
+    changing the embedding model: vectors of different models
     are never mixed, so memories without a vector for the new model are found
     by the lexical arm only until they are embedded.
     """

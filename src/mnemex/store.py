@@ -144,7 +144,7 @@ class Store:
         configured becomes the store's once its vectors are stored (none configured: the store's
         own). Returns the report (``None``: no embedder). The index is rebuilt, under the write
         lock, only when it differs from a rebuild. ``progress(phase, done, total)`` follows
-        ``embedding`` (the memories without a vector) and then, with windows, ``re-windowing``
+        ``embedding`` (the memories without a vector; every memory with ``force``) and then, with windows, ``re-windowing``
         (every memory with vectors, looked at; those stored with other windows than their
         text's now are embedded anew).
         """

@@ -362,7 +362,7 @@ class LocalEmbedder:
         (distinct, none a token window; none for a short text, nor with ``sentences``
         false)."""
         # An ASCII character is one token at most: such a text fits. Another character can
-        # be several (a Hangul syllable is three, its letters): its text is counted.
+        # be several (a Hangul syllable is two or three, its letters): its text is counted.
         if len(text) <= WINDOW and text.isascii():
             return [text], []
         count, span = self._tokens(text)
