@@ -813,7 +813,8 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
     ),
 )
 
-SHIPPED = ("v3 or memory names", (0.40, 0.30), False)  # mnemex.search.floor, floor-v4
+SHIPPED = ("v3 or memory names, naming nothing", (0.40, 0.30), False)  # floor-v5
+FLOOR_V4 = ("v3 or memory names", (0.40, 0.30), False)
 
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
@@ -850,7 +851,9 @@ def floor_rows() -> list[Row]:
         )
         label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
         if (when, multi, every) == SHIPPED:
-            label += " **(default, floor-v4)**"
+            label += " **(default, floor-v5)**"
+        elif (when, multi, every) == FLOOR_V4:
+            label += " (floor-v4)"
         rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
