@@ -5,8 +5,9 @@
     python benchmarks/eval_fusion.py terms                 # query terms of an older dump
     python benchmarks/eval_fusion.py fusion                # every fusion candidate
     python benchmarks/eval_fusion.py floor                 # the floor's trade-off curve
-    python benchmarks/eval_fusion.py dump --lower          # every query lower-cased
-    python benchmarks/eval_fusion.py floor --lower         # the floor on those
+    python benchmarks/eval_fusion.py dump --case lower     # every query lower-cased
+    python benchmarks/eval_fusion.py floor --case lower    # the floor on those
+    python benchmarks/eval_fusion.py dump --case sentence  # lower-cased, first letter upper
 
 ``dump`` builds a store per dataset under benchmarks/.cache/fusion (SciFact,
 CISI, and each LoCoMo-dev conversation in its own store, so no other
@@ -69,12 +70,24 @@ Query = dict[str, Any]
 Fusion = Callable[[Query], dict[int, float]]
 
 _embedder: CachedEmbedder | None = None
-LOWER = False  # ``--lower``: every query lower-cased, in dumps of their own
+CASE: str | None = None  # ``--case``: every query recased (``recase``), in dumps of their own
 
 
 def dumped(name: str) -> Path:
-    """A dump's file: ``features`` or ``workspace``, of the queries as written or lowered."""
-    return WORK / (f"{name}-lower.pkl" if LOWER else f"{name}.pkl")
+    """A dump's file: ``features`` or ``workspace``, of the queries as written or recased."""
+    return WORK / (f"{name}-{CASE}.pkl" if CASE else f"{name}.pkl")
+
+
+def recase(query: str) -> str:
+    """The query as ``--case`` writes it: as written; ``lower``: lower-cased; ``sentence``:
+    lower-cased, then its first letter upper-cased ("What did caroline do in june?")."""
+    if CASE is None:
+        return query
+    lowered = query.lower()
+    if CASE == "lower":
+        return lowered
+    first = next((i for i, c in enumerate(lowered) if c.isalpha()), len(lowered))
+    return lowered[:first] + lowered[first:].capitalize()
 
 
 def embedder() -> CachedEmbedder:
@@ -101,7 +114,7 @@ def build(path: Path, groups: dict[str, list[dict[str, Any]]]) -> mnemex.Store:
 def features(store: mnemex.Store, queries: list[tuple[str, str, str]]) -> dict[str, Query]:
     conn, lexicon, emb = store.session.conn, store.session.lexicon, embedder()
     ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
-    texts = [clean_query(t.lower() if LOWER else t) for _, t, _ in queries]
+    texts = [clean_query(recase(t)) for _, t, _ in queries]
     vectors = emb.embed(texts)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     index = store.session.vectors(emb.dim)
@@ -614,6 +627,12 @@ def lower_case(rule: Condition) -> Condition:
     return lambda q, s: names_held(q, s) if not uncased(q) else rule(q, s)
 
 
+def names_nothing(rule: Condition) -> Condition:
+    """v3's condition on a query naming a word, ``rule`` on one naming nothing (written
+    without a capital, or with one only where a sentence opens)."""
+    return lambda q, s: names_held(q, s) if named_words(q["text"]) else rule(q, s)
+
+
 def memory_writes_as_name(q: Query, s: int) -> bool:
     """The memory writes a word of the query as a name (with a capital inside a sentence)."""
     names = memory_names(q["ns"]).get(s, frozenset())
@@ -723,6 +742,11 @@ CONDITIONS: dict[str, tuple[str, Condition]] = {
         " writes one of its words as a name",
         lower_case(memory_writes_as_name),
     ),
+    "v3 or memory names, naming nothing": (
+        "the query names a word the store holds, or, naming nothing, the memory writes one of"
+        " its words as a name",
+        names_nothing(memory_writes_as_name),
+    ),
     **{
         f"v3 or rare {p}": (
             f"the query names a word the store holds, or, written without a capital, holds a"
@@ -779,6 +803,7 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
         (name, (0.40, 0.30), False)
         for name in (
             "v3 or memory names",
+            "v3 or memory names, naming nothing",
             *(f"v3 or rare {p}" for p in (0.02, 0.05, 0.10)),
             *(f"v3 or rare in memory {p}" for p in (0.02, 0.05, 0.10)),
             *(f"v3 or rare coverage {p}" for p in (0.5, 1.0)),
@@ -788,7 +813,8 @@ CONDITIONED: tuple[tuple[str, Multi, bool], ...] = (
     ),
 )
 
-SHIPPED = ("v3 or memory names", (0.40, 0.30), False)  # mnemex.search.floor, floor-v4
+SHIPPED = ("v3 or memory names, naming nothing", (0.40, 0.30), False)  # floor-v5
+FLOOR_V4 = ("v3 or memory names", (0.40, 0.30), False)
 
 
 def floor_label(floor: Floor, multi: Multi = (None, None)) -> str:
@@ -825,7 +851,9 @@ def floor_rows() -> list[Row]:
         )
         label = f"*chunks, when {CONDITIONS[when][0]}:* " + label
         if (when, multi, every) == SHIPPED:
-            label += " **(default, floor-v4)**"
+            label += " **(default, floor-v5)**"
+        elif (when, multi, every) == FLOOR_V4:
+            label += " (floor-v4)"
         rows.append((label, gated(floor, multi=multi, when=CONDITIONS[when][1], every=every)))
     for best in (0.3, 0.4, 0.5):
         rows.append((f"lexical only: best text score ≥ {best}", lexical_gate(best)))
@@ -898,11 +926,14 @@ def main() -> None:
     parser.add_argument("step", choices=["dump", "dump-workspace", "terms", "fusion", "floor"])
     parser.add_argument("--data")
     parser.add_argument(
-        "--lower", action="store_true", help="every query lower-cased (dump, floor: own files)"
+        "--case",
+        choices=["lower", "sentence"],
+        help="every query recased: lower-cased, or sentence-cased (dump, floor: own files)",
     )
+    parser.add_argument("--lower", action="store_true", help="the same as --case lower")
     args = parser.parse_args()
-    global LOWER
-    LOWER = args.lower
+    global CASE
+    CASE = "lower" if args.lower else args.case
     if args.step == "dump":
         dump(data_dir(args.data))
     elif args.step == "dump-workspace":

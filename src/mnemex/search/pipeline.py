@@ -49,9 +49,9 @@ from mnemex.search import fusion, rank
 from mnemex.search.floor import (
     floor_for,
     names_held,
+    names_nothing,
     relevant_hit,
     relevant_query,
-    uncased,
     writes_as_name,
 )
 from mnemex.search.fusion import Fused
@@ -618,7 +618,7 @@ def _relevant(
 
         query = clean_query(request.query)
         named = names_held(arms.lexical, query)
-        chunks = _chunks(engine, arms.lexical, named) if named or uncased(query) else None
+        chunks = _chunks(engine, arms.lexical, named) if named or names_nothing(query) else None
         if not relevant_query(floor, order, text_scores, cosines, token_cosines, chunks):
             order = []
             notes.append(NOTHING_RELEVANT)
