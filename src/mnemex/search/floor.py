@@ -106,11 +106,11 @@ def relevant_query(
     ``cosines`` are each candidate's best window's; ``token_cosines`` gives, for the
     candidates that have sentence windows, their best token window's, which the gate
     reads instead: it is asked only about the candidates ``cosines`` would let through.
-    ``chunks``, given when the query names a word the store holds (:func:`names_held`) or
-    names nothing (:func:`names_nothing`), picks from the candidates it is given those that
-    are chunks of several lines (for a query naming nothing: that write one of its words as
-    a name, :func:`writes_as_name`): one of them passes on either arm's agreement cut-off
-    alone."""
+    ``chunks``, asked only when the default gate fails, picks from the candidates it is
+    given those that are chunks of several lines, when the query names a word the store
+    holds (:func:`names_held`) or names nothing (:func:`names_nothing`; then only chunks
+    that write one of its words as a name, :func:`writes_as_name`), else none: one of them
+    passes on either arm's agreement cut-off alone."""
     seqs = list(seqs)
     if _gate(floor, _vouched, seqs, text, cosines, token_cosines):
         return True

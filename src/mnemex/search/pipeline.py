@@ -616,9 +616,7 @@ def _relevant(
         def token_cosines(seqs: list[int]) -> dict[int, float]:
             return engine.token_cosines_of(seqs, query_vector)
 
-        query = clean_query(request.query)
-        named = names_held(arms.lexical, query)
-        chunks = _chunks(engine, arms.lexical, named) if named or names_nothing(query) else None
+        chunks = _chunks(engine, arms.lexical, clean_query(request.query))
         if not relevant_query(floor, order, text_scores, cosines, token_cosines, chunks):
             order = []
             notes.append(NOTHING_RELEVANT)
@@ -633,12 +631,16 @@ def _relevant(
 
 
 def _chunks(
-    engine: Retriever, lexical: LexicalPlan, named: bool
+    engine: Retriever, lexical: LexicalPlan, query: str
 ) -> Callable[[list[int]], list[int]]:
-    """The floor's pick of chunks of several lines of a workspace file; unless the query
-    names a word the store holds (``named``), only those writing a word of it as a name."""
+    """The floor's pick of chunks of several lines of a workspace file, asked only when the
+    default gate fails: none when the query names words the store does not hold; when it
+    names nothing, only the chunks writing a word of it as a name."""
 
     def pick(seqs: list[int]) -> list[int]:
+        named = names_held(lexical, query)
+        if not named and not names_nothing(query):
+            return []
         places = engine.locations(seqs)
         found = [s for s in seqs if s in places and places[s].end_line > places[s].start_line]
         if named or not found:
