@@ -8,7 +8,7 @@
 
 With ``embed_sentences`` on, a long memory also gets a vector per sentence of its
 body, ``"{first line}. {sentence}"`` (:func:`mnemex.embed.local.sentence_windows`).
-``run`` runs the product's evaluations (``run_workspace``: LoCoMo-dev as a markdown
+``run`` runs the product's evaluations (``run_locomo``: LoCoMo-dev as a markdown
 workspace; ``run_beir``: CISI and SciFact test), hybrid, local model behind the
 embedding cache, with ``embed_sentences`` on and ``sentence_windows`` replaced in
 process by a variant:
@@ -46,8 +46,8 @@ from common import CACHE, data_dir, machine
 from mnemex.embed import local
 from mnemex.eval.beir import run_beir
 from mnemex.eval.data import load_beir
+from mnemex.eval.locomo import run_locomo
 from mnemex.eval.runner import Spec
-from mnemex.eval.workspace import run_workspace
 
 SHIPPED = local.sentence_windows
 LIST_MARKER = re.compile(r"^(?:[-*+]|\d+[.)])\s+")
@@ -147,7 +147,7 @@ def run_one(
             db = Path(tmp) / "eval.db"
             if dataset == "workspace":
                 path = folder / "locomo" / "locomo10-dev.json"
-                report = run_workspace(path, spec=spec, db=db, progress=False)
+                report = run_locomo(path, granularity="workspace", spec=spec, db=db, progress=False)
             else:
                 report = run_beir(folder / "beir" / dataset, spec=spec, db=db, progress=False)
             vectors = vectors_stored(db)

@@ -1276,29 +1276,57 @@ def eval_options(func: F) -> F:
     return command  # type: ignore[return-value]
 
 
+foreign_option = click.option(
+    "--foreign",
+    "others",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Also ask the store this dataset's queries (a BEIR folder or a LoCoMo file; "
+    "repeatable) and report the share that gets any hit.",
+)
+
+
 @eval_.command(name="beir")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--split", default="test", show_default=True, help="qrels/<split>.tsv to use.")
 @click.option("--max-queries", type=int, help="Evaluate only the first N queries.")
+@foreign_option
 @eval_options
 @handle_errors
-def eval_beir(directory: str, as_json: bool, **given: Any) -> None:
+def eval_beir(directory: str, as_json: bool, others: tuple[str, ...], **given: Any) -> None:
     """Evaluate on a BEIR dataset (corpus.jsonl[.gz], queries.jsonl, qrels/)."""
     from mnemex.eval.beir import run_beir
     from mnemex.eval.report import print_report
 
-    report = run_beir(Path(directory), progress=not as_json, **given)
+    others_ = [Path(p) for p in others]
+    report = run_beir(Path(directory), progress=not as_json, others=others_, **given)
     emit_json(report) if as_json else print_report(report)
 
 
 @eval_.command(name="locomo")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "--as-workspace",
-    is_flag=True,
-    help="Write each conversation as a markdown workspace (memory/YYYY-MM-DD.md, a line a "
-    "turn), sync it, and score chunks found at 1, 3, 5 and within a 500-token recall.",
+    "--granularity",
+    type=click.Choice(["turn", "session", "workspace"]),
+    default="turn",
+    show_default=True,
+    help="A memory per turn, a memory per session (its turns as 'Speaker: text' lines), or "
+    "each conversation as a markdown workspace (a file a day, synced and chunked).",
 )
+@click.option(
+    "--case",
+    type=click.Choice(["lower", "sentence"]),
+    help="Ask every question lower-cased, or lower-cased with its first letter upper.",
+)
+@click.option(
+    "--perturb-names", is_flag=True, help="Misspell every name in the questions by one edit."
+)
+@click.option(
+    "--no-foreign",
+    is_flag=True,
+    help="Skip asking each conversation the other conversations' questions.",
+)
+@foreign_option
 @eval_options
 @click.option(
     "--separate",
@@ -1308,27 +1336,52 @@ def eval_beir(directory: str, as_json: bool, **given: Any) -> None:
 @handle_errors
 def eval_locomo(
     file: str,
-    as_workspace: bool,
+    granularity: str,
+    case: str | None,
+    perturb_names: bool,
+    no_foreign: bool,
+    others: tuple[str, ...],
     spec: Any,
     depth: int,
     db: Path | None,
     as_json: bool,
     separate: bool,
 ) -> None:
-    """Evaluate evidence recall on LoCoMo (each dialogue turn is a memory, or with
-    --as-workspace each conversation a markdown workspace)."""
+    """Evaluate evidence recall on LoCoMo, with and without the relevance floor, and how
+    many of the other conversations' questions get an answer."""
+    from mnemex.eval.locomo import run_locomo
     from mnemex.eval.report import print_report
 
-    if as_workspace:
-        from mnemex.eval.workspace import run_workspace
+    report = run_locomo(
+        Path(file),
+        granularity=granularity,
+        case=case,
+        names=perturb_names,
+        foreign=not no_foreign,
+        depth=depth,
+        spec=spec,
+        db=db,
+        progress=not as_json,
+        separate=separate,
+        others=[Path(p) for p in others],
+    )
+    emit_json(report) if as_json else print_report(report)
 
-        report = run_workspace(Path(file), spec=spec, db=db, progress=not as_json)
-    else:
-        from mnemex.eval.locomo import run_locomo
 
-        report = run_locomo(
-            Path(file), depth=depth, spec=spec, db=db, progress=not as_json, separate=separate
-        )
+@eval_.command(name="paraphrase")
+@click.argument("file", required=False, type=click.Path(exists=True, dir_okay=False))
+@eval_options
+@handle_errors
+def eval_paraphrase(
+    file: str | None, spec: Any, depth: int, db: Path | None, as_json: bool
+) -> None:
+    """Evaluate small stores asked in other words (default: the bundled set): the answer
+    within the first 1, 3 and 5 hits with and without the relevance floor, and how many
+    unrelated prompts get a hit."""
+    from mnemex.eval.paraphrase import run_paraphrase
+    from mnemex.eval.report import print_report
+
+    report = run_paraphrase(Path(file) if file else None, spec=spec, db=db, progress=not as_json)
     emit_json(report) if as_json else print_report(report)
 
 

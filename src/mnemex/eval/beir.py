@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mnemex.eval.data import load_beir
 from mnemex.eval.metrics import DEFAULT_MEASURES, latency, mean, per_query
-from mnemex.eval.runner import Spec, eval_store, ingest, lexical_fallbacks, machine, run_queries
+from mnemex.eval.runner import (
+    Spec,
+    ask_foreign,
+    eval_store,
+    foreign_queries,
+    ingest,
+    lexical_fallbacks,
+    machine,
+    run_queries,
+)
 
 NAMESPACE = "beir"
 
@@ -21,7 +31,10 @@ def run_beir(
     spec: Spec | None = None,
     db: Path | None = None,
     progress: bool = True,
+    others: Sequence[Path] = (),
 ) -> dict[str, Any]:
+    """The ranking measures of ``directory``'s ``split``; ``others``: datasets whose
+    queries are asked of the store too, reported as the share that gets any hit."""
     spec = spec or Spec()
     data = load_beir(directory, split)
     query_ids = list(data.queries)[: max_queries or None]
@@ -33,6 +46,10 @@ def run_beir(
         run, samples, modes, fusions = run_queries(store, queries, depth, spec, progress)
         memories = store.count()
         described = spec.describe(store, fusions)
+        foreign = {}
+        for path in others:
+            name, texts = foreign_queries(path)
+            foreign[name] = ask_foreign(store, texts, [None], spec, progress)
     qrels = {q: data.qrels[q] for q in query_ids}
     scores = per_query(qrels, run, DEFAULT_MEASURES)
     return {
@@ -46,6 +63,7 @@ def run_beir(
         "depth": depth,
         "ingest_seconds": round(ingest_seconds, 3),
         "metrics": mean(scores.values(), DEFAULT_MEASURES),
+        **({"foreign": foreign} if foreign else {}),
         "latency_ms": latency(samples),
         "machine": machine(),
     }

@@ -24,6 +24,7 @@ from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
 
 INGEST_BATCH = 5_000
+FOREIGN_DEPTH = 10  # a foreign query is answered when it gets any hit
 # An evaluation measures the ranking, not the machine: each search waits for its query's
 # vector however long embedding it takes (an agent's search answers lexically after
 # ``query_timeout``, so a loaded machine would change the numbers), and no search syncs a
@@ -50,8 +51,11 @@ class Spec:
     def settings(self) -> dict[str, Any]:
         return {"lexical_budget": self.lexical_budget, "embedder": self.embedder}
 
-    def search(self, store: Store, text: str, limit: int, namespace: str | None) -> SearchResult:
-        """One search as the spec says, without snippets (nothing reads them)."""
+    def search(
+        self, store: Store, text: str, limit: int, namespace: str | None, floor: bool = True
+    ) -> SearchResult:
+        """One search as the spec says, without snippets (nothing reads them); without
+        ``floor``, with no relevance floor or thresholds (``threshold=False``)."""
         return store.search(
             text,
             limit,
@@ -60,6 +64,7 @@ class Spec:
             weights=self.weights,
             namespace=namespace,
             snippets=False,
+            threshold=None if floor else False,
         )
 
     def describe(self, store: Store, fusions: Collection[str] = ()) -> dict[str, Any]:
@@ -188,3 +193,35 @@ def machine() -> dict[str, str]:
         "processor": platform.processor() or platform.machine(),
         "mnemex": __version__,
     }
+
+
+def foreign_queries(path: Path, limit: int | None = None) -> tuple[str, list[str]]:
+    """Queries of another dataset, to ask of a store they have nothing to do with: a BEIR
+    folder's judged test queries, or a LoCoMo file's questions; its name and the texts
+    (the first ``limit``)."""
+    from mnemex.eval.data import load_beir, load_locomo
+
+    if path.is_dir():
+        texts = list(load_beir(path, "test").queries.values())
+    else:
+        texts = [q.text for q in load_locomo(path).questions]
+    return path.stem if path.is_file() else path.name, texts[:limit]
+
+
+def ask_foreign(
+    store: Store,
+    texts: Sequence[str],
+    namespaces: Sequence[str | None],
+    spec: Spec,
+    show: bool = True,
+) -> dict[str, Any]:
+    """Each text asked of each namespace: how many searches, and the share that got any hit
+    (a store should answer queries about what it does not hold with nothing)."""
+    answered = asked = 0
+    with progress_bar(len(texts) * len(namespaces), "foreign", show) as advance:
+        for namespace in namespaces:
+            for text in texts:
+                asked += 1
+                answered += bool(spec.search(store, text, FOREIGN_DEPTH, namespace).hits)
+                advance(1)
+    return {"queries": asked, "answered": round(answered / asked, 4) if asked else 0.0}

@@ -1,4 +1,4 @@
-"""``mnemex eval locomo FILE --as-workspace``: LoCoMo as an agent's markdown workspace.
+"""LoCoMo as an agent's markdown workspace (``mnemex eval locomo --granularity workspace``).
 
 Each conversation becomes a folder ``memory/`` with one ``YYYY-MM-DD.md`` file
 a day, each session under its own heading, one line a turn::
@@ -11,37 +11,30 @@ a day, each session under its own heading, one line a turn::
     - Melanie: Hey Caroline! ...
 
 The folder is synced into the conversation's namespace (so turns are chunked
-as any workspace is), and each question of categories 1-4 is searched in it.
-The file and line of every turn are recorded when it is written, so a hit's
-``path:start-end`` says which turns it holds. A question is *found at k* when
-one of the first k chunks holds an evidence turn, and *found within a recall*
-when the whole text of an evidence turn is in the ``recall`` block (the
-default 500 tokens). Beside recall, the same check runs on a plain top-k block
-cut at the same budget: the hits best first, rendered as recall renders them,
-the text cut at the budget.
+as any workspace is). The file and line of every turn are recorded when it is
+written, so a chunk's ``path:start-end`` says which turns it holds. Beside the
+ranking measures, a question is *found within a recall* when the whole text of
+an evidence turn is in the ``recall`` block (the default 500 tokens), and the same
+check runs on a plain top-k block cut at the same budget: the hits best first,
+rendered as recall renders them, the text cut at the budget.
 """
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from mnemex.embed import Embedder
-from mnemex.eval.data import LocomoData, Question, Turn, load_locomo
-from mnemex.eval.metrics import latency
-from mnemex.eval.runner import Spec, eval_store, lexical_fallbacks, machine
+from mnemex.eval.data import LocomoData, Question, Turn
+from mnemex.eval.runner import Spec
+from mnemex.models import Hit
 from mnemex.progress import progress_bar
 from mnemex.search.rank import age_days
 from mnemex.search.recall import HEADER, format_age, render, render_line
 from mnemex.store import Store
 from mnemex.text import utcnow
 
-CUTOFFS = (1, 3, 5)
 RECALL_BUDGET = 500  # tokens, counted by recall's default counter
 TOPK_CUT_HITS = 5  # hits in the plain block cut at the budget, as recall's default maximum
 
@@ -109,22 +102,12 @@ def cut_block(lines: Sequence[str], budget: int) -> str:
     return render(lines)[: 4 * budget]
 
 
-def _answer(
-    store: Store, q: Question, ws: Written, spec: Spec
-) -> tuple[dict[str, bool], float, str | None, tuple[str, str]]:
-    """Found at each cutoff, within recall and within the plain cut block; search ms; the
-    fusion version used; the modes the search and recall's search used."""
-    evidence_lines = [ws.lines[e] for e in q.evidence if e in ws.lines]
+def blocks_found(
+    store: Store, q: Question, ws: Written, spec: Spec, hits: Sequence[Hit]
+) -> tuple[str, dict[str, bool]]:
+    """Whether the evidence is within a plain top-k block cut at the budget (``top-k
+    cut``) and within recall's block (``recall``); the mode recall's search used."""
     evidence_text = [ws.text[e] for e in q.evidence if e in ws.text]
-    started = time.perf_counter()
-    result = spec.search(store, q.text, max(*CUTOFFS, TOPK_CUT_HITS), q.namespace)
-    hits = result.hits
-    elapsed = (time.perf_counter() - started) * 1000
-    places = [
-        (h.location.path, h.location.start_line, h.location.end_line) if h.location else None
-        for h in hits
-    ]
-    out = {f"found@{k}": found_in_chunks(places[:k], evidence_lines) for k in CUTOFFS}
     top = hits[:TOPK_CUT_HITS]
     stored = store.get([h.id for h in top], namespace=q.namespace).memories if top else ()
     got = {m.id: m for m in stored}
@@ -133,35 +116,10 @@ def _answer(
         render_line(m.kind, m.content, m.confidence, format_age(age_days(m.created_at, now)))
         for m in (got[h.id] for h in top if h.id in got)
     ]
-    out["top-k cut"] = found_in_text(cut_block(lines, RECALL_BUDGET), evidence_text)
+    found = {"top-k cut": found_in_text(cut_block(lines, RECALL_BUDGET), evidence_text)}
     recalled = store.recall(q.text, RECALL_BUDGET, mode=spec.mode, namespace=q.namespace)
-    out["recall"] = found_in_text(recalled.markdown.removeprefix(HEADER), evidence_text)
-    return out, elapsed, result.fusion_version, (result.mode_used, recalled.mode_used)
-
-
-MEASURES = (*(f"found@{k}" for k in CUTOFFS), "top-k cut", "recall")
-
-
-def run_workspace(
-    file: Path,
-    *,
-    spec: Spec | None = None,
-    db: Path | None = None,
-    progress: bool = True,
-    folder: Path | None = None,
-    embedder: Embedder | None = None,
-) -> dict[str, Any]:
-    """The workspace evaluation of a LoCoMo file (see the module docstring); ``embedder``:
-    this one rather than the spec's by name."""
-    spec = spec or Spec()
-    data = load_locomo(file)
-    with tempfile.TemporaryDirectory(prefix="mnemex-locomo-ws-") as tmp:
-        written = write_all(data, folder or Path(tmp))
-        with eval_store(db, spec, embedder=embedder) as store:
-            started = time.perf_counter()
-            chunks = sync_all(store, written, spec.vectors and store.embedder is not None, progress)
-            seconds = time.perf_counter() - started
-            return evaluate(store, data, written, spec, file, progress, chunks, seconds)
+    found["recall"] = found_in_text(recalled.markdown.removeprefix(HEADER), evidence_text)
+    return recalled.mode_used, found
 
 
 def write_all(data: LocomoData, root: Path) -> dict[str, Written]:
@@ -180,57 +138,3 @@ def sync_all(store: Store, written: dict[str, Written], embed: bool, progress: b
             chunks += store.sync(ws.folder, namespace=ns, embed=embed).chunks
             advance(1)
     return chunks
-
-
-def evaluate(
-    store: Store,
-    data: LocomoData,
-    written: dict[str, Written],
-    spec: Spec,
-    file: Path,
-    progress: bool = True,
-    chunks: int = 0,
-    sync_seconds: float = 0.0,
-) -> dict[str, Any]:
-    """The report of ``data``'s questions on a store holding its synced workspaces."""
-    rows: dict[str, dict[str, bool]] = {}
-    samples: list[float] = []
-    fusions: set[str] = set()
-    modes: list[str] = []
-    with progress_bar(len(data.questions), "searching", progress) as advance:
-        for q in data.questions:
-            rows[q.id], ms, version, used = _answer(store, q, written[q.namespace], spec)
-            samples.append(ms)
-            fusions.update([version] if version else [])
-            modes.extend(used)
-            advance(1)
-    described = spec.describe(store, fusions)
-    chunking = f"{store.settings.chunk_tokens} tokens, overlap {store.settings.chunk_overlap}"
-    categories: dict[str, Any] = {}
-    for category in sorted({q.category for q in data.questions}):
-        ids = [q.id for q in data.questions if q.category == category]
-        categories[str(category)] = {"questions": len(ids), **_means(rows, ids)}
-    return {
-        "dataset": f"{file.stem} as workspace",
-        **described,
-        "chunking": chunking,
-        "memories": chunks,
-        "turns": len(data.turns),
-        "conversations": len(written),
-        "queries": len(data.questions),
-        "recall_budget": RECALL_BUDGET,
-        "dropped_evidence_ids": data.dropped_evidence,
-        "questions_without_evidence": data.unanswerable,
-        "ingest_seconds": round(sync_seconds, 3),
-        "metrics": _means(rows, list(rows)),
-        "lexical_fallbacks": lexical_fallbacks(modes, described["mode"]),
-        "per_category": categories,
-        "latency_ms": latency(samples),
-        "machine": machine(),
-    }
-
-
-def _means(rows: dict[str, dict[str, bool]], ids: Sequence[str]) -> dict[str, float]:
-    if not ids:
-        return dict.fromkeys(MEASURES, 0.0)
-    return {m: round(sum(rows[i][m] for i in ids) / len(ids), 4) for m in MEASURES}
