@@ -15,7 +15,7 @@ SAMPLE := src/mnemex/data/sample_memories.jsonl
 # The evaluation data (see README, "Evaluation"): beir/scifact/ and locomo/locomo10-dev.json.
 DATA ?= ../shared/data
 
-.PHONY: demo test lint typecheck pytest test-torch docs dist-check bench eval clean
+.PHONY: demo test lint typecheck pytest test-torch docs docs-reference dist-check bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,7 +88,11 @@ test-torch: $(VENV_TORCH)/.torch
 
 # The documentation site from docs/ into site/; a broken link or reference fails.
 docs: $(VENV_DOCS)/.docs
-	$(VENV_DOCS)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV_DOCS)/bin/mkdocs build --strict
+
+# The command and configuration references, from the click commands and the settings.
+docs-reference: $(VENV)/.core
+	$(BIN)/python scripts/docs_reference.py
 
 dist-check:
 	PYTHON=$(PYTHON) scripts/check_dist.sh

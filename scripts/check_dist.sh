@@ -71,7 +71,7 @@ in_new_home pipx 'pipx install ".[embed,mcp]"'
 try_command pipx "$WORK/home-pipx/.local/bin/mnemex"
 in_new_home uv 'uv tool install ".[embed,mcp]"'
 try_command uv "$WORK/home-uv/.local/bin/mnemex"
-in_new_home pip "python3 -m venv \"\$HOME/env\" && . \"\$HOME/env/bin/activate\" && pip install \".[embed,mcp]\" --quiet"
+in_new_home pip "python3 -m venv \"\$HOME/env\" && . \"\$HOME/env/bin/activate\" && pip install \".[embed,mcp]\""
 try_command pip "$WORK/home-pip/env/bin/mnemex"
 in_new_home pip "\"\$HOME/env/bin/python\" -c 'import mnemex; print(mnemex.__version__)'"
 
