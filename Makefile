@@ -84,7 +84,7 @@ pytest: $(VENV)/.dev
 
 # The reference model and the sentence-transformers provider (tests marked torch).
 test-torch: $(VENV_TORCH)/.torch
-	$(VENV_TORCH)/bin/pytest --torch -m torch
+	$(VENV_TORCH)/bin/pytest --torch -m torch tests/pytorch
 
 # The documentation site from docs/ into site/; a broken link or reference fails.
 docs: $(VENV_DOCS)/.docs

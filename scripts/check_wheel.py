@@ -17,7 +17,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the sdist must carry besides src/: enough to run the tests and build the docs.
-SDIST_NEEDS = ("pyproject.toml", "README.md", "LICENSE", "tests/conftest.py", "Makefile")
+SDIST_NEEDS = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "Makefile",
+    "mkdocs.yml",
+    "docs/index.md",
+    "scripts/docs_reference.py",
+    "tests/conftest.py",
+    "tests/reference/minilm-vectors.npy",
+    "tests/reference/minilm-texts.json",
+)
 
 
 def contents(wheel: Path) -> dict[str, str]:
