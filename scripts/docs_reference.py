@@ -131,38 +131,42 @@ OTHER_VARIABLES = {
 # -- the CLI ----------------------------------------------------------------------------
 
 
-def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """The path of every visible command under ``group``, depth first, alphabetical."""
-    ctx = click.Context(group, info_name="mnemex")
+def context_for(path: tuple[str, ...]) -> click.Context:
+    """The context ``mnemex PATH`` runs in: each command's under its parent's, so settings
+    the root gives its subcommands (``-h`` beside ``--help``) reach them as they do at run time."""
+    ctx = click.Context(cli, info_name="mnemex", **cli.context_settings)
+    for name in path:
+        assert isinstance(ctx.command, click.Group)
+        command = ctx.command.get_command(ctx, name)
+        assert command is not None, f"no command mnemex {' '.join(path)}"
+        ctx = click.Context(command, parent=ctx, info_name=name)
+    return ctx
+
+
+def commands(path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The path of every visible command under ``path``, depth first, alphabetical."""
+    ctx = context_for(path)
+    group = ctx.command
+    assert isinstance(group, click.Group)
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)
         if command is None or command.hidden:
             continue
         yield (*path, name)
         if isinstance(command, click.Group):
-            yield from commands(command, (*path, name))
+            yield from commands((*path, name))
 
 
-def command_at(path: tuple[str, ...]) -> click.Command:
-    command: click.Command = cli
-    for name in path:
-        assert isinstance(command, click.Group)
-        found = command.get_command(click.Context(command), name)
-        assert found is not None, f"no command mnemex {' '.join(path)}"
-        command = found
-    return command
-
-
-def options(command: click.Command) -> list[click.Option]:
+def options(path: tuple[str, ...]) -> list[click.Option]:
     """The options a user sees (help included, hidden ones not)."""
-    ctx = click.Context(command, info_name=command.name)
-    shown = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden]
-    return shown
-
-
-def flags(command: click.Command) -> set[str]:
-    """Every spelling of every visible option, ``--no-x`` forms included."""
-    return {flag for option in options(command) for flag in option.opts + option.secondary_opts}
+    ctx = context_for(path)
+    shown = [p for p in ctx.command.params if isinstance(p, click.Option) and not p.hidden]
+    # --help as the command's context spells it (click caches its own per command, under
+    # whichever context asked first).
+    help_option = click.Option(
+        ctx.help_option_names, is_flag=True, help="Show this message and exit."
+    )
+    return [*shown, help_option] if ctx.command.add_help_option else shown
 
 
 def _escape(text: str) -> str:
@@ -183,15 +187,15 @@ def _help_text(command: click.Command) -> str:
 
 
 def command_section(path: tuple[str, ...]) -> list[str]:
-    command = command_at(path)
+    ctx = context_for(path)
+    command = ctx.command
     name = " ".join(("mnemex", *path))
-    ctx = click.Context(command, info_name=name)
     usage = " ".join(command.collect_usage_pieces(ctx))
     lines = [f"## {name}", "", "```text", f"{name} {usage}".rstrip(), "```", ""]
     help_text = _help_text(command)
     if help_text:
         lines += [_escape(help_text), ""]
-    rows = [option.get_help_record(ctx) for option in options(command)]
+    rows = [option.get_help_record(ctx) for option in options(path)]
     if rows:
         lines += ["| option | what |", "| --- | --- |"]
         for record in rows:
@@ -200,7 +204,7 @@ def command_section(path: tuple[str, ...]) -> list[str]:
                 lines.append(f"| `{spelled}` | {_escape(what) or ' '} |")
         lines.append("")
     if isinstance(command, click.Group):
-        subs = [p for p in commands(command, path) if len(p) == len(path) + 1]
+        subs = [p for p in commands(path) if len(p) == len(path) + 1]
         lines += [
             "Commands: " + ", ".join(f"[`{' '.join(('mnemex', *p))}`](#{anchor(p)})" for p in subs),
             "",
