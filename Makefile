@@ -1,15 +1,21 @@
 # The two commands a newcomer runs (see README):
 #   make demo   install mnemex in .venv and run it on a bundled sample of agent memories
 #   make test   install everything the tests need and run lint, types and the test suite
+# and, for CI (.ci/run) and releases:
+#   make test-torch   the tests that need PyTorch (the reference model), in .venv-torch
+#   make docs         build the documentation site (docs/ -> site/) in strict mode
+#   make dist-check   build the sdist and wheel, check them, install them as the README says
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+VENV_TORCH ?= .venv-torch
+VENV_DOCS ?= .venv-docs
 MNEMEX := $(BIN)/mnemex --db .demo/memories.db
 SAMPLE := src/mnemex/data/sample_memories.jsonl
 # The evaluation data (see README, "Evaluation"): beir/scifact/ and locomo/locomo10-dev.json.
 DATA ?= ../shared/data
 
-.PHONY: demo test lint typecheck pytest bench eval clean
+.PHONY: demo test lint typecheck pytest test-torch docs docs-reference dist-check bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +24,28 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[embed,mcp]"
 	touch $@
 
+# Every extra the tests need: not PyTorch (tests/pytorch: make test-torch), not the plots of
+# the benchmarks (.bench), not the documentation site's (.venv-docs).
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,watch,postgres,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,ann,eval,mcp,watch,postgres,dev]"
 	touch $@ $(VENV)/.core
+
+$(VENV)/.bench: $(VENV)/.bench
+	$(BIN)/pip install --quiet -e ".[bench]"
+	touch $@
+
+# MkDocs and its theme, apart: the tests do not need them.
+$(VENV_DOCS)/.docs: pyproject.toml
+	$(PYTHON) -m venv $(VENV_DOCS)
+	$(VENV_DOCS)/bin/pip install --quiet -e ".[docs]"
+	touch $@
+
+# torch first, pinned (pyproject.toml's pin; unpinned, it resolves to a multi-GB CUDA build).
+$(VENV_TORCH)/.torch: pyproject.toml
+	$(PYTHON) -m venv $(VENV_TORCH)
+	$(VENV_TORCH)/bin/pip install --quiet torch==2.13.0
+	$(VENV_TORCH)/bin/pip install --quiet -e ".[embed,dev,reference]"
+	touch $@
 
 demo: $(VENV)/.core
 	rm -rf .demo
@@ -46,8 +71,8 @@ demo: $(VENV)/.core
 test: lint typecheck pytest
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/check_function_length.py
 
@@ -57,7 +82,22 @@ typecheck: $(VENV)/.dev
 pytest: $(VENV)/.dev
 	$(BIN)/pytest
 
-bench: $(VENV)/.dev
+# The reference model and the sentence-transformers provider (tests marked torch).
+test-torch: $(VENV_TORCH)/.torch
+	$(VENV_TORCH)/bin/pytest --torch -m torch tests/pytorch
+
+# The documentation site from docs/ into site/; a broken link or reference fails.
+docs: $(VENV_DOCS)/.docs
+	NO_MKDOCS_2_WARNING=1 $(VENV_DOCS)/bin/mkdocs build --strict
+
+# The command and configuration references, from the click commands and the settings.
+docs-reference: $(VENV)/.core
+	$(BIN)/python scripts/docs_reference.py
+
+dist-check:
+	PYTHON=$(PYTHON) scripts/check_dist.sh
+
+bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
 	$(BIN)/python benchmarks/bench_mcp.py
@@ -69,4 +109,4 @@ eval: $(VENV)/.dev
 	$(BIN)/mnemex eval locomo $(DATA)/locomo/locomo10-dev.json
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_TORCH) $(VENV_DOCS) .demo .pytest_cache .mypy_cache .ruff_cache build dist site

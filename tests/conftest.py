@@ -26,6 +26,24 @@ from tests.pg_fixtures import (  # noqa: F401  (fixtures and hooks of the postgr
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--torch",
+        action="store_true",
+        help="also run the tests marked torch (they need PyTorch: make test-torch)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``torch`` run only with ``--torch``: ``make test`` installs no PyTorch."""
+    if config.getoption("--torch"):
+        return
+    torch = [item for item in items if item.get_closest_marker("torch")]
+    if torch:
+        config.hook.pytest_deselected(items=torch)
+        items[:] = [item for item in items if not item.get_closest_marker("torch")]
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

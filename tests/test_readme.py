@@ -1,12 +1,14 @@
-"""The README runs as written: every shell and Python block, in order, in a new home.
+"""The README and every page of docs/ run as written: every shell and Python block of a
+page, in order, in a new home.
 
 Each ```sh / ```bash block runs under ``bash -euo pipefail`` and each ```python
 block under this Python, as real subprocesses sharing one temporary ``HOME``
-and one working folder that holds the bundled sample memories (as the README's
-CLI section asks the reader to have). A block is skipped only when the line
-just above its fence is ``<!-- readme-test: skip: REASON -->``: servers that run
-until stopped, installs, and commands that need data or tools this machine does
-not have.
+(a page's own) and one working folder that holds the bundled sample memories (as
+the CLI tour asks the reader to have), beside a git repository
+``~/code/ledgerly`` (the reader's project, where hooks are installed). A block is
+skipped only when the line just above its fence is
+``<!-- readme-test: skip: REASON -->``: servers that run until stopped, installs,
+and commands that need data or tools this machine does not have.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .conftest import PYTHON, python_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 SAMPLE = ROOT / "src" / "mnemex" / "data" / "sample_memories.jsonl"
 SHELLS = {"sh", "bash", "shell"}
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -34,16 +38,21 @@ BLOCK_SECONDS = 300
 
 @dataclass(frozen=True)
 class Block:
+    page: str  # the file, relative to the repository
     lang: str
     code: str
     line: int  # of the opening fence, 1-based
     skip: str | None  # the reason given by the marker above it
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.lang})"
+        return f"{self.page}:{self.line} ({self.lang})"
 
 
-def readme_blocks(text: str) -> list[Block]:
+def page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     """Every fenced block, with the skip reason of the marker on the line above its fence."""
     found = []
     for match in FENCE.finditer(text):
@@ -53,22 +62,35 @@ def readme_blocks(text: str) -> list[Block]:
         reason = None
         if marker:
             skip = SKIP.fullmatch(marker.group(1))
-            assert skip, f"README.md:{line - 1}: a marker must read `readme-test: skip: REASON`"
+            assert skip, f"{page}:{line - 1}: a marker must read `readme-test: skip: REASON`"
             reason = skip.group(1)
-        found.append(Block(match.group(1).lower(), match.group(2), line, reason))
+        found.append(Block(page, match.group(1).lower(), match.group(2), line, reason))
     return found
 
 
-def test_markers_name_a_reason_and_sit_on_a_block() -> None:
-    text = README.read_text(encoding="utf-8")
-    blocks = readme_blocks(text)
+def runnable(path: Path) -> list[Block]:
+    blocks = readme_blocks(path.read_text(encoding="utf-8"), page_name(path))
+    return [b for b in blocks if b.lang in SHELLS | {"python"} and b.skip is None]
+
+
+@pytest.mark.parametrize("path", PAGES, ids=page_name)
+def test_markers_name_a_reason_and_sit_on_a_block(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    blocks = readme_blocks(text, page_name(path))
     marked = [b for b in blocks if b.skip is not None]
     assert len(marked) == len(MARK.findall(text)), "a readme-test marker is not above a fence"
     assert all(b.lang in SHELLS | {"python"} for b in marked), marked
-    runnable = [b for b in blocks if b.lang in SHELLS | {"python"} and b.skip is None]
-    assert len(runnable) >= 4 and any(b.lang == "python" for b in runnable)
     for block in marked:
         assert len(block.skip or "") >= 10, f"{block}: say why it is skipped"
+
+
+def test_the_tours_run() -> None:
+    """Each way in shows something that runs: the README's tours, and each guide's."""
+    blocks = runnable(README)
+    assert len(blocks) >= 4 and any(b.lang == "python" for b in blocks)
+    pages = {page_name(path) for path in PAGES if runnable(path)}
+    guides = {"cli", "python", "mcp", "hooks", "workspaces", "postgres"}
+    assert {f"docs/guides/{name}.md" for name in guides} <= pages, pages
 
 
 def test_links_and_images_work_off_the_repository() -> None:
@@ -83,7 +105,8 @@ def test_links_and_images_work_off_the_repository() -> None:
 
 
 @pytest.mark.slow
-def test_every_example_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", [p for p in PAGES if runnable(p)], ids=page_name)
+def test_every_example_runs(path: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     work = home / "work"
     project = home / "code" / "ledgerly"  # the reader's project, where hooks are installed
@@ -104,9 +127,7 @@ def test_every_example_runs(tmp_path: Path) -> None:
         COLUMNS="100",
     )
     ran = []
-    for block in readme_blocks(README.read_text(encoding="utf-8")):
-        if block.lang not in SHELLS | {"python"} or block.skip is not None:
-            continue
+    for block in runnable(path):
         command = (
             ["bash", "-euo", "pipefail", "-c", block.code]
             if block.lang in SHELLS

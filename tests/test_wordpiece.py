@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from mnemex.embed import wordpiece
 from mnemex.embed.local import MAX_TOKENS, TOKENIZER
-
-from .test_local_model import texts_for_agreement
+from tests.reference.minilm import texts_for_agreement
 
 
 @functools.cache

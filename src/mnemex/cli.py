@@ -1165,10 +1165,21 @@ def _comparison_lines(check: Any) -> list[str]:
     is_flag=True,
     help="Allow a --host that is not loopback; needs a token in MNEMEX_MCP_TOKEN.",
 )
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Start the stdio server as an agent would, list its tools, call memory_stats, stop.",
+)
 @click.pass_obj
 @handle_errors
 def mcp_(
-    obj: Context, use_http: bool, host: str | None, port: int | None, allow_remote: bool
+    obj: Context,
+    use_http: bool,
+    host: str | None,
+    port: int | None,
+    allow_remote: bool,
+    check_only: bool,
 ) -> None:
     """Serve the memory tools to agents over MCP (stdio, or streamable HTTP).
 
@@ -1183,6 +1194,11 @@ def mcp_(
     if not use_http and (host or port or allow_remote):
         fail("--host, --port and --allow-remote apply to --http", 2)
     require_sdk()
+    if check_only:
+        if use_http:
+            fail("--check starts the stdio server: leave out --http", 2)
+        _check_mcp(obj)
+        return
     from mnemex.mcp import transport
 
     token = os.environ.get(transport.TOKEN_ENV) or None
@@ -1201,6 +1217,22 @@ def mcp_(
             err=True,
         )
     serve(settings, http=use_http, host=host, port=port, allow_remote=allow_remote, token=token)
+
+
+def _check_mcp(obj: Context) -> None:
+    from mnemex.mcp.check import check
+
+    options = [*(["--db", obj.db] if obj.db else []), *(["--home", obj.home] if obj.home else [])]
+    options += ["--namespace", obj.namespace] if obj.namespace else []
+    report = check(options)
+    stats = report.stats
+    click.echo(f"server    {' '.join(report.command)}  ({report.server}, stdio)")
+    click.echo(f"tools     {len(report.tools)}: {', '.join(report.tools)}")
+    click.echo(
+        f"namespace {stats.get('namespace')!r}: {stats.get('memories', 0):,} memories, "
+        f"{stats.get('vectors', 0):,} vectors ({stats.get('embedder') or 'no embedder'})"
+    )
+    click.echo("ok: an agent configured with this command gets these tools")
 
 
 @cli.group(name="eval")

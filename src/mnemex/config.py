@@ -49,10 +49,10 @@ RRF_K = 60
 VECTOR_WEIGHT = 0.5
 TEXT_WEIGHT = 0.5
 # Ranking stages after fusion (mnemex.search.rank); on/off defaults chosen by evaluation on
-# LoCoMo-dev (README, "Ranking for agents").
+# LoCoMo-dev (docs/search.md, "Ranking for agents"; the figures in docs/measured.md).
 HALF_LIFE_DAYS = 30.0  # seeds 003, 004
 MMR_LAMBDA = 0.7  # seed 004
-MIN_TEXT_SCORE = 0.0  # normalized BM25 a lexical hit needs (off: see README, "Thresholds")
+MIN_TEXT_SCORE = 0.0  # normalized BM25 a lexical hit needs (off: docs/search.md, "Thresholds")
 MIN_VECTOR_SCORE = -1.0  # cosine a vector hit needs (off)
 RELEVANCE_FLOOR = True  # return nothing rather than hits no arm finds relevant (search/floor.py)
 THREAD_CONTEXT = 0.3  # a memory scores this x its better thread neighbour's score (rank.py)
