@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mnemex
@@ -389,6 +389,36 @@ def test_raw_expression_decides_the_hits(
 
 
 @both_engines
+@pytest.mark.parametrize(
+    ("expression", "found"),
+    [
+        # "a NOT b": the rows matching a and not b; NOT binds tighter than AND, AND than
+        # OR, each from the left; phrases side by side (an implicit AND) before all three.
+        ("(postgres NOT (postgres NOT postgres))", {0, 1}),  # nothing is taken away
+        ("postgres NOT (primary NOT backup)", {1}),
+        ("drill NOT (primary NOT (failover NOT postgres))", {2}),
+        ("primary NOT failover NOT alpha", {4}),  # (primary NOT failover) NOT alpha
+        ("(primary NOT failover) OR (backup NOT postgres)", {3, 4, 5}),
+        ("primary NOT (failover OR alpha)", {4}),
+        ("primary NOT (failover AND postgres)", {2, 4, 5}),
+        ("postgres OR primary NOT (drill NOT alpha)", {0, 1, 5}),
+        ("primary drill NOT (failover NOT the)", {2, 4, 5}),
+        ('drill NOT ("primary failover" NOT postgres)', {0, 4, 5}),
+        ("prim* NOT (fail* NOT post*)", {0, 4, 5}),
+        ("NEAR(primary drill) NOT (alpha NOT postgres)", {0, 2}),
+        ("security NOT (rotate NOT tags: security)", {8}),
+    ],
+)
+def test_raw_not_takes_away_what_its_right_side_matches(
+    store: Store, expression: str, found: set[int]
+) -> None:
+    texts = raw_store(store)
+    index = {text: i for i, text in enumerate([*RAW_CORPUS, RAW_TAGGED])}
+    hits = raw_hits(store, expression, threshold=False)  # every match, weak ones too
+    assert {index[texts[i]] for i in hits} == found
+
+
+@both_engines
 def test_raw_search_stays_in_its_namespace(store: Store) -> None:
     mine = store.add("postgres primary failover drill")
     theirs = store.add("postgres primary failover drill", namespace="other")
@@ -453,6 +483,7 @@ def test_raw_expressions_find_the_same_memories_on_both_engines(
 
         @settings(max_examples=200, deadline=None)
         @given(_expression)
+        @example("(postgres NOT (postgres NOT postgres))")
         def same(expression: str) -> None:
             assert found(lite, texts[0], expression) == found(pg, texts[1], expression)
 
