@@ -57,6 +57,7 @@ SETTINGS: dict[str, dict[str, str]] = {
         "ann_threshold": "Vectors of one model past which `auto` builds the HNSW index.",
     },
     "Ranking": {
+        "spelling": "Read a query word that no memory searched holds, and that is not an English word, as the store's word it misspells by one or two letters ([spelling](../search.md#spelling)).",
         "relevance_floor": "Return no hits, with a note, when no candidate is relevant enough ([the floor](../search.md#the-relevance-floor)).",
         "min_text_score": "Normalized BM25 a hit found only lexically needs (0: off).",
         "min_vector_score": "Cosine a hit found only by the vector arm needs (-1: off).",

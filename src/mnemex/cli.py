@@ -579,6 +579,13 @@ def _stage_text(stage: dict[str, Any]) -> str:
         return f"mmr pick {stage['pick']} ({stage['similarity']}, lambda {stage['lambda']:g})"
     if name == "top_k":
         return f"top {stage['k']} of {stage['kept']} kept / {stage['candidates']} candidates"
+    if name == "floor":
+        if stage["above"] is None:
+            return f"floor: text {stage['text']:.3f} (no cosine read)"
+        return (
+            f"floor: cosine {stage['above']:+.3f} over the store's level {stage['level']:.3f}, "
+            f"{stage['beyond']:+.3f} over one memory's {stage['memory']:.3f}"
+        )
     return str(name)
 
 

@@ -146,6 +146,7 @@ class Settings:
     recall_max: int = RECALL_MAX_MEMORIES
     token_counter: str = "chars"  # chars: len/4 (a CJK char 1); wordpiece: the model's tokenizer
     query_expansion: bool = True  # multilingual stop words, CJK pieces, Korean particles
+    spelling: bool = True  # a query word no memory holds, read as the store's word it misspells
     search_relations: int = SEARCH_RELATIONS  # 0: searches return no relations
     chunk_tokens: int = CHUNK_TOKENS
     chunk_overlap: int = CHUNK_OVERLAP

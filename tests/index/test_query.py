@@ -21,7 +21,6 @@ from mnemex.index.query import (
     expand_terms,
     idf,
     keep_rarest,
-    named_words,
     normalized_score,
     quote,
     run_pieces,
@@ -196,20 +195,6 @@ def test_one_letter_words_are_set_aside_numbers_and_two_letter_words_kept() -> N
 )
 def test_capital_letters_that_name_something(text: str, letters: set[str]) -> None:
     assert capital_letters(text) == letters
-
-
-@pytest.mark.parametrize(
-    ("text", "names"),
-    [
-        ("When did Caroline go to the LGBTQ support group?", {"caroline", "lgbtq"}),
-        ("Caroline went. Then Melanie came; Oregon too", {"melanie"}),  # the others open one
-        ("What is Caroline's view of O'Brien and Éloïse?", {"caroline", "brien", "eloise"}),
-        ("what did caroline say about oregon?", set()),  # lower case names nothing
-        ("Is it I or A or COVID19 in Wuhan", {"covid19", "wuhan"}),  # one letter: no name
-    ],
-)
-def test_named_words_are_capitalized_words_inside_a_sentence(text: str, names: set[str]) -> None:
-    assert named_words(text) == names
 
 
 def test_a_term_knows_its_word(store: Store) -> None:

@@ -1,134 +1,153 @@
-"""The relevance floor and raw-expression membership."""
+"""The relevance floor: its rule over each arm's evidence, what the model reads, what a query
+names, and raw-expression membership."""
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mnemex.index.fts import plan
 from mnemex.search.floor import (
+    CALIBRATED,
+    Evidence,
     Floor,
     floor_for,
-    names_held,
-    names_nothing,
+    frequency,
+    lift,
+    model_words,
+    readable,
     relevant_hit,
     relevant_query,
-    writes_as_name,
+    words,
 )
-from mnemex.search.pipeline import NOTHING_RELEVANT
 from mnemex.store import Store
-from tests.conftest import FakeEmbedder
 from tests.pg_fixtures import both_engines
 
-FLOOR = Floor(query_cosine=0.4, agree_cosine=0.3, agree_text=0.3, hit_cosine=0.2, hit_text=0.15)
+FLOOR = CALIBRATED["all-minilm-l6-v2"]
+
+
+def never() -> float:
+    raise AssertionError("the query's lift was asked although it decides nothing")
 
 
 def test_floor_is_calibrated_per_model() -> None:
-    assert floor_for("all-MiniLM-L6-v2-int8:8199be6f") is not None
-    assert floor_for("sentence-transformers/all-MiniLM-L6-v2") is not None
+    assert floor_for("all-MiniLM-L6-v2-int8:8199be6f") is FLOOR
+    assert floor_for("sentence-transformers/all-MiniLM-L6-v2") is FLOOR
     assert floor_for("text-embedding-3-small") is None and floor_for(None) is None
 
 
-def test_a_query_is_answered_when_one_arm_is_sure_or_both_agree() -> None:
-    assert relevant_query(FLOOR, [1, 2], {}, {1: 0.1, 2: 0.45})  # the vector arm is sure
-    assert relevant_query(FLOOR, [1], {1: 0.35}, {1: 0.31})  # both arms agree
-    assert not relevant_query(FLOOR, [1], {1: 0.9}, {1: 0.25})  # words alone are not enough
-    assert not relevant_query(FLOOR, [1, 2], {1: 0.2}, {1: 0.35, 2: 0.1})
-    assert not relevant_query(FLOOR, [], {}, {})
+def test_a_cosine_well_above_the_background_answers_alone() -> None:
+    assert relevant_query(FLOOR, [Evidence(FLOOR.above, FLOOR.above, 0.0)], never)
+    assert not relevant_query(
+        FLOOR, [Evidence(FLOOR.above - 0.01, FLOOR.above - 0.01, 0.0)], lambda: -math.inf
+    )
+    assert not relevant_query(FLOOR, [], never)
 
 
-def test_the_gate_reads_token_windows_of_the_candidates_it_would_let_through() -> None:
-    asked: list[list[int]] = []
-
-    def tokens(found: dict[int, float]) -> Callable[[list[int]], dict[int, float]]:
-        def token_cosines(seqs: list[int]) -> dict[int, float]:
-            asked.append(seqs)
-            return {s: c for s, c in found.items() if s in seqs}
-
-        return token_cosines
-
-    cosines = {1: 0.1, 2: 0.45, 3: 0.5}
-    # 2 and 3 pass on their best windows, a sentence's; their token windows do not.
-    assert not relevant_query(FLOOR, [1, 2, 3], {}, cosines, tokens({2: 0.2, 3: 0.35}))
-    assert asked == [[2, 3]]  # only the candidates the best windows let through
-    # 3 has no sentence windows: its best window is a token window.
-    assert relevant_query(FLOOR, [1, 2, 3], {}, cosines, tokens({2: 0.2}))
-    # Both arms still vouch on the token window's cosine.
-    assert relevant_query(FLOOR, [2], {2: 0.35}, {2: 0.45}, tokens({2: 0.31}))
-    asked.clear()
-    assert not relevant_query(FLOOR, [1], {}, cosines, tokens({}))
-    assert asked == []  # nothing passes: nothing asked
+@pytest.mark.parametrize("text", [0.3, 0.45, 0.6, 0.9])
+def test_both_arms_vouch_together(text: float) -> None:
+    """A memory holding more of the query needs less of the vector arm."""
+    assert relevant_query(FLOOR, [Evidence(FLOOR.agree - text, FLOOR.agree - text, text)], never)
+    missing = Evidence(FLOOR.agree - text - 0.01, FLOOR.agree - text - 0.01, text)
+    assert not relevant_query(FLOOR, [missing], lambda: -math.inf)
 
 
-def test_a_chunk_passes_on_either_arm_alone_when_the_query_names_what_the_store_holds() -> None:
-    asked: list[list[int]] = []
-
-    def chunks(of: set[int]) -> Callable[[list[int]], list[int]]:
-        def pick(seqs: list[int]) -> list[int]:
-            asked.append(seqs)
-            return [s for s in seqs if s in of]
-
-        return pick
-
-    text, cosines = {1: 0.45, 3: 0.1}, {1: 0.1, 2: 0.32, 3: 0.2}
-    assert not relevant_query(FLOOR, [1, 2, 3], text, cosines)  # no chunks: the gate as is
-    assert relevant_query(FLOOR, [1, 2, 3], text, cosines, chunks=chunks({1}))  # text alone
-    assert relevant_query(FLOOR, [1, 2, 3], text, cosines, chunks=chunks({2}))  # cosine alone
-    assert asked == [[1, 2], [1, 2]]  # asked only about what either arm lets through
-    assert not relevant_query(FLOOR, [1, 2, 3], text, cosines, chunks=chunks({3}))
-    # A chunk passing on its best window's cosine is read on its best token window's.
-    assert not relevant_query(FLOOR, [2], {}, cosines, lambda seqs: {2: 0.25}, chunks({2}))
-    assert relevant_query(FLOOR, [2], {}, cosines, lambda seqs: {2: 0.31}, chunks({2}))
-    asked.clear()
-    assert relevant_query(FLOOR, [2, 4], {}, {4: 0.5}, chunks=chunks({2}))  # the gate passes
-    assert asked == []
+def test_the_arms_vouch_for_the_same_memory() -> None:
+    apart = [
+        Evidence(FLOOR.above - 0.01, FLOOR.above - 0.01, 0.0),
+        Evidence(-0.3, -0.3, FLOOR.agree),
+    ]
+    assert not relevant_query(FLOOR, apart, lambda: -math.inf)
 
 
-def test_a_query_names_a_word_the_store_holds_when_its_term_has_rows(store: Store) -> None:
-    store.add("Caroline went to the pride parade in June")
-    lexical = plan(store.session.lexicon, "When did Caroline or Gina see the parade?")
-    assert names_held(lexical, "When did Caroline or Gina see the parade?")
-    lexical = plan(store.session.lexicon, "When did Gina see the Caroline parade?")
-    assert names_held(lexical, "When did Gina see the Caroline parade?")
-    for query in ("When did Gina see the parade?", "when did caroline see the parade?"):
-        assert not names_held(plan(store.session.lexicon, query), query)
-    assert not names_held(plan(store.session.lexicon, "Caroline"), "Caroline")  # opens it
+def test_a_query_naming_what_the_store_is_about_needs_less_of_the_vector_arm() -> None:
+    named = [Evidence(FLOOR.named_above, FLOOR.named_above, 0.0)]
+    asked: list[int] = []
+
+    def characteristic() -> float:
+        asked.append(1)
+        return FLOOR.characteristic
+
+    assert relevant_query(FLOOR, named, characteristic) and asked == [1]
+    assert not relevant_query(FLOOR, named, lambda: FLOOR.characteristic - 0.1)
+    # below named_above, naming the store does not help
+    assert not relevant_query(
+        FLOOR, [Evidence(FLOOR.named_above - 0.01, FLOOR.named_above - 0.01, 0.0)], never
+    )
 
 
-def test_a_memory_writes_a_word_of_the_query_as_a_name(store: Store) -> None:
-    store.add("- Caroline: we went to the parade\n- Melanie: Pride was in June")
-    lexical = plan(store.session.lexicon, "when did caroline see the parade?")
-    assert writes_as_name(lexical, "- Caroline: we went to the parade")
-    assert writes_as_name(lexical, "We met caroline and then Caroline left.")
-    assert writes_as_name(lexical, "- caroline: we went to the Parade")
-    assert not writes_as_name(lexical, "- caroline: we went to the parade")
-    assert not writes_as_name(lexical, "Caroline went to the parade")  # opens the text
-    assert not writes_as_name(lexical, "Parade day. Caroline came.")  # opens a sentence
-    assert names_nothing("when did caroline see the parade?") and names_nothing("что 42")
-    assert names_nothing("When did caroline see the parade? Was it in june?")  # openings
-    assert not names_nothing("when did Caroline see the parade?")
-    assert not names_nothing("what is NATO")
+def test_text_the_model_cannot_read_is_judged_by_its_text_score() -> None:
+    """No cosine (the model cannot read the query or the memory, or the memory has no
+    vector yet): the lexical arm decides, however high or low a cosine would be."""
+    assert relevant_query(FLOOR, [Evidence(None, None, FLOOR.unread_text)], never)
+    assert not relevant_query(FLOOR, [Evidence(None, None, FLOOR.unread_text - 0.01)], never)
+    assert relevant_hit(FLOOR, Evidence(None, None, FLOOR.hit_text))
+    assert not relevant_hit(FLOOR, Evidence(None, None, FLOOR.hit_text - 0.01))
 
 
 @pytest.mark.parametrize(
-    ("text", "cosine", "kept"),
+    ("beyond", "text", "kept"),
     [
-        (None, 0.25, True),
-        (0.2, None, True),
-        (0.1, 0.1, False),
-        (None, -0.3, False),
-        (None, None, False),
+        (0.0, 0.0, True),
+        (-0.01, 0.15, True),
+        (-0.01, 0.14, False),
+        (None, 0.2, True),
+        (None, 0.0, False),
     ],
 )
 def test_a_hit_stays_when_an_arm_finds_it_relevant(
-    text: float | None, cosine: float | None, kept: bool
+    beyond: float | None, text: float, kept: bool
 ) -> None:
-    assert relevant_hit(FLOOR, text, cosine) is kept
+    """A hit is read against what unrelated queries give one memory, not against the
+    best memory an unrelated query finds (above: the level, here far out of reach)."""
+    assert relevant_hit(FLOOR, Evidence(-1.0 if beyond is not None else None, beyond, text)) is kept
+
+
+def test_the_model_reads_its_own_words_only() -> None:
+    vocabulary, _ = model_words()
+    assert readable("How do users sign in now?", vocabulary)
+    assert readable("Why is the parse_invoice_pdf job slow?", vocabulary)  # one word of six
+    assert readable("", vocabulary) and readable("2024 42", vocabulary)
+    assert not readable("用户现在怎么登录小程序？还要短信吗", vocabulary)
+    assert not readable("엘리베이터가 밤 12시부터 보안 모드", vocabulary)
+    assert not readable("Как приготовить борщ?", vocabulary)
+    assert not readable("OIDC cutover", vocabulary)  # jargon: the cosine says little
+    assert words("Éloïse's 发票 café") == ["eloise", "s", "发", "票", "cafe"]
+
+
+@given(st.text(max_size=80))
+def test_what_the_model_reads_does_not_depend_on_case(text: str) -> None:
+    vocabulary, _ = model_words()
+    assert readable(text, vocabulary) == readable(text.lower(), vocabulary)
+    assert readable(text, vocabulary) == readable(text.upper(), vocabulary)
+
+
+def test_word_frequency_follows_the_vocabulary_rank() -> None:
+    vocabulary, first = model_words()
+    the, caroline = frequency("the", vocabulary, first), frequency("caroline", vocabulary, first)
+    assert the == pytest.approx(0.1) and 0 < caroline < the / 1000
+    assert frequency("okta", vocabulary, first) <= caroline  # not a whole word of it
+    assert frequency("##s", vocabulary, first) < caroline
+
+
+def test_lift_finds_what_the_store_is_about() -> None:
+    vocabulary, first = model_words()
+    # "caroline" in half of 600 chat turns of 25 tokens: far more than English predicts;
+    # "time" in a tenth: about what it predicts; "2023" left out; "andrew" not held.
+    terms = [("caroline", 300), ("time", 60), ("2023", 500), ("andrew", 0)]
+    high = lift(terms, 600, 25.0, vocabulary, first)
+    assert high == pytest.approx(lift([("caroline", 300)], 600, 25.0, vocabulary, first))
+    assert high >= FLOOR.characteristic
+    assert lift([("time", 60)], 600, 25.0, vocabulary, first) < 1.0
+    assert lift([("andrew", 0), ("2023", 9)], 600, 25.0, vocabulary, first) == -math.inf
+    assert lift(terms, 0, 25.0, vocabulary, first) == -math.inf
+
+
+def test_a_floor_needs_every_cut_off() -> None:
+    with pytest.raises(TypeError):
+        Floor(model="x", above=0.2)  # type: ignore[call-arg]
 
 
 @both_engines
@@ -155,89 +174,3 @@ def test_a_search_that_finds_nothing_says_so(store: Store) -> None:
     store.add("Invoices are numbered per tenant")
     result = store.search("kubernetes autoscaling")
     assert result.hits == () and result.notes
-
-
-class WordsEmbedder(FakeEmbedder):
-    """The fake vectors in 256 dimensions (few collisions, so a text's cosine to a question
-    is about the words they share), under the name of the model with a calibrated floor."""
-
-    model_id = "fake:all-minilm-l6-v2"
-    dim = 256
-
-
-TOPICS = (
-    "Caroline: I went to the pride parade on Sunday with friends.",
-    "Melanie: The kids loved our camping trip in the mountains.",
-    "Caroline: I started counseling classes at the community college.",
-    "Melanie: I finished a painting of a lake at sunrise.",
-    "Caroline: My adoption interview went really well.",
-    "Melanie: We adopted a puppy named Oscar last month.",
-)
-SMALL_TALK = (
-    "Wonderful news, congratulations!",
-    "Thanks, honestly grateful.",
-    "Weather here stays rainy, gloomy, chilly.",
-    "Busy weeks, deadlines everywhere.",
-    "Coffee soon? Maybe Thursday morning.",
-    "Sounds lovely, absolutely.",
-    "Grandma sends hugs.",
-    "Tell her hello back.",
-    "Traffic downtown was terrible yesterday.",
-    "Bought fresh tomatoes, basil, mozzarella.",
-)
-
-
-def day_notes(folder: Path) -> list[str]:
-    """A chat written as an agent's day notes: a file a day, one topic among small talk,
-    each file one chunk of several lines; the files' text."""
-    written = []
-    for month, topic in enumerate(TOPICS, 1):
-        day = f"2023-{month:02d}-10"
-        text = f"# {day}\n\n" + "\n".join(f"- {line}" for line in (topic, *SMALL_TALK)) + "\n"
-        path = folder / "memory" / f"{day}.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        os.utime(path, (time.time() - 3600, time.time() - 3600))
-        written.append(text)
-    return written
-
-
-def arms_of(store: Store, query: str, **where: Any) -> tuple[float, float]:
-    """The best candidate's text score and cosine, with the floor off."""
-    hit = store.search(query, 1, threshold=False, explain=True, **where).hits[0]
-    assert hit.explain is not None
-    return hit.explain["lexical"]["score"], hit.explain["vector"]["cosine"]
-
-
-@both_engines
-def test_a_chunk_of_several_lines_answers_a_question_naming_what_the_store_holds(
-    make_store: Callable[..., Store], tmp_path: Path
-) -> None:
-    store = make_store("ws.db", embedder=WordsEmbedder())
-    texts = day_notes(tmp_path / "agent")
-    store.sync(tmp_path / "agent")
-    asked = "When did Caroline go to the pride parade?"
-    text, cosine = arms_of(store, asked)
-    assert cosine < FLOOR.agree_cosine <= text  # the gate of a single memory refuses it
-    hits = store.search(asked).hits
-    assert [h.location.path for h in hits if h.location] == ["memory/2023-01-10.md"]
-    # Written without a capital, or with one only where the sentence opens: the chunk
-    # writes "caroline" as a name.
-    for typed in (asked.lower(), "When did caroline go to the pride parade?"):
-        hits = store.search(typed).hits
-        assert [h.location.path for h in hits if h.location] == ["memory/2023-01-10.md"]
-    # Naming nothing, no word of it a name in the chunk: the gate of a single memory.
-    refused = store.search("When did the speaker go to the pride parade?")
-    assert refused.hits == () and NOTHING_RELEVANT in refused.notes
-    # Naming someone the store never heard of: its text alone would pass the chunk.
-    foreign = "Why did Gina skip the pride parade with friends?"
-    text, cosine = arms_of(store, foreign)
-    assert cosine < FLOOR.agree_cosine <= text
-    assert store.search(foreign).hits == ()
-    for typed in (foreign.lower(), "Why did gina skip the pride parade with friends?"):
-        refused = store.search(typed)  # no word of it is a name in the chunk
-        assert refused.hits == () and NOTHING_RELEVANT in refused.notes
-    # The same text as a memory of its own, not a chunk: the gate of a single memory.
-    store.add_many(texts, namespace="notes")
-    assert arms_of(store, asked, namespace="notes")[1] < FLOOR.agree_cosine
-    assert store.search(asked, namespace="notes").hits == ()

@@ -46,7 +46,7 @@ MAX_TOKENS = 256
 WINDOW = MAX_TOKENS - 2  # content tokens of a window ([CLS] and [SEP] make the model's 256)
 WINDOW_STRIDE = 192  # a window starts this many tokens after the one before (62 overlap)
 # A long text's sentences: a split after ., ! or ? and before a capital, a digit or a
-# bracket (as benchmarks/eval_sentences.py measured it).
+# bracket (benchmarks/RESULTS.md, "A vector per sentence: built, off by default").
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 # Sentence windows a long text gets at most (its first ones): a 64 KB memory stays bounded.
 SENTENCE_WINDOWS = 64

@@ -79,6 +79,7 @@ class SqliteSession:
         self._vector_index: VectorIndex | None = None
         self.workspaces = SQLITE  # the workspace tables' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
+        self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)
 
     def close(self) -> None:

@@ -265,6 +265,11 @@ class Lexicon:
         self._postings_rows = 0
         self._setup()
 
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The connection whose index this lexicon reads."""
+        return self._conn
+
     def _setup(self) -> None:
         """Create the temp tables once, outside any transaction: connection-local state
         that a rollback would drop while this object believes it exists."""
@@ -833,6 +838,48 @@ def _bm25(
             w * f * (BM25_K1 + 1) / (f + length) for w, f in zip(weights, counts, strict=True) if f
         )
     return out
+
+
+def similar_terms(
+    lexicon: Lexicon, first: str, lengths: tuple[int, int], namespace: str | None
+) -> list[tuple[str, int]]:
+    """The index terms starting with ``first`` whose length is within ``lengths``, each with
+    the rows of ``namespace`` (``None``: of the index) that hold it; those it holds none of
+    left out."""
+    conn = lexicon.conn
+    found = conn.execute(
+        "SELECT term, doc FROM temp.mnemex_vocab WHERE term >= ? AND term < ? "
+        "AND length(term) BETWEEN ? AND ?",
+        (first, first + "\U0010ffff", *lengths),
+    ).fetchall()
+    scope = lexicon.scope(namespace)
+    if scope is None or not found:
+        return [(str(t), int(d)) for t, d in found]
+    terms = [Term(str(t), f'"{t}"', phrase=False, stop=False) for t, _ in found]
+    held = lexicon.postings(terms, scope)
+    return [(t.key, len(p)) for t, p in zip(terms, held, strict=True) if len(p)]
+
+
+def surface_of(
+    conn: sqlite3.Connection, lexicon: Lexicon, term: str, namespace: str | None
+) -> str | None:
+    """How a memory of ``namespace`` writes the index term ``term`` (its first such word),
+    or ``None`` when none holds it."""
+    where, params = Filters(namespace).sql()
+    row = conn.execute(
+        "SELECT m.content FROM memories_fts JOIN memories AS m ON m.seq = memories_fts.rowid "
+        f"WHERE memories_fts MATCH ?{where} LIMIT 1",
+        [f'content: "{term}"', *params],
+    ).fetchone()
+    if row is None:
+        return None
+    return next((t.surface for t in lexicon.tokenize(row[0]) if t.stem == term), None)
+
+
+def avg_tokens(conn: sqlite3.Connection) -> float:
+    """The index's mean row length in tokens (1.0 when empty)."""
+    rows, tokens = _totals(conn)
+    return tokens / rows if rows else 1.0
 
 
 def _totals(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -162,8 +161,6 @@ def weak_word(surface: str, stopwords: frozenset[str]) -> bool:
 
 _CAPITAL = re.compile(r"(?<![\w'’])([A-Z])(?![\w'’])")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)\s*$")
-_WORD = re.compile(r"(?<![^\W_])[^\W\d_][^\W_]+")  # a word of letters and digits, a letter first
-_LOOK_BACK = 64  # characters before a word read to tell whether it opens a sentence
 
 
 def capital_letters(text: str) -> frozenset[str]:
@@ -183,28 +180,6 @@ def capital_letters(text: str) -> frozenset[str]:
             continue
         found.add(letter.lower())
     return frozenset(found)
-
-
-def named_words(text: str) -> frozenset[str]:
-    """Words of two characters or more the text writes with a capital that does not open a
-    sentence (names: "Caroline", "Oregon", "LGBTQ"), folded as the index folds words.
-
-    A word opening the text or a sentence is left out: its capital says nothing.
-    """
-    found = set()
-    for match in _WORD.finditer(text):
-        word = match.group()
-        if word[0].isupper() and not _SENTENCE_START.search(
-            text[max(0, match.start() - _LOOK_BACK) : match.start()]
-        ):
-            found.add(fold(word))
-    return frozenset(found)
-
-
-def fold(word: str) -> str:
-    """Lower case without diacritics, as FTS5's ``unicode61 remove_diacritics 2`` folds."""
-    decomposed = unicodedata.normalize("NFKD", word.lower())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def strip_particle(word: str, particles: Sequence[str] = KOREAN_PARTICLES) -> str:

@@ -85,6 +85,7 @@ RESCORE_MARGIN = 1e-4
 # memories, as they do unless a few memories have many windows each (a long text has
 # a window per sentence); each further step takes WINDOWS_FIRST times more.
 WINDOWS_FIRST = 4
+BEST_BLOCK = 16_384  # rows read at once for a set of queries' best cosines
 
 
 def row_steps(k: int, windows: int) -> list[int]:
@@ -671,6 +672,35 @@ class VectorIndex:
             if len(found) >= k:
                 return found
         return None
+
+    def best_cosines(self, mask: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
+        """Each query's best cosine (float64) among the rows of ``mask``, any window; -1
+        for every query when there is none. Read in blocks: bounded memory."""
+        numpy = self._np
+        queries64 = numpy.asarray(queries, dtype=numpy.float64)
+        best: np.ndarray = numpy.full(len(queries64), -1.0)
+        with self._lock:
+            if mask is None:
+                return best
+            rows = numpy.flatnonzero(mask[: self._n])
+            for start in range(0, len(rows), BEST_BLOCK):
+                block = self._matrix[rows[start : start + BEST_BLOCK]].astype(numpy.float64)
+                numpy.maximum(best, (block @ queries64.T).max(axis=0), out=best)
+        return best
+
+    def sample_cosines(self, mask: np.ndarray | None, queries: np.ndarray, rows: int) -> np.ndarray:
+        """The queries' cosines with at most ``rows`` vectors of ``mask``, spread evenly over
+        them (every k-th), flattened."""
+        numpy = self._np
+        with self._lock:
+            if mask is None:
+                empty: np.ndarray = numpy.zeros(0)
+                return empty
+            allowed = numpy.flatnonzero(mask[: self._n])
+            picked = allowed[:: max(1, -(-len(allowed) // rows))]
+            block = self._matrix[picked].astype(numpy.float64)
+        found: np.ndarray = (block @ numpy.asarray(queries, dtype=numpy.float64).T).ravel()
+        return found
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
         """The searchable rows (every window) of these memories."""

@@ -1,83 +1,87 @@
 """The relevance floor: a search returns nothing rather than hits no arm finds relevant.
 
-The vector arm always has a nearest memory, so without a floor a question
-about something never stored fills the page. The floor has two steps, both
-in the arms' own units (cosine; normalized BM25, see
-:func:`mnemex.index.query.normalized_score`):
+The vector arm always has a nearest memory, so without a floor a question about
+something never stored fills the page. The floor asks each arm, in its own units,
+how the store's answer to this query compares with what the same store gives
+queries that have nothing to do with it:
 
-1. **The query**: something in the store must be relevant to it: a
-   candidate whose cosine reaches ``query_cosine``, or one that both arms
-   vouch for (``agree_text`` and ``agree_cosine``). Otherwise the search
-   returns no hits and says so. The cosine read here is the candidate's best
-   *token* window's: a sentence window (see
-   :meth:`mnemex.embed.local.LocalEmbedder.windows`) lifts a foreign query's
-   best cosine as much as an in-domain one's. A chunk of several lines of a
-   workspace file holds several things, so its cosine to a question about one
-   of them is lower than that line's would be: when the query names a word
-   the store holds (a word written with a capital that does not open a
-   sentence, "Caroline", whose term some memory searched holds), such a chunk
-   also passes when either arm reaches its agreement cut-off alone. A query
-   naming nothing, written without a capital or with one only where a
-   sentence opens (a typed prompt: "What did caroline do in june?"), says
-   nothing by its capitals: for it, the chunk itself must write one of the
-   query's words as a name ("- Caroline: …" for "caroline"). A question
-   naming someone the store never heard of gets the gate above.
-2. **Each hit**: a hit stays when its cosine (its best window's, sentence
-   windows too, as it ranks) reaches ``hit_cosine`` or its text score reaches
-   ``hit_text``.
+- **The vector arm** is read against the store's *background*: the median, over a
+  fixed set of unrelated queries (:mod:`mnemex.search.background`), of the best
+  cosine the namespace searched gives each. A store of short chat turns answers
+  any chat-like text at a higher cosine than a store of long notes does, and a
+  memory of many windows has more chances; the background measures both, so a
+  memory is judged by how far its cosine stands *above* it, whatever its length.
+- **The lexical arm** gives each memory its normalized BM25 (see
+  :func:`mnemex.index.query.normalized_score`): the share of the query's weight it
+  holds, with the store's own IDFs.
+- **What the query names**: a query term that this namespace holds far more often
+  than the language does (its *lift*, :func:`lift`: the observed share of memories
+  holding it over what its general frequency predicts) names something the store is
+  about: a person, a project, a term of its trade.
+- **Text the model cannot read** (:func:`readable`: most of its words are not words
+  of the model's vocabulary: another script, code identifiers, jargon) has
+  meaningless cosines; for it the lexical arm decides.
 
-Cosines mean different things for different models, so the cut-offs are
-calibrated per model, from the trade-off curve of foreign queries (queries
-of one dataset against stores of another) against in-domain recall
-(``benchmarks/RESULTS.md``, "Adaptive fusion and the relevance floor"). A
-model without a calibration gets no floor on its cosines. Lexical scores
-alone were measured unable to tell a foreign query from an in-domain one
-(a floor that cut 23 % of foreign queries cost CISI 0.13 nDCG@10), so a
-lexical search keeps every row its expression matches.
+A query is answered (:func:`relevant_query`) when some candidate's cosine stands
+``above`` the background; or when its height above the background and its text
+score add up to ``agree`` (the two arms vouch together: a memory holding much of
+the query needs less of the vector arm, one it barely names needs more); or
+``named_above`` when the query names a term of the store (lift ≥
+``characteristic``); or, where the model cannot read the query or the memory, when
+its text score reaches ``unread_text``. Then each hit
+(:func:`relevant_hit`) stays when its cosine is ``hit_above`` what unrelated queries give
+a single memory of the store (the background's ``memory``) or its text score reaches
+``hit_text``. No rule reads letter case, markup or layout: the
+model and the lexical arm are case-blind, and so is every input here.
+
+The cut-offs mean different things for different models, so they are calibrated
+per model, on stores of every layout (a memory per turn, per session, workspace
+chunks, abstracts, small stores of notes) against questions of other stores
+(``benchmarks/RESULTS.md``, "The relevance floor"). A model without a calibration
+gets no floor on its cosines.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
-from mnemex.index.fts import LexicalPlan
-from mnemex.index.query import named_words
-
-FLOOR_VERSION = "floor-v5"
+FLOOR_VERSION = "floor-v6"
 
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    query_cosine: float
-    agree_cosine: float
-    agree_text: float
-    hit_cosine: float
-    hit_text: float
+    """A model's cut-offs: cosines above the store's background, text scores, lift; and
+    the model they were calibrated for (its background queries' vectors ship under it)."""
+
+    model: str
+    above: float  # a cosine this far above the background answers alone
+    agree: float  # ... or, added to the memory's text score, this much
+    named_above: float  # ... or this far, when the query names what the store is about
+    characteristic: float  # the lift of such a term
+    unread_text: float  # where the model cannot read: the text score that answers
+    hit_above: float  # a hit stays this far above what unrelated queries give one memory
+    hit_text: float  # or with this text score
 
 
-# Calibrated on SciFact train/test, CISI and LoCoMo-dev with foreign queries from the
-# others, on best-window cosines before sentence windows (floor-v2; v1 had agree_text
-# 0.30, calibrated on first windows); the query gate reads best token windows since, the
-# same cosines: 4.2 % of 926 foreign queries keep a hit (0-4 % per pair, except CISI's
-# library-science questions against SciFact abstracts: 35.5 %), in-domain nDCG@10 / R@10
-# within 0.003 (benchmarks/RESULTS.md, "A vector per sentence: built, off by default").
-# floor-v3 adds the gate on chunks of several lines for queries naming a word the store
-# holds, with the same cut-offs: LoCoMo-dev as a workspace found@1 / found@5 0.6316 /
-# 0.8342 -> 0.6697 / 0.8882 (no floor 0.6750 / 0.8934), its other conversations'
-# questions keeping a hit 8.5 -> 12.0 %, per-memory stores unchanged (RESULTS.md, "The
-# relevance floor on workspace stores (issue 11)"). floor-v4: a query written without a
-# capital gets that gate on the chunks that write one of its words as a name; with every
-# query lower-cased, found@1 / found@5 -0.0434 / -0.0592 -> -0.0066 / -0.0066 against no
-# floor, other conversations' questions 8.5 -> 11.5 % (RESULTS.md, "A gate for chunks when
-# the query names what the store holds"). floor-v5: so does a query naming nothing, written
-# with a capital only where a sentence opens ("What did caroline do in june?"): with every
-# query sentence-cased, found@1 / found@5 -0.0434 / -0.0592 -> -0.0066 / -0.0066, other
-# conversations' questions 8.5 -> 11.5 %; the cased and lower-cased tables as v4 (RESULTS.md,
-# "Queries with a capital only where a sentence opens (floor-v5)").
+# Calibrated on LoCoMo-dev (a memory per turn, per session, and workspace chunks, each
+# asked its own questions and the other conversations'), SciFact, CISI and the bundled
+# paraphrase set, each asked the others' queries (benchmarks/RESULTS.md, "The relevance
+# floor").
 CALIBRATED = {
     "all-minilm-l6-v2": Floor(
-        query_cosine=0.40, agree_cosine=0.30, agree_text=0.40, hit_cosine=0.20, hit_text=0.15
+        model="all-minilm-l6-v2",
+        above=0.22,
+        agree=0.45,
+        named_above=0.15,
+        characteristic=2.0,
+        unread_text=0.10,
+        hit_above=0.0,
+        hit_text=0.15,
     ),
 }
 
@@ -93,91 +97,119 @@ def floor_for(model_id: str | None) -> Floor | None:
     return None
 
 
-def relevant_query(
-    floor: Floor,
-    seqs: Iterable[int],
-    text: Mapping[int, float],
-    cosines: Mapping[int, float],
-    token_cosines: Callable[[list[int]], Mapping[int, float]] | None = None,
-    chunks: Callable[[list[int]], list[int]] | None = None,
-) -> bool:
-    """True when some candidate is relevant enough to answer the query at all.
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the arms say of one candidate: how far its cosine stands above the store's
+    background level, and above what unrelated queries give one memory (both ``None`` when
+    the model cannot read the query or the memory, or it has no vector yet); its text
+    score."""
 
-    ``cosines`` are each candidate's best window's; ``token_cosines`` gives, for the
-    candidates that have sentence windows, their best token window's, which the gate
-    reads instead: it is asked only about the candidates ``cosines`` would let through.
-    ``chunks``, asked only when the default gate fails, picks from the candidates it is
-    given those that are chunks of several lines, when the query names a word the store
-    holds (:func:`names_held`) or names nothing (:func:`names_nothing`; then only chunks
-    that write one of its words as a name, :func:`writes_as_name`), else none: one of them
-    passes on either arm's agreement cut-off alone."""
-    seqs = list(seqs)
-    if _gate(floor, _vouched, seqs, text, cosines, token_cosines):
+    above: float | None
+    beyond: float | None
+    text: float
+
+
+def relevant_query(floor: Floor, candidates: Iterable[Evidence], lift: Callable[[], float]) -> bool:
+    """True when some candidate answers the query at all; ``lift``: the highest lift of a
+    term of the query in the store (:func:`lift`), asked only when it decides."""
+    named: list[Evidence] = []
+    for c in candidates:
+        if c.above is None:
+            if c.text >= floor.unread_text:
+                return True
+        elif c.above >= floor.above or c.above + c.text >= floor.agree:
+            return True
+        elif c.above >= floor.named_above:
+            named.append(c)
+    return bool(named) and lift() >= floor.characteristic
+
+
+def relevant_hit(floor: Floor, evidence: Evidence) -> bool:
+    """True when an arm finds the hit relevant: its cosine ``hit_above`` what unrelated
+    queries give one memory, or its text score ``hit_text``."""
+    if evidence.beyond is not None and evidence.beyond >= floor.hit_above:
         return True
-    if chunks is None:
-        return False
-    either = [seq for seq in seqs if _either(floor, cosines.get(seq, -1.0), text.get(seq))]
-    return bool(either) and _gate(floor, _either, chunks(either), text, cosines, token_cosines)
+    return evidence.text >= floor.hit_text
 
 
-Vouch = Callable[[Floor, float, float | None], bool]
+# -- what the model can read -------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+_IDEOGRAPH = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+READABLE_SHARE = 0.5  # at least this share of the words must be words of the model
 
 
-def _gate(
-    floor: Floor,
-    vouch: Vouch,
-    seqs: list[int],
-    text: Mapping[int, float],
-    cosines: Mapping[int, float],
-    token_cosines: Callable[[list[int]], Mapping[int, float]] | None,
-) -> bool:
-    """Some candidate passes ``vouch`` on its best window, then on its best token window."""
-    passing = [seq for seq in seqs if vouch(floor, cosines.get(seq, -1.0), text.get(seq))]
-    if not passing or token_cosines is None:
-        return bool(passing)
-    tokens = token_cosines(passing)
-    return any(
-        vouch(floor, tokens.get(seq, cosines.get(seq, -1.0)), text.get(seq)) for seq in passing
-    )
+def words(text: str) -> list[str]:
+    """The words of ``text``, lower case without diacritics; each CJK character a word of
+    its own (as a WordPiece vocabulary holds them)."""
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        out.extend(_IDEOGRAPH.findall(word))
+        for piece in _IDEOGRAPH.split(word):
+            plain = "".join(
+                c for c in unicodedata.normalize("NFD", piece) if unicodedata.category(c) != "Mn"
+            )
+            if plain:
+                out.append(plain)
+    return out
 
 
-def _vouched(floor: Floor, cosine: float, text: float | None) -> bool:
-    """A candidate's cosine reaches the query's cut-off, or both arms vouch for it."""
-    return cosine >= floor.query_cosine or (
-        cosine >= floor.agree_cosine and (text or 0.0) >= floor.agree_text
-    )
+def readable(text: str, vocabulary: Mapping[str, int]) -> bool:
+    """Whether the model reads ``text``: at least :data:`READABLE_SHARE` of its words (digits
+    aside) are whole words of its vocabulary. Text of another script, code identifiers and
+    jargon are read as pieces, or not at all, and their cosines say little."""
+    found = [w for w in words(text) if not w.isdigit()]
+    if not found:
+        return True
+    known = sum(1 for w in found if w in vocabulary)
+    return known >= READABLE_SHARE * len(found)
 
 
-def _either(floor: Floor, cosine: float, text: float | None) -> bool:
-    """Either arm reaches its agreement cut-off on its own."""
-    return cosine >= floor.agree_cosine or (text or 0.0) >= floor.agree_text
+# -- what the query names ----------------------------------------------------------------
 
 
-def names_held(lexical: LexicalPlan, query: str) -> bool:
-    """The query names a word (:func:`mnemex.index.query.named_words`) that some memory
-    searched holds: its term's document frequency in the plan is not zero."""
-    names = named_words(query)
-    return bool(names) and any(
-        df and term.word in names for term, df in zip(lexical.terms, lexical.doc_freqs, strict=True)
-    )
+@cache
+def model_words() -> tuple[dict[str, int], int]:
+    """The calibrated model's vocabulary (each token's id) and the id of its first whole
+    word (``the``: from there on, whole words come most frequent first)."""
+    from mnemex.embed.wordpiece import load_vocab
+
+    vocabulary = load_vocab()
+    return vocabulary, vocabulary["the"]
 
 
-def names_nothing(query: str) -> bool:
-    """The query writes no word as a name (:func:`mnemex.index.query.named_words`): no
-    capital, or one only where a sentence opens; its capitals cannot tell what it names."""
-    return not named_words(query)
+UNSEEN_FREQUENCY = 1e-6  # a word the vocabulary does not hold whole: rarer than its last word
+ZIPF = 0.1  # a word's frequency is about 0.1 / its rank (Zipf's law)
 
 
-def writes_as_name(lexical: LexicalPlan, content: str) -> bool:
-    """The memory's text writes a word of the query as a name
-    (:func:`mnemex.index.query.named_words` of the memory: "- Caroline: …" for
-    "caroline")."""
-    names = named_words(content)
-    return bool(names) and any(term.word in names for term in lexical.terms)
+def frequency(word: str, vocabulary: Mapping[str, int], first: int) -> float:
+    """The word's frequency in general text, from its rank in the model's vocabulary (a
+    WordPiece vocabulary lists whole words most frequent first, from index ``first``);
+    a word it does not hold whole is rarer than any it does."""
+    index = vocabulary.get(word)
+    if index is None or index < first or word.startswith("##"):  # a piece, not a word
+        return UNSEEN_FREQUENCY
+    return ZIPF / (index - first + 1)
 
 
-def relevant_hit(floor: Floor, text: float | None, cosine: float | None) -> bool:
-    """True when an arm finds the hit relevant."""
-    return (cosine is not None and cosine >= floor.hit_cosine) or (
-        text is not None and text >= floor.hit_text
-    )
+def lift(
+    terms: Iterable[tuple[str, int]],
+    n_docs: int,
+    avg_tokens: float,
+    vocabulary: Mapping[str, int],
+    first: int,
+) -> float:
+    """The highest lift of a term the namespace holds: log10 of the share of its memories
+    holding the term over the share its general frequency predicts for memories of
+    ``avg_tokens`` tokens. ``terms``: (word, document frequency in the namespace); words
+    with digits are left out (dates and numbers are not what a store is about). -inf
+    when the namespace holds none of them."""
+    best = -math.inf
+    if n_docs <= 0:
+        return best
+    for word, df in terms:
+        if df <= 0 or any(c.isdigit() for c in word):
+            continue
+        expected = min(1.0, frequency(word, vocabulary, first) * max(avg_tokens, 1.0))
+        best = max(best, math.log10((df / n_docs) / expected))
+    return best

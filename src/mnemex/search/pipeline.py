@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -45,15 +46,18 @@ from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
 from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
-from mnemex.search import fusion, rank
+from mnemex.search import background, fusion, rank, spelling
 from mnemex.search.floor import (
+    FLOOR_VERSION,
+    Evidence,
+    Floor,
     floor_for,
-    names_held,
-    names_nothing,
+    model_words,
+    readable,
     relevant_hit,
     relevant_query,
-    writes_as_name,
 )
+from mnemex.search.floor import lift as floor_lift
 from mnemex.search.fusion import Fused
 from mnemex.search.rank import Ranking
 from mnemex.search.workers import Job, Workers
@@ -213,6 +217,7 @@ class Retriever(Protocol):
 
     settings: Settings
     embedder: Embedder | None
+    backgrounds: dict[Any, Any]  # the session's background levels (mnemex.search.background)
 
     def snapshot(self) -> AbstractContextManager[Any]: ...
     def plan(self, request: Request, text: str) -> LexicalPlan: ...
@@ -230,6 +235,14 @@ class Retriever(Protocol):
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
     def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]: ...
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
+    def similar_terms(
+        self, first: str, lengths: tuple[int, int], namespace: str | None
+    ) -> list[tuple[str, int]]: ...
+    def surface_of(self, term: str, namespace: str | None) -> str | None: ...
+    def vector_count(self, filters: Filters) -> int: ...
+    def best_cosines(self, filters: Filters, queries: np.ndarray) -> list[float]: ...
+    def sample_cosines(self, filters: Filters, queries: np.ndarray, rows: int) -> list[float]: ...
+    def avg_tokens(self, lexical: LexicalPlan) -> float: ...
     def locations(self, seqs: list[int]) -> dict[int, Location]: ...
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
 
@@ -243,6 +256,7 @@ class Engine:
     settings: Settings
     embedder: Embedder | None
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
+    backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
 
     def snapshot(self) -> AbstractContextManager[Any]:
         return read_transaction(self.conn)
@@ -293,6 +307,35 @@ class Engine:
         sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(seqs))})"
         return list(self.conn.execute(sql, seqs))
 
+    def similar_terms(
+        self, first: str, lengths: tuple[int, int], namespace: str | None
+    ) -> list[tuple[str, int]]:
+        return fts.similar_terms(self.lexicon, first, lengths, namespace)
+
+    def surface_of(self, term: str, namespace: str | None) -> str | None:
+        return fts.surface_of(self.conn, self.lexicon, term, namespace)
+
+    def vector_count(self, filters: Filters) -> int:
+        if self.embedder is None:
+            return 0
+        mask = self.vectors(self.embedder.dim).mask_for(filters)
+        return 0 if mask is None else int(mask.sum())
+
+    def best_cosines(self, filters: Filters, queries: np.ndarray) -> list[float]:
+        index = self.vectors(int(queries.shape[1]))
+        found: list[float] = index.best_cosines(index.mask_for(filters), queries).tolist()
+        return found
+
+    def sample_cosines(self, filters: Filters, queries: np.ndarray, rows: int) -> list[float]:
+        index = self.vectors(int(queries.shape[1]))
+        found: list[float] = index.sample_cosines(index.mask_for(filters), queries, rows).tolist()
+        return found
+
+    def avg_tokens(self, lexical: LexicalPlan) -> float:
+        if lexical.scope is not None:
+            return lexical.scope.avgdl
+        return fts.avg_tokens(self.conn)
+
     def locations(self, seqs: list[int]) -> dict[int, Location]:
         return SQLITE.locations(self.conn, seqs)
 
@@ -314,8 +357,10 @@ def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
     if engine_of(session) != "SQLite":
         from mnemex.engine.postgres.retrieval import PostgresEngine
 
-        return PostgresEngine(conn, session.settings, embedder)
-    return Engine(conn, session.lexicon, session.settings, embedder, session.vectors)
+        return PostgresEngine(conn, session.settings, embedder, backgrounds=session.backgrounds)
+    return Engine(
+        conn, session.lexicon, session.settings, embedder, session.vectors, session.backgrounds
+    )
 
 
 class Plan(NamedTuple):
@@ -339,6 +384,7 @@ class Arms(NamedTuple):
     vector_hits: Sequence[VectorHit]
     query_vector: np.ndarray | None
     notes: tuple[str, ...] = ()
+    text: str = ""  # the query as searched (misspellings of the store's words corrected)
 
 
 class Scores(NamedTuple):
@@ -390,8 +436,50 @@ def plan_arms(engine: Retriever, request: Request) -> Plan:
     if request.mode in ("vector", "hybrid"):
         pending = _embed_query(engine, text, notes)
     lexical = engine.plan(request, text)
+    corrected = _correct(engine, request, lexical, text)
+    if corrected is not None:
+        text, lexical, note = corrected
+        notes.append(note)
+        if pending is not None:
+            pending.cancel()
+            pending = _embed_query(engine, text, notes)
     mode = request.mode if pending is not None else "lexical"
     return Plan(text, mode, lexical, pending, candidate_pool(request.limit), tuple(notes))
+
+
+def _correct(
+    engine: Retriever, request: Request, lexical: LexicalPlan, text: str
+) -> tuple[str, LexicalPlan, str] | None:
+    """The query with its misspellings of the store's words corrected
+    (:mod:`mnemex.search.spelling`; I/O: the namespace's similar terms, how a memory writes
+    one): its text, its plan and a note saying so; ``None`` when nothing is."""
+    if request.raw or not request.expand or not engine.settings.spelling:
+        return None
+    vocabulary, first = model_words()
+    namespace = request.filters.namespace
+    fixes: list[tuple[str, str]] = []
+    for term, df in zip(lexical.terms, lexical.doc_freqs, strict=True):
+        if len(fixes) == spelling.MAX_CORRECTIONS:
+            break
+        if term.phrase or not spelling.worth_correcting(term.word, df, vocabulary):
+            continue
+        held = engine.similar_terms(term.key[:1], spelling.length_range(term.key), namespace)
+        found = spelling.nearest(term.key, held)
+        surface = None if found is None else engine.surface_of(found.meant, namespace)
+        if found is None or not surface:
+            continue
+        mean = engine.avg_tokens(lexical)
+        held_by = [(surface.lower(), found.held)]
+        if floor_lift(held_by, lexical.n_docs, mean, vocabulary, first) >= spelling.MIN_LIFT:
+            fixes.append((term.word, surface))
+    corrected = text
+    for written, surface in fixes:
+        corrected = re.sub(rf"(?<!\w){re.escape(written)}(?!\w)", surface, corrected, flags=re.I)
+    if corrected == text:
+        return None
+    said = ", ".join(f"{written!r} as {surface!r}" for written, surface in fixes)
+    note = f"read {said}: no memory searched holds the word as written"
+    return corrected, engine.plan(request, corrected), note
 
 
 def retrieve_arms(engine: Retriever, request: Request, planned: Plan) -> Arms:
@@ -430,7 +518,7 @@ def retrieve_arms(engine: Retriever, request: Request, planned: Plan) -> Arms:
     finally:
         if vector is not None:
             vector.close()
-    return Arms(mode, lexical, lexical_hits, vector_hits, query_vector, tuple(notes))
+    return Arms(mode, lexical, lexical_hits, vector_hits, query_vector, tuple(notes), planned.text)
 
 
 def complete_scores(engine: Retriever, request: Request, arms: Arms) -> Scores:
@@ -476,7 +564,8 @@ def rank_candidates(
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
     ranking = request.ranking
     notes: list[str] = []
-    order = _relevant(engine, request, arms, fused.order, scores, notes)
+    floor: dict[int, dict[str, Any]] = {}
+    order = _relevant(engine, request, arms, fused.order, scores, notes, floor)
     threshold = {
         "stage": "threshold",
         "min_text_score": ranking.min_text_score,
@@ -485,7 +574,10 @@ def rank_candidates(
     ranked, stages = fused.scores, dict[int, list[dict[str, Any]]]()
     if order and ranking.reorders:
         ranked, order, stages = _rerank(engine, request, order, fused.scores, arms.query_vector)
-    trace = {seq: [dict(threshold), *stages.get(seq, ())] for seq in order}
+    trace = {
+        seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
+        for seq in order
+    }
     return Ranked(order, ranked, len(fused.order), trace, tuple(notes))
 
 
@@ -601,8 +693,10 @@ def _relevant(
     order: list[int],
     scores: Scores,
     notes: list[str],
+    trace: dict[int, dict[str, Any]],
 ) -> list[int]:
-    """The fused order less what the query type, the relevance floor and the thresholds drop."""
+    """The fused order less what the query type, the relevance floor and the thresholds drop
+    (what the floor read of each hit in ``trace``)."""
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
         order = [seq for seq in order if seq in text_scores]
@@ -610,45 +704,111 @@ def _relevant(
     if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
         floor = floor_for(engine.embedder.model_id)
     if floor is not None and arms.mode != "lexical":
-        query_vector = arms.query_vector
-        assert query_vector is not None
-
-        def token_cosines(seqs: list[int]) -> dict[int, float]:
-            return engine.token_cosines_of(seqs, query_vector)
-
-        chunks = _chunks(engine, arms.lexical, clean_query(request.query))
-        if not relevant_query(floor, order, text_scores, cosines, token_cosines, chunks):
-            order = []
+        kept = _floor(engine, request, arms, floor, order, scores, trace)
+        if kept is None:
             notes.append(NOTHING_RELEVANT)
-        else:
-            order = [
-                seq for seq in order if relevant_hit(floor, text_scores.get(seq), cosines.get(seq))
-            ]
+        order = kept or []
     low_text, low_vector = ranking.min_text_score, ranking.min_vector_score
     return [
         s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
 
 
-def _chunks(
-    engine: Retriever, lexical: LexicalPlan, query: str
-) -> Callable[[list[int]], list[int]]:
-    """The floor's pick of chunks of several lines of a workspace file, asked only when the
-    default gate fails: none when the query names words the store does not hold; when it
-    names nothing, only the chunks writing a word of it as a name."""
+def _floor(
+    engine: Retriever,
+    request: Request,
+    arms: Arms,
+    floor: Floor,
+    order: list[int],
+    scores: Scores,
+    trace: dict[int, dict[str, Any]],
+) -> list[int] | None:
+    """The candidates the relevance floor keeps (:mod:`mnemex.search.floor`), or ``None``
+    when none answers the query (I/O: the store's background level, the text of the
+    memories whose text score could let them in, the namespace's mean length); what it
+    read of each kept one in ``trace``."""
+    query_vector = arms.query_vector
+    assert query_vector is not None
+    vocabulary, first = model_words()
+    found = _background(engine, request, floor, query_vector)
+    above: dict[int, tuple[float | None, float | None]] = {}
+    if found is not None and readable(arms.text, vocabulary):
+        cosines = scores.cosine
+        # a memory with sentence windows is judged by its best token window (a sentence
+        # window lifts a foreign query's cosine as much as an in-domain one's)
+        near = [s for s in order if s in cosines]
+        tokens = engine.token_cosines_of(near, query_vector) if near else {}
+        for seq, cosine in cosines.items():
+            best = tokens.get(seq, cosine)
+            above[seq] = (best - found.level, best - found.memory)
+    evidence = {}
+    for seq in order:
+        level, memory = above.get(seq, (None, None))
+        evidence[seq] = Evidence(level, memory, scores.text.get(seq, 0.0))
 
-    def pick(seqs: list[int]) -> list[int]:
-        named = names_held(lexical, query)
-        if not named and not names_nothing(query):
-            return []
-        places = engine.locations(seqs)
-        found = [s for s in seqs if s in places and places[s].end_line > places[s].start_line]
-        if named or not found:
-            return found
-        texts = dict(engine.contents(found))
-        return [s for s in found if writes_as_name(lexical, texts.get(s, ""))]
+    def lift() -> float:
+        lexical = arms.lexical
+        terms = [(t.word, df) for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True)]
+        mean = engine.avg_tokens(lexical)
+        return floor_lift(terms, lexical.n_docs, mean, vocabulary, first)
 
-    return pick
+    if not relevant_query(floor, evidence.values(), lift):
+        # A memory the model cannot read has a cosine that says nothing of it: its text
+        # score decides (read only when the query is not answered otherwise, and only of
+        # the memories whose text score could answer it).
+        wordy = [s for s in order if evidence[s].above is not None]
+        wordy = [s for s in wordy if evidence[s].text >= floor.unread_text]
+        for seq, content in engine.contents(wordy) if wordy else ():
+            if not readable(content, vocabulary):
+                evidence[seq] = Evidence(None, None, evidence[seq].text)
+        if not relevant_query(floor, evidence.values(), lift):
+            return None
+    kept = [s for s in order if relevant_hit(floor, evidence[s])]
+    for seq in kept:
+        trace[seq] = _floor_stage(floor, found, evidence[seq])
+    return kept
+
+
+def _floor_stage(
+    floor: Floor, found: background.Background | None, evidence: Evidence
+) -> dict[str, Any]:
+    """What the floor read of a hit, for explain."""
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 6)
+
+    return {
+        "stage": "floor",
+        "version": FLOOR_VERSION,
+        "level": None if found is None else rounded(found.level),
+        "memory": None if found is None else rounded(found.memory),
+        "above": rounded(evidence.above),
+        "beyond": rounded(evidence.beyond),
+        "text": rounded(evidence.text),
+    }
+
+
+def _background(
+    engine: Retriever, request: Request, floor: Floor, query_vector: np.ndarray
+) -> background.Background | None:
+    """The store's background within the search's filters (:mod:`mnemex.search.background`),
+    or ``None`` when no vector of the model is there to compare with."""
+    if engine.embedder is None:
+        return None
+    try:
+        queries = background.vectors(floor.model, engine.embedder)
+    except (EmbeddingError, MissingExtra):  # the text scores judge alone
+        return None
+    if queries.shape[1] != query_vector.shape[0]:
+        return None
+    filters = request.filters
+    return background.cached(
+        engine.backgrounds,
+        (engine.embedder.model_id, filters),
+        engine.vector_count(filters),
+        lambda: engine.best_cosines(filters, queries),
+        lambda: engine.sample_cosines(filters, queries, background.PAIR_ROWS),
+    )
 
 
 def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:

@@ -21,14 +21,14 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import SENTENCE_BASE, Embedder
 from mnemex.engine.postgres import bm25, raw
 from mnemex.engine.postgres.tokens import lexicon, query_key
-from mnemex.engine.postgres.vectors import literal, model_dim, vector
+from mnemex.engine.postgres.vectors import EXACT_MAX, counts, literal, model_dim, vector
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Retrieval, raw_plan, raw_terms
@@ -104,6 +104,7 @@ class PostgresEngine:
     settings: Settings
     embedder: Embedder | None
     namespace: str | None = None  # the namespace searched (None: all), set by plan()
+    backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -285,6 +286,118 @@ class PostgresEngine:
             (seqs,),
         ).fetchall()
         return {int(seq): (before, after, (ns, source)) for seq, before, after, ns, source in rows}
+
+    def similar_terms(
+        self, first: str, lengths: tuple[int, int], namespace: str | None
+    ) -> list[tuple[str, int]]:
+        """The namespace's terms starting with ``first`` of a length within ``lengths``, each
+        with the memories holding it (none searched across every namespace)."""
+        if namespace is None:
+            return []
+        rows = self.conn.execute(
+            "SELECT term, docs FROM term_stats WHERE namespace = %s AND term >= %s "
+            "AND term < %s AND length(term) BETWEEN %s AND %s AND docs > 0",
+            (namespace, first, first + "\U0010ffff", *lengths),
+        ).fetchall()
+        return [(str(t), int(d)) for t, d in rows]
+
+    def surface_of(self, term: str, namespace: str | None) -> str | None:
+        """How a memory of the namespace writes the index term ``term``."""
+        if namespace is None:
+            return None
+        row = self.conn.execute(
+            "SELECT m.content FROM postings AS p JOIN memories AS m ON m.seq = p.seq "
+            "WHERE p.namespace = %s AND p.term = %s LIMIT 1",
+            (namespace, term),
+        ).fetchone()
+        if row is None:
+            return None
+        return next((t.surface for t in lexicon().tokenize(row[0]) if t.stem == term), None)
+
+    def vector_count(self, filters: Filters) -> int:
+        """Vectors of the model within ``filters`` (every window)."""
+        if self.embedder is None:
+            return 0
+        model = self.embedder.model_id
+        if not filters.narrow:
+            return counts(self.conn, model, filters.namespace)[0]
+        join, params = filter_sql(filters, "e")
+        only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
+        row = self.conn.execute(
+            f"SELECT count(*) FROM embeddings AS e {join} AND e.model = %(model)s {only}".encode(),
+            {**params, "model": model, "ns": filters.namespace},
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def best_cosines(self, filters: Filters, queries: np.ndarray) -> list[float]:
+        """Each query's best cosine within ``filters`` (-1 when none): one scan for every
+        query when the scan is the vector arm's path (filters beyond the namespace, or few
+        vectors), else each query's nearest window through the index."""
+        if self.embedder is None:
+            return [-1.0] * len(queries)
+        model = self.embedder.model_id
+        dim = model_dim(self.conn, model)
+        if dim is None or dim != int(queries.shape[1]):
+            return [-1.0] * len(queries)
+        count = self.vector_count(filters)
+        if not filters.narrow and count > EXACT_MAX:
+            return [
+                hits[0].cosine
+                if (hits := vector(self.conn, q, filters.namespace, model, 1))
+                else -1.0
+                for q in queries
+            ]
+        join, params = filter_sql(filters, "e")
+        where = (join or "WHERE true") + " AND e.model = %(model)s"
+        if filters.namespace is not None:
+            where += " AND e.namespace = %(ns)s"
+        rows = self.conn.execute(
+            f"""SELECT b.i, max(1 - (e.vector::vector({dim}) <=> b.v))
+                FROM unnest(%(queries)s::vector({dim})[]) WITH ORDINALITY AS b(v, i)
+                CROSS JOIN embeddings AS e {where} GROUP BY b.i""".encode(),
+            {
+                **params,
+                "queries": [literal(q) for q in queries],
+                "model": model,
+                "ns": filters.namespace,
+            },
+        ).fetchall()
+        best = dict(rows)
+        return [float(best.get(i + 1, -1.0)) for i in range(len(queries))]
+
+    def sample_cosines(self, filters: Filters, queries: np.ndarray, rows: int) -> list[float]:
+        """The queries' cosines with about ``rows`` vectors within ``filters``, sampled the
+        same way every time."""
+        if self.embedder is None:
+            return []
+        model = self.embedder.model_id
+        dim = model_dim(self.conn, model)
+        count = self.vector_count(filters)
+        if dim is None or dim != int(queries.shape[1]) or not count:
+            return []
+        share = min(100.0, 100.0 * rows / count)
+        join, params = filter_sql(filters, "e")
+        where = (join or "WHERE true") + " AND e.model = %(model)s"
+        if filters.namespace is not None:
+            where += " AND e.namespace = %(ns)s"
+        found = self.conn.execute(
+            f"""SELECT 1 - (e.vector::vector({dim}) <=> b.v)
+                FROM unnest(%(queries)s::vector({dim})[]) AS b(v)
+                CROSS JOIN (SELECT * FROM embeddings TABLESAMPLE BERNOULLI (%(share)s)
+                            REPEATABLE (7)) AS e {where}""".encode(),
+            {
+                **params,
+                "queries": [literal(q) for q in queries],
+                "model": model,
+                "ns": filters.namespace,
+                "share": share,
+            },
+        ).fetchall()
+        return [float(c) for (c,) in found]
+
+    def avg_tokens(self, lexical: LexicalPlan) -> float:
+        """The namespace's mean memory length in tokens."""
+        return bm25.statistics(self.conn, self.namespace).avgdl
 
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
         rows = self.conn.execute(

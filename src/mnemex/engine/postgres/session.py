@@ -57,6 +57,7 @@ class PostgresSession:
         self._generation = 0
         self.workspaces = tables()  # the workspace tables' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
+        self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
         )

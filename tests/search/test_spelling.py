@@ -1,0 +1,70 @@
+"""Spelling tolerance: a query word no memory holds, read as the store's word it misspells."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnemex.search.floor import model_words
+from mnemex.search.spelling import Correction, allowed_edits, nearest, worth_correcting
+from mnemex.store import Store
+from tests.pg_fixtures import both_engines
+
+
+def test_only_an_unknown_word_no_memory_holds_is_worth_correcting() -> None:
+    vocabulary, _ = model_words()
+    assert worth_correcting("carolinn", 0, vocabulary)
+    assert not worth_correcting("carolinn", 3, vocabulary)  # the store holds it as written
+    assert not worth_correcting("andrew", 0, vocabulary)  # a word: someone else, maybe
+    assert not worth_correcting("jhn", 0, vocabulary)  # too short to tell
+    assert not worth_correcting("covid19", 0, vocabulary)
+
+
+def test_the_nearest_held_term_within_its_edits_wins() -> None:
+    held = [("carolin", 40), ("carol", 3), ("melani", 38), ("karolin", 90)]
+    assert nearest("carolinn", held) == Correction("carolinn", "carolin", 1, 40)
+    assert nearest("mellani", held) == Correction("mellani", "melani", 1, 38)
+    assert nearest("arolin", held) is None  # the first letter is kept
+    assert nearest("carolinnnn", held) is None  # three edits
+    # a swap of two letters is one edit; ties go to the term more memories hold
+    assert nearest("caorlin", [("carolin", 5), ("caorlix", 9)]) == Correction(
+        "caorlin", "caorlix", 1, 9
+    )
+    assert nearest("carolinn", [("carolinn", 4)]) is None  # itself: nothing to correct
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "edits"),
+    [("nete", "nate", 1), ("carolinn", "carolin", 1), ("chenodeosycholic", "chenodeoxycholic", 2)],
+)
+def test_long_words_may_be_two_edits_away(a: str, b: str, edits: int) -> None:
+    assert allowed_edits(a, b) == edits
+
+
+CHAT = [
+    "Caroline: I researched adoption agencies last week.",
+    "Melanie: I painted a sunrise over the lake.",
+    "Caroline: the pride parade was amazing.",
+    "Melanie: my kids loved the camping trip.",
+    "Jon: I lost my job at the bank.",
+]
+
+
+@both_engines
+def test_a_misspelt_name_finds_the_memories_of_the_name(store: Store) -> None:
+    store.add_many(CHAT)
+    found = store.search("what did carolinn research?")
+    assert found.hits and "Caroline" in found.hits[0].snippet
+    assert any("'carolinn' as 'caroline'" in note for note in found.notes)
+    melanie = store.search("When did Mellanie paint the sunrise?")
+    assert "sunrise" in melanie.hits[0].snippet
+    # a real name the store does not know stays what it is
+    andrew = store.search("what did andrew research?")
+    assert not any(note.startswith("read ") for note in andrew.notes)
+    assert store.search("anything about carolinn?", expand=False).hits == ()
+
+
+@both_engines
+def test_spelling_can_be_turned_off(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store("plain.db", spelling=False)
+    store.add_many(CHAT)
+    assert store.search("anything about carolinn?").hits == ()
