@@ -736,7 +736,11 @@ def _floor(
         cosines = scores.cosine
         # a memory with sentence windows is judged by its best token window (a sentence
         # window lifts a foreign query's cosine as much as an in-domain one's)
-        near = [s for s in order if s in cosines]
+        near = [
+            s
+            for s in order
+            if s in cosines and _counts(floor, found, cosines[s], scores.text.get(s, 0.0))
+        ]
         tokens = engine.token_cosines_of(near, query_vector) if near else {}
         for seq, cosine in cosines.items():
             best = tokens.get(seq, cosine)
@@ -767,6 +771,16 @@ def _floor(
     for seq in kept:
         trace[seq] = _floor_stage(floor, found, evidence[seq])
     return kept
+
+
+def _counts(floor: Floor, found: background.Background, cosine: float, text: float) -> bool:
+    """Whether a cosine this high could let its memory in (then its token window's is read)."""
+    above = cosine - found.level
+    return (
+        above >= min(floor.above, floor.named_above)
+        or above + text >= floor.agree
+        or cosine - found.memory >= floor.hit_above
+    )
 
 
 def _floor_stage(
