@@ -30,7 +30,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[embed,ann,eval,mcp,watch,postgres,dev]"
 	touch $@ $(VENV)/.core
 
-$(VENV)/.bench: $(VENV)/.bench
+$(VENV)/.bench: pyproject.toml $(VENV)/.dev
 	$(BIN)/pip install --quiet -e ".[bench]"
 	touch $@
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+HISTORY = "\n# History\n"  # what RESULTS.md holds after its current numbers
 DEFAULT_DATA = Path(os.environ.get("MNEMEX_BENCH_DATA", ROOT.parent / "shared" / "data"))
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
@@ -130,7 +131,8 @@ def machine() -> str:
 
 
 def write_section(name: str, body: str, target: Path = RESULTS) -> None:
-    """Replace (or append) the section ``name`` of RESULTS.md (or of ``target``)."""
+    """Replace the section ``name`` of RESULTS.md (or of ``target``) in place; a new one goes
+    after the current numbers, before the file's ``# History``, or at its end."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = (
         target.read_text(encoding="utf-8")
@@ -146,6 +148,9 @@ def write_section(name: str, body: str, target: Path = RESULTS) -> None:
         before, rest = text.split(start, 1)
         _, after = rest.split(end, 1)
         text = before + block + after
+    elif HISTORY in text:
+        current, history = text.split(HISTORY, 1)
+        text = current.rstrip() + "\n\n" + block + "\n" + HISTORY + history
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     target.write_text(text, encoding="utf-8")

@@ -31,6 +31,7 @@ CONFIGS: list[tuple[str, Spec]] = [
     ("hybrid weighted 0.7/0.3", Spec(mode="hybrid", fusion="weighted", weights=(0.7, 0.3))),
     ("hybrid weighted 0.5/0.5", Spec(mode="hybrid", fusion="weighted", weights=(0.5, 0.5))),
     ("hybrid weighted 0.3/0.7", Spec(mode="hybrid", fusion="weighted", weights=(0.3, 0.7))),
+    ("hybrid adaptive 0.5/0.5", Spec(mode="hybrid", fusion="adaptive", weights=(0.5, 0.5))),
 ]
 
 

@@ -35,9 +35,9 @@ DEFAULT_EMBEDDER = "auto"
 EMBED_COOLDOWN = 30.0  # seconds a provider that failed is skipped (doubled per failure in a row)
 # A text longer than the model's window gets a vector per window, scored by its best.
 EMBED_WINDOWS = True
-# A long text also gets a vector per sentence (the local model): off, as measured on the
-# LoCoMo workspace (found@1 0.6316 -> 0.6158; SciFact train +0.012, CISI +0.009, test
-# +0.0006: benchmarks/RESULTS.md, "A vector per sentence: built, off by default").
+# A long text also gets a vector per sentence (the local model): off, as it costs a
+# markdown workspace more than it gains on abstracts (benchmarks/RESULTS.md, "A vector per
+# sentence: built, off by default").
 EMBED_SENTENCES = False
 DEFAULT_MODE = "auto"  # hybrid when an embedder is configured, else lexical
 # Fusion defaults chosen by evaluation (benchmarks/RESULTS.md): weighted fusion with equal

@@ -51,10 +51,9 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 # Sentence windows a long text gets at most (its first ones): a 64 KB memory stays bounded.
 SENTENCE_WINDOWS = 64
 # A text of more characters than this (4 a token, on average) is long enough to be read
-# sentence by sentence even when its tokens fit one window: the rule measured (hybrid
-# nDCG@10 SciFact train / test 0.7458 / 0.7356 with it, 0.7359 / 0.7286 with more than
-# one token window alone; benchmarks/RESULTS.md, "A vector per sentence: built, off by
-# default"). Only with the setting ``embed_sentences`` (off by default).
+# sentence by sentence even when its tokens fit one window: this rule ranked SciFact better
+# than "longer than one token window" (benchmarks/RESULTS.md, "A vector per sentence:
+# built, off by default"). Only with the setting ``embed_sentences`` (off by default).
 SENTENCE_CHARS = 4 * WINDOW
 FOLDED_MODEL = "model.onnx"  # in the folded model's folder, beside its weights (.data)
 FOLDED_STAMP = "stamp.json"  # written last: a folder without it is incomplete

@@ -9,18 +9,14 @@ each term's document frequency are the namespace's own (``namespace_stats``,
 are computed here by the function SQLite's arm uses
 (:func:`mnemex.index.query.idf`); the terms are FTS5's own
 (:mod:`mnemex.engine.postgres.tokens`). On SciFact the rankings equal
-SQLite's (``benchmarks/bench_postgres.py``).
+SQLite's (benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite").
 
 Rows and frequencies come from ``postings`` (namespace, term, seq) → tf, len:
 one B-tree range scan per query term, summed per row in one aggregate. It
-was chosen by measurement over a GIN index on the ``lex`` tsvector, on
-SciFact (5,183 documents, 300 test queries, 100 deep, rankings identical in
-all three; ``benchmarks/bench_postgres.py``): GIN to find the rows and
-``unnest(lex)`` for the frequencies, 345 ms p50 (the first design, commit
-e26e74f); GIN with the query's lexemes cut out by
-``ts_filter(setweight(...))``, 42 ms; the postings table, 9.6 ms (SQLite's
-FTS5 arm: 9.5 ms). A GIN match still reads and unpacks every matching
-row's whole tsvector, and a common term matches most rows.
+was chosen by measurement over a GIN index on the ``lex`` tsvector, which
+ranks the same but is several times slower: a GIN match still reads and
+unpacks every matching row's whole tsvector, and a common term matches most
+rows (benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite").
 
 Public surface: :func:`plan` (query text to terms, stop words set aside) and
 :func:`lexical` (terms to scored rows), :func:`search` doing both with the

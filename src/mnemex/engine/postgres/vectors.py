@@ -21,14 +21,12 @@ allows (``hnsw.ef_search`` ≤ 1000; it has no iterative scans) to find
 ``limit`` of them. Otherwise the index is searched with ``ef_search`` sized
 to that share, and exactly again if it still returns too few.
 
-Measured by ``benchmarks/bench_postgres.py`` on 25,000 random unit vectors
-of 64 dimensions (a hard case for HNSW; 30 queries, top 10, 2 shared
-cores): the exact scan 20.0 ms p50; the index with ``ef_search`` 40
-(pgvector's default) 4.8 ms at recall@10 0.67; 100: 8.8 ms, 0.90; 200:
-12.2 ms, 0.97; 400: 20.6 ms, 1.00. Hence ``EF_SEARCH_MIN`` 200, and the
-exact scan up to ``EXACT_MAX`` vectors (about 40 ms). Where between 50,000
-and 1M the index starts to pay on real embeddings is for the scale
-benchmark to settle.
+``EF_SEARCH_MIN`` is 200, the ``ef_search`` that reached recall@10 0.97 on
+random unit vectors (a hard case for HNSW; pgvector's default of 40 gave
+0.67), and the scan is exact up to ``EXACT_MAX`` vectors (about 40 ms;
+benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite"). Where
+between 50,000 and 1M the index starts to pay on real embeddings is for
+``benchmarks/bench_scale.py`` to settle.
 """
 
 from __future__ import annotations
