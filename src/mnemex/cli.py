@@ -920,6 +920,12 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     show_default=True,
     help="What to do with a line whose id already exists.",
 )
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give every memory and relation a new id (to import a file exported from "
+    "another namespace of this store: ids are the store's).",
+)
 @json_option
 @click.pass_obj
 @handle_errors
@@ -930,7 +936,7 @@ def import_(
     directory: str | None,
     on_conflict: str,
     as_json: bool,
-    **given: Any,  # strict, keep_namespaces
+    **given: Any,  # strict, keep_namespaces, new_ids
 ) -> None:
     """Import memories from a JSONL file (- for standard input).
 
@@ -971,6 +977,12 @@ def import_(
             f"imported {report.imported:,}, skipped {report.skipped:,} existing, "
             f"{report.relations:,} relation(s), {len(report.errors):,} bad line(s)"
         )
+        for ns, n in report.skipped_in.items():
+            click.echo(
+                f"  {n:,} skipped: their ids are memories of namespace {ns!r} (ids are the "
+                "store's); --new-ids imports them as new memories",
+                err=True,
+            )
         for message in describe_errors(report.errors):
             click.echo(f"  {message}", err=True)
     if report.errors:

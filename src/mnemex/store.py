@@ -382,6 +382,13 @@ class Store:
 
         return memories.get(self.session, self.resolve_namespace(namespace), ids)
 
+    def namespaces_of(self, ids: Iterable[str] | str) -> dict[str, str]:
+        """The namespace holding each of ``ids`` that is a memory, in any namespace (an id
+        is unique in the whole store); ids of no memory are left out."""
+        from mnemex import memories
+
+        return memories.holders(self.session, ids)
+
     def timeline(
         self,
         start: datetime | str | None = None,

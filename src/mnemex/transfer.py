@@ -28,6 +28,7 @@ from mnemex.text import clean_namespace, parse_time, utcnow
 Progress = Callable[[int], None]  # called with the number of lines handled since the last call
 IMPORT_BATCH = 2_000
 _MAX_SHOWN_ERRORS = 20
+NEW_IDS_HINT = "import with --new-ids to give the file's memories new ids"
 _RELATION_KEYS = frozenset(
     "type id namespace subject predicate object confidence source_memory created_at "
     "updated_at".split()
@@ -42,6 +43,7 @@ def import_jsonl(
     keep_namespaces: bool = False,
     strict: bool = False,
     skip_existing: bool = True,
+    new_ids: bool = False,
     embed: bool = True,
     progress: Progress | None = None,
 ) -> ImportReport:
@@ -51,8 +53,14 @@ def import_jsonl(
     fields) are reported with their line numbers and skipped; the good ones are imported
     in batches of ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
     embedded, unless ``embed`` is false). With ``strict``, any bad line imports nothing
-    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``) unless
-    ``skip_existing`` is false, which makes them errors.
+    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``, and in
+    ``skipped_elsewhere`` when the id is another namespace's) unless ``skip_existing`` is
+    false, which makes them errors.
+
+    Ids are the store's, not a namespace's: a memory has one id in the whole store. With
+    ``new_ids`` every memory and relation gets a new id (a relation whose
+    ``source_memory`` is a memory of the file follows it to its new id), so that a file
+    exported from one namespace imports into another of the same store.
     """
     ns = store.resolve_namespace(namespace)
     assert ns is not None
@@ -61,13 +69,16 @@ def import_jsonl(
     errors: list[LineError] = []
     imported = 0
     ids: list[str] = []
+    places: list[tuple[str, str]] = []  # (id, namespace) of each memory line
     relation_rows: list[tuple[int, tuple[Any, ...]]] = []  # (line number, row)
     on_conflict: Conflict = "skip" if skip_existing else "error"
+    renamed: dict[str, str] = {}  # with new_ids: a memory's id in the file -> its new id
 
     def flush() -> None:
         nonlocal imported
         imported += _store_batch(store, rows, on_conflict, embed, progress)
         ids.extend(r[0] for r in rows)
+        places.extend((r[0], r[1]) for r in rows)
         rows.clear()
 
     for number, line in enumerate(lines, start=1):
@@ -75,9 +86,14 @@ def import_jsonl(
             item = _parse_line(line)  # None: a blank line
             kind = None if item is None else item.pop("type", "memory")
             if item is not None and kind == "relation":
+                if new_ids:
+                    item.pop("id", None)
                 relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
             elif item is not None and kind == "memory":
+                old = item.pop("id", None) if new_ids else None
                 rows.append(prepare(item, ns, now, keep_namespaces, max_bytes))
+                if isinstance(old, str):
+                    renamed[old] = rows[-1][0]
             elif item is not None:
                 raise InvalidInput(f"type must be memory or relation, got {kind!r}")
         except _BAD_LINE as exc:
@@ -87,7 +103,9 @@ def import_jsonl(
             progress(1)  # a good line moves the progress when it is stored
         if not strict and len(rows) >= IMPORT_BATCH:
             flush()
-    known = {(row[1], row[0]) for row in rows}
+    if renamed:  # a relation follows its source memory of the file to its new id
+        relation_rows = [(n, _with_source(row, renamed.get(row[8]))) for n, row in relation_rows]
+    known = _new_here(store, rows)
     relation_rows = _with_sources(store, relation_rows, known, errors)
     errors.sort(key=lambda e: e.line)
     if strict and errors:
@@ -103,7 +121,8 @@ def import_jsonl(
         if progress:
             progress(len(relation_rows))
     skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken
-    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related)
+    elsewhere = _skipped_in(store, places) if len(ids) > imported else {}
+    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related, elsewhere)
 
 
 def _store_batch(
@@ -175,6 +194,34 @@ def _relation_row(item: dict[str, Any], ns: str, keep_namespaces: bool) -> tuple
     )
 
 
+def _with_source(row: tuple[Any, ...], source: str | None) -> tuple[Any, ...]:
+    return row if source is None else (*row[:8], source, *row[9:])
+
+
+def _new_here(store: Store, rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
+    """(namespace, id) of the rows about to be stored: those whose id no memory holds yet,
+    or holds in the row's own namespace (ids are the store's, so a row whose id is
+    another namespace's memory is skipped)."""
+    if not rows:
+        return set()
+    held = store.namespaces_of([row[0] for row in rows])
+    return {(row[1], row[0]) for row in rows if held.get(row[0], row[1]) == row[1]}
+
+
+def _skipped_in(store: Store, places: list[tuple[str, str]]) -> dict[str, int]:
+    """Of these (id, namespace) lines, how many were skipped because their id is a memory
+    of another namespace, by that namespace."""
+    out: dict[str, int] = {}
+    for start in range(0, len(places), IMPORT_BATCH):
+        chunk = places[start : start + IMPORT_BATCH]
+        held = store.namespaces_of([ident for ident, _ in chunk])
+        for ident, ns in chunk:
+            other = held.get(ident, ns)
+            if other != ns:
+                out[other] = out.get(other, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def _with_sources(
     store: Store,
     relation_rows: list[tuple[int, tuple[Any, ...]]],
@@ -190,7 +237,10 @@ def _with_sources(
             and (namespace, source) not in imported
             and not store.get(source, namespace=namespace).memories
         ):
+            held = store.namespaces_of(source).get(source)
             where = f"neither in the file nor in namespace {namespace!r}"
+            if held is not None:
+                where = f"a memory of namespace {held!r}, not {namespace!r}: {NEW_IDS_HINT}"
             errors.append(LineError(number, f"source_memory {source!r} is {where}"))
             continue
         good.append((number, row))

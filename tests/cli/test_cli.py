@@ -172,7 +172,19 @@ def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[n
     assert json.loads(run("-n", "strict", "stats", "--json").stdout)["memories"] == 0
     # Re-importing an export skips existing ids.
     again = json.loads(run("import", str(out), "--json").stdout)
-    assert again == {"imported": 0, "skipped": 2, "relations": 0, "errors": []}
+    assert again == {
+        "imported": 0,
+        "skipped": 2,
+        "skipped_in": {},
+        "relations": 0,
+        "errors": [],
+    }
+    # Into another namespace of the same store: the ids are default's, --new-ids gives new ones.
+    other = run("-n", "other", "import", str(out))
+    assert "2 skipped: their ids are memories of namespace 'default'" in other.stderr
+    assert "--new-ids" in other.stderr
+    assert "imported 2," in run("-n", "other", "import", str(out), "--new-ids").stdout
+    assert json.loads(run("-n", "other", "stats", "--json").stdout)["memories"] == 2
 
 
 @both_engines
