@@ -330,6 +330,12 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
     Markdown workspaces (`mnemex sync`) are searched as chunks. Every command
     reads and writes one namespace.
     """
+    if namespace is not None and not namespace.strip():
+        raise click.BadParameter(
+            f"{namespace!r} is empty: name a namespace, or leave the option out to use the "
+            "current one (`mnemex where` says which)",
+            param_hint="'-n' / '--namespace'",
+        )
     state = Context(db, namespace, home)
     ctx.obj = state
     ctx.call_on_close(state.close)

@@ -340,3 +340,12 @@ def test_real_subprocess_hybrid(tmp_path: Path) -> None:
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert result["mode_used"] == "hybrid" and result["hits"]
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_namespace_is_a_usage_error_and_writes_nothing(run, empty: str) -> None:  # type: ignore[no-untyped-def]
+    run("add", "already here")
+    result = run("-n", empty, "add", "where would this go?", ok=False)
+    assert result.exit_code == 2
+    assert "is empty: name a namespace" in result.stderr
+    assert json.loads(run("stats", "--all-namespaces", "--json").stdout)["memories"] == 1
