@@ -194,10 +194,19 @@ def highlighted(text: str, start: str, end: str) -> Any:
     return out
 
 
-def _exit_if_missing(missing: Sequence[str]) -> None:
-    if missing:
-        click.echo(f"error: not found: {', '.join(missing)}", err=True)
-        sys.exit(1)
+def _exit_if_missing(store: Store, missing: Sequence[str], what: str = "memory") -> None:
+    """Exit 1 naming the ``missing`` ids (the one wording of :class:`UnknownMemory`), and
+    the namespace that holds a memory id of them, if another one does."""
+    if not missing:
+        return
+    from mnemex.errors import UnknownMemory
+
+    message = str(UnknownMemory(list(missing), store.namespace, what))
+    held = store.namespaces_of(missing) if what == "memory" else {}
+    for ns in sorted(set(held.values()))[:3]:
+        ids = ", ".join(repr(i) for i, where in held.items() if where == ns)
+        message += f"; {ids} is in namespace {ns!r} (-n {ns!r})"
+    fail(message)
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -777,7 +786,7 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
                 out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
             out.print(m.content, markup=False)
             out.print()
-    _exit_if_missing(result.missing)
+    _exit_if_missing(obj.store(), result.missing)
 
 
 @cli.command()
@@ -829,7 +838,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
     n = len(result.forgotten)
     one, many = ("relation", "relations") if relation_ids else ("memory", "memories")
     emit(as_json, result, f"forgot {n} {one if n == 1 else many}")
-    _exit_if_missing(result.missing)
+    _exit_if_missing(store, result.missing, one)
 
 
 @cli.command()
