@@ -466,7 +466,11 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     f"; {config.default_text('vector_weight', 'text_weight')}.",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
-@click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
+@click.option(
+    "--raw",
+    is_flag=True,
+    help='QUERY is an FTS5 expression (AND, NEAR, "phrases"), matched lexically in any mode.',
+)
 @decay_option
 @mmr_option
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")

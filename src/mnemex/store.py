@@ -461,12 +461,17 @@ class Store:
         expansion) and ``relations``: the most relations, ranked by BM25 · confidence, returned
         apart in ``SearchResult.relations`` (the memory filters do not apply to them). ``explain``
         attaches each hit's rank and score in each arm; with ``raw`` the query is an FTS5 expression
-        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
+        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`), which the lexical arm answers
+        alone in every mode: the expression decides what matches, BM25 ranks it;
+        ``snippets=False`` is faster.
         """
         from mnemex.search.pipeline import Request, retriever, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
+        notes: list[str] = []
+        if raw and mode not in (None, "auto", "lexical"):
+            notes.append(f"a raw FTS5 expression is answered by the lexical arm, not {mode}")
         options = SearchOptions.of(
             self.settings,
             weights,
@@ -480,11 +485,14 @@ class Store:
             confidence=confidence,
             mmr=mmr,
         )
+        if raw:
+            options = dataclasses.replace(options, mode="lexical")
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
         started = time.perf_counter()
-        notes, stale = self._freshen(filters.namespace)
+        fresh, stale = self._freshen(filters.namespace)
+        notes.extend(fresh)
         took = (time.perf_counter() - started) * 1000
         session, wanted = self.session, options.relations
         with session.connection() as conn:
