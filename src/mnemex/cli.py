@@ -669,7 +669,9 @@ def recall(
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     if not result.memories:
-        click.echo("no relevant memories", err=True)
+        click.echo(
+            "no memory fits the budget" if result.skipped else "no relevant memories", err=True
+        )
         return
     click.echo(result.markdown, nl=False)
     click.echo(
