@@ -250,8 +250,9 @@ class Store:
 
         Once stored, new memories are embedded (when an embedder is configured and ``embed`` is
         true), outside the write transaction. If embedding fails the memories stay stored without
-        vectors, the error is in :attr:`last_embedding_error`, and the next write or :meth:`embed`
-        catches up.
+        vectors, the error is in :attr:`last_embedding_error`, and the next writes catch up (each at
+        most ``CATCH_UP_MEMORIES``, 500, or as many as it wrote, with a warning saying how many are
+        left), :meth:`embed` all at once. An interrupted write's memories are caught up alike.
         """
         ns = self._own(namespace)
         from mnemex import memories
