@@ -179,7 +179,10 @@ def capital_letters(text: str) -> frozenset[str]:
     found = set()
     for match in _CAPITAL.finditer(text):
         letter = match.group(1)
-        if letter == "I" or (letter == "A" and _SENTENCE_START.search(text[: match.start()])):
+        start = match.start()
+        if letter == "I" or (
+            letter == "A" and _SENTENCE_START.search(text, max(0, start - _LOOK_BACK), start)
+        ):
             continue
         found.add(letter.lower())
     return frozenset(found)
