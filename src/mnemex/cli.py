@@ -311,9 +311,17 @@ def _warnings_on_stderr() -> None:
                 return
             click.echo(f"warning: {record.getMessage()}", err=True)
 
+    class ProgressLine(logging.Handler):  # how far a long piece of work is
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno < logging.WARNING:
+                click.echo(record.getMessage(), err=True)
+
     root = logging.getLogger("mnemex")
     if not any(type(h).__name__ == "WarningLine" for h in root.handlers):
         root.addHandler(WarningLine(logging.WARNING))
+        progress = logging.getLogger("mnemex.progress")
+        progress.setLevel(logging.INFO)
+        progress.addHandler(ProgressLine(logging.INFO))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -38,6 +38,9 @@ DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when tim
 # A write that finds memories left without vectors by an earlier one (failed, interrupted)
 # embeds at most this many of them, or as many as it wrote if more: bounded work per write.
 CATCH_UP_MEMORIES = 500
+# Nor a memory longer than this (a raised max_content_bytes): minutes of embedding that a
+# write of a line would not expect. `mnemex embed` embeds those.
+CATCH_UP_MAX_CHARS = 65_536
 
 
 class Backlog:
@@ -84,7 +87,10 @@ def say_catching_up(doing: int, pending: int) -> None:
 def say_left(left: int) -> None:
     if left > 0:
         logger().warning(
-            "%d memories still have no vector: each write embeds more, `mnemex embed` all", left
+            "%d memories still have no vector: each write embeds more (none longer than %d "
+            "characters), `mnemex embed` all of them",
+            left,
+            CATCH_UP_MAX_CHARS,
         )
 
 
@@ -391,6 +397,7 @@ class Embedding:
                     embedder.model_id,
                     after=last,
                     limit=min(vectors.EMBED_BATCH, doing - done),
+                    max_chars=CATCH_UP_MAX_CHARS,
                 )
             if not batch:
                 break

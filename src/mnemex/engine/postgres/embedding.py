@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex import embed as embedders
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import logger
+from mnemex.engine.embedding import CATCH_UP_MAX_CHARS
 from mnemex.engine.postgres.vectors import insert_vectors, stored_windows
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.progress import Progress, phase
@@ -34,6 +35,7 @@ BATCH = 256  # memories embedded, then written, at a time
 
 _PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
     WHERE m.seq > %(after)s {only}
+      AND (%(chars)s::int IS NULL OR length(m.content) <= %(chars)s::int)
       AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
     ORDER BY m.seq LIMIT %(limit)s"""
 # Memories with vectors of the model, how many windows each has stored and how many of
@@ -262,7 +264,13 @@ class PgEmbedding:
             with self.session.connection() as conn:
                 rows = conn.execute(
                     _PENDING.replace("{only}", only),
-                    {"after": last, "model": embedder.model_id, "limit": limit, "seqs": seqs},
+                    {
+                        "after": last,
+                        "model": embedder.model_id,
+                        "limit": limit,
+                        "seqs": seqs,
+                        "chars": None if most is None else CATCH_UP_MAX_CHARS,
+                    },
                 ).fetchall()
             if not rows:
                 return
