@@ -470,9 +470,6 @@ class Store:
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
-        notes: list[str] = []
-        if raw and mode not in (None, "auto", "lexical"):
-            notes.append(f"a raw FTS5 expression is answered by the lexical arm, not {mode}")
         options = SearchOptions.of(
             self.settings,
             weights,
@@ -486,8 +483,7 @@ class Store:
             confidence=confidence,
             mmr=mmr,
         )
-        if raw:
-            options = dataclasses.replace(options, mode="lexical")
+        options, notes = _lexically(options, mode) if raw else (options, [])
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
@@ -702,3 +698,12 @@ class Store:
         from mnemex.ingest import workspace as spaces
 
         return spaces.freshen(self, namespace)
+
+
+def _lexically(options: SearchOptions, mode: str | None) -> tuple[SearchOptions, list[str]]:
+    """A raw FTS5 expression's options: the lexical arm alone, whatever the mode (with a
+    note when another mode was asked for)."""
+    notes = []
+    if mode not in (None, "auto", "lexical"):
+        notes.append(f"a raw FTS5 expression is answered by the lexical arm, not {mode}")
+    return dataclasses.replace(options, mode="lexical"), notes

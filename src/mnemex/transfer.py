@@ -53,9 +53,9 @@ def import_jsonl(
     fields) are reported with their line numbers and skipped; the good ones are imported
     in batches of ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
     embedded, unless ``embed`` is false). With ``strict``, any bad line imports nothing
-    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``, and in
-    ``skipped_elsewhere`` when the id is another namespace's) unless ``skip_existing`` is
-    false, which makes them errors.
+    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``, and by
+    namespace in ``skipped_in`` when the id is another namespace's memory) unless
+    ``skip_existing`` is false, which makes them errors.
 
     Ids are the store's, not a namespace's: a memory has one id in the whole store. With
     ``new_ids`` every memory and relation gets a new id (a relation whose
@@ -84,18 +84,13 @@ def import_jsonl(
     for number, line in enumerate(lines, start=1):
         try:
             item = _parse_line(line)  # None: a blank line
-            kind = None if item is None else item.pop("type", "memory")
-            if item is not None and kind == "relation":
-                if new_ids:
-                    item.pop("id", None)
-                relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
-            elif item is not None and kind == "memory":
-                old = item.pop("id", None) if new_ids else None
-                rows.append(prepare(item, ns, now, keep_namespaces, max_bytes))
-                if isinstance(old, str):
-                    renamed[old] = rows[-1][0]
-            elif item is not None:
-                raise InvalidInput(f"type must be memory or relation, got {kind!r}")
+            if item is not None:
+                kind, row, old = _line_row(item, ns, now, keep_namespaces, max_bytes, new_ids)
+                if kind == "relation":
+                    relation_rows.append((number, row))
+                else:
+                    rows.append(row)
+                    renamed.update({old: row[0]} if old else {})
         except _BAD_LINE as exc:
             errors.append(LineError(number, _line_message(exc)))
             item = None
@@ -109,11 +104,7 @@ def import_jsonl(
     relation_rows = _with_sources(store, relation_rows, known, errors)
     errors.sort(key=lambda e: e.line)
     if strict and errors:
-        shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
-        raise InvalidInput(
-            f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
-            + (" ..." if len(errors) > 3 else "")
-        )
+        _refuse(errors)
     flush()  # with strict, everything in one transaction: all or nothing
     related = 0
     if relation_rows:
@@ -123,6 +114,35 @@ def import_jsonl(
     skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken
     elsewhere = _skipped_in(store, places) if len(ids) > imported else {}
     return ImportReport(imported, skipped, tuple(errors), tuple(ids), related, elsewhere)
+
+
+def _line_row(
+    item: dict[str, Any],
+    ns: str,
+    now: Any,
+    keep_namespaces: bool,
+    max_bytes: int,
+    new_ids: bool,
+) -> tuple[str, tuple[Any, ...], str | None]:
+    """A line's object as ``("memory" | "relation", its row, the id it had in the file)``;
+    the id is given only when ``new_ids`` gave the memory a new one."""
+    kind = item.pop("type", "memory")
+    old = item.pop("id", None) if new_ids else None
+    if kind == "relation":
+        return kind, _relation_row(item, ns, keep_namespaces), None
+    if kind == "memory":
+        row = prepare(item, ns, now, keep_namespaces, max_bytes)
+        return kind, row, old if isinstance(old, str) else None
+    raise InvalidInput(f"type must be memory or relation, got {kind!r}")
+
+
+def _refuse(errors: list[LineError]) -> None:
+    """A strict import with bad lines: nothing is imported."""
+    shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
+    raise InvalidInput(
+        f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
+        + (" ..." if len(errors) > 3 else "")
+    )
 
 
 def _store_batch(
