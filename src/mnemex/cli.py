@@ -32,15 +32,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Context:
     def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
+        # ``namespace``: the one given (-n, else $MNEMEX_NAMESPACE); :meth:`where` says which
+        # the command uses when none is (the config's, the project's or ``default``).
         self.db, self.namespace = config.given_store(db, namespace)
+        self.option = namespace
         self.home = home
+        self._where: config.Where | None = None
         self._store: Store | None = None
         self._created: list[Path] = []  # the store file and the folders this command made
+
+    def where(self) -> config.Where:
+        """The namespace this command uses and why (:func:`mnemex.config.where`)."""
+        if self._where is None:
+            self._where = config.where(self.option, Path.cwd(), home=self.home)
+        return self._where
 
     def settings(self) -> Settings:
         from mnemex.config import load_settings
 
-        return load_settings(self.db, namespace=self.namespace, home=self.home)
+        return load_settings(self.db, namespace=self.where().namespace, home=self.home)
 
     def store(self, *, create: bool = False) -> Store:
         """The store, opened once. Only commands that write pass ``create``: a read
@@ -228,23 +238,22 @@ def _read_text(value: str) -> str:
     return value
 
 
-def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False) -> None:
-    """After a read found nothing: a note naming the namespaces, or the kinds, that exist
-    when the namespace or a kind asked for has no memories (a typo, most often)."""
+def _what_exists(
+    obj: Context, store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False
+) -> bool:
+    """After a read found nothing: a note saying where the memories are when the namespace
+    is empty (whether the project, the config or the default chose it), or which kinds
+    exist when a kind asked for has none (a typo, most often). Whether it was empty."""
     from mnemex.engine import ALL
 
     everything, own = store.stats(namespace=ALL), store.stats()
     per_ns = everything.namespaces
     if not all_namespaces and store.namespace not in per_ns and not own.relations:
-        where = f"the store has {_counts(per_ns)}" if per_ns else "the store has none yet"
-        click.echo(
-            f"note: no memories in the namespace {store.namespace!r}; {where} "
-            "(choose with -n/--namespace, or --all-namespaces)",
-            err=True,
-        )
-        return
+        why = obj.where().reason if obj.where().namespace == store.namespace else ""
+        click.echo(f"note: {_elsewhere(store.namespace, why, per_ns)}", err=True)
+        return True
     if not kinds:
-        return
+        return False
     known = (everything if all_namespaces else own).kinds
     unknown = [k for k in kinds if " ".join(k.split()).lower() not in known]
     if unknown:
@@ -254,6 +263,18 @@ def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool =
             f"its kinds are {_counts(known)}",
             err=True,
         )
+    return False
+
+
+def _elsewhere(namespace: str, why: str, per_ns: dict[str, int]) -> str:
+    """``this namespace ('x': why) is empty; 2 memories in namespace 'y', ...``."""
+    this = f"this namespace ({namespace!r}{': ' + why if why else ''}) is empty"
+    if not per_ns:
+        return f"{this}, and so is the store"
+    ranked = sorted(per_ns.items(), key=lambda item: (-item[1], item[0]))
+    shown = [f"{n:,} memories in namespace {ns!r}" for ns, n in ranked[:3]]
+    more = f" and {len(ranked) - 3} more namespaces" if len(ranked) > 3 else ""
+    return f"{this}; {', '.join(shown)}{more} (choose with -n NAME, or --all-namespaces)"
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -523,20 +544,20 @@ def search(
         namespace=_scope(all_namespaces),
         **given,
     )
-    if not result.hits:
-        _what_exists(store, _split(kinds), all_namespaces)
+    empty = not result.hits and _what_exists(obj, store, _split(kinds), all_namespaces)
     if as_json:
         emit_json(result.to_dict())
     else:
-        _print_hits(result, store.settings, all_namespaces)
+        _print_hits(result, store.settings, all_namespaces, notes=not empty)
 
 
-def _print_hits(result: Any, settings: Settings, all_namespaces: bool) -> None:
-    """A search's hits, a header line and a highlighted snippet each, then its relations."""
+def _print_hits(result: Any, settings: Settings, all_namespaces: bool, notes: bool = True) -> None:
+    """A search's hits, a header line and a highlighted snippet each, then its relations
+    (and the search's notes, unless ``notes`` is false: the namespace is empty)."""
     from rich.markup import escape
 
     out = console()
-    for note in result.notes:
+    for note in result.notes if notes else ():
         click.echo(f"note: {note}", err=True)
     if not result.hits:
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
@@ -669,12 +690,11 @@ def recall(
         tags=_split(tags),
         **given,
     )
-    if not result.memories:
-        _what_exists(store, _split(kinds))
+    empty = not result.memories and _what_exists(obj, store, _split(kinds))
     if as_json:
         emit_json(result.to_dict())
         return
-    for note in result.notes:
+    for note in result.notes if not empty else ():
         click.echo(f"note: {note}", err=True)
     if not result.memories:
         click.echo(
@@ -751,7 +771,7 @@ def timeline(
         kinds=_split(kinds), tags=_split(tags), namespace=_scope(all_namespaces), **given
     )
     if not entries:
-        _what_exists(store, _split(kinds), all_namespaces)
+        _what_exists(obj, store, _split(kinds), all_namespaces)
     if as_json:
         emit_json({"entries": [e.to_dict() for e in entries]})
         return
@@ -887,13 +907,53 @@ def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_js
     store = obj.store()
     found = store.neighbors(entity, limit=limit, namespace=_scope(all_namespaces))
     if not found:
-        _what_exists(store, (), all_namespaces)
+        _what_exists(obj, store, (), all_namespaces)
     if as_json:
         emit_json({"relations": [rel.to_dict() for rel in found]})
     elif not found:
         console().print(f"no relations with {entity!r}", markup=False)
     else:
         _print_relations(found, f"{len(found)} relation(s) with {entity}")
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+@handle_errors
+def where(obj: Context, as_json: bool) -> None:
+    """Say which store and namespace a command run here uses, and why.
+
+    The namespace is the first of: -n/--namespace, $MNEMEX_NAMESPACE, namespace in
+    the config file, the project (the root of the git repository the current folder
+    is in, as a path), default. The agent hooks follow the same rule for the
+    session's folder. Creates nothing.
+    """
+    chosen, settings = obj.where(), obj.settings()
+    place = settings.db_url or str(settings.db_path)
+    exists = settings.db_url is not None or Path(settings.db_path).exists()
+    counts: dict[str, int] = {}
+    if exists:
+        from mnemex.engine import ALL
+
+        counts = obj.store().stats(namespace=ALL).namespaces
+    store_text = obj.store().path if exists else place
+    data = {
+        "store": str(store_text),
+        "store_exists": exists,
+        "namespace": chosen.namespace,
+        "source": chosen.source,
+        "reason": chosen.reason,
+        "memories": counts.get(chosen.namespace, 0),
+        "namespaces": counts,
+    }
+    others = {ns: n for ns, n in counts.items() if ns != chosen.namespace}
+    lines = [
+        f"store       {store_text}" + ("" if exists else " (none yet: the first write creates it)"),
+        f"namespace   {chosen.namespace} ({chosen.reason})",
+        f"memories    {data['memories']:,} here"
+        + (f"; {_counts(others)} in other namespaces" if others else ""),
+    ]
+    emit(as_json, data, "\n".join(lines))
 
 
 @cli.command()
@@ -906,13 +966,14 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     store = obj.store()
     s = store.stats(namespace=_scope(all_namespaces))
     if not s.memories:
-        _what_exists(store, (), all_namespaces)
+        _what_exists(obj, store, (), all_namespaces)
     if as_json:
         emit_json(s.to_dict())
         return
+    why = f" ({obj.where().reason})" if obj.where().namespace == s.namespace else ""
     lines = [
         f"store       {s.path}",
-        f"namespace   {s.namespace}: {s.memories:,} memories",
+        f"namespace   {s.namespace}: {s.memories:,} memories{why}",
         f"all         {s.total_memories:,} memories in {len(s.namespaces)} namespace(s)",
     ]
     if s.kinds:

@@ -223,7 +223,7 @@ def test_project_namespace_is_the_git_root(project: Path, tmp_path: Path) -> Non
     assert project_namespace(project / "src") == str(project)
     loose = tmp_path / "loose"
     loose.mkdir()
-    assert project_namespace(loose) == str(loose)
+    assert project_namespace(loose) == "default"  # outside a project, as the CLI
 
 
 def test_short_prompts_are_not_worth_recalling() -> None:
@@ -453,6 +453,29 @@ def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
+    )
+
+
+def test_the_cli_inside_a_project_reads_what_the_hooks_captured(
+    tmp_path: Path, project: Path
+) -> None:
+    """One namespace rule: the hooks, `mnemex search` and `mnemex where` run inside the
+    project all use its namespace; outside it, a search says where the memories are."""
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project / "src"))
+    s.turn("Which port does the billing API listen on?", "Port 8443, behind the nginx proxy.")
+    assert run_hook(s.event("Stop"), tmp_path / "data").returncode == 0
+    inside = cli("search", "billing API port", "--json", cwd=project / "src", home=tmp_path)
+    assert inside.returncode == 0, inside.stderr
+    found = json.loads(inside.stdout)
+    assert found["namespace"] == str(project)
+    assert any("8443" in hit["snippet"] for hit in found["hits"])
+    where = json.loads(cli("where", "--json", cwd=project / "src", home=tmp_path).stdout)
+    assert (where["namespace"], where["source"], where["memories"]) == (str(project), "project", 2)
+    outside = cli("search", "billing API port", cwd=tmp_path, home=tmp_path)
+    assert "no memories match (namespace 'default'" in outside.stdout
+    assert outside.stderr == (
+        "note: this namespace ('default': the default outside a project) is empty; "
+        f"2 memories in namespace '{project}' (choose with -n NAME, or --all-namespaces)\n"
     )
 
 

@@ -301,7 +301,7 @@ def handle(
     if namespace is None:
         from mnemex.hooks.project import project_namespace
 
-        namespace = project_namespace(cwd)
+        namespace = project_namespace(cwd, home)
     agent = agent or guess_agent(event)
     if name == USER_PROMPT:
         prompt = _text(event.get("prompt"))
