@@ -439,6 +439,12 @@ OTHER_HOOKS = {
 }
 
 
+def _has_mcp() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mcp") is not None
+
+
 def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
@@ -537,10 +543,29 @@ def test_install_user_scope_and_a_broken_settings_file(tmp_path: Path, project: 
     assert result.returncode == 1 and "not valid JSON" in result.stderr
     assert settings.read_text() == "{ not json"  # untouched
     settings.unlink()
-    assert (
-        cli("hooks", "install", "claude-code", "--user", cwd=project, home=tmp_path).returncode == 0
-    )
+    user = cli("hooks", "install", "claude-code", "--user", cwd=project, home=tmp_path)
+    assert user.returncode == 0
     assert "SessionStart" in json.loads(settings.read_text())["hooks"]
+
+
+@pytest.mark.skipif(not _has_mcp(), reason="needs mnemex[mcp] for the MCP entry")
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_the_command_install_user_prints_works_as_printed(
+    tmp_path: Path, project: Path, agent: str
+) -> None:
+    """--user writes no MCP entry and says what to run in a project instead: that command,
+    run as printed, adds it there."""
+    import re
+    import shlex
+
+    user = cli("hooks", "install", agent, "--user", cwd=project, home=tmp_path)
+    assert user.returncode == 0, user.stderr
+    printed = re.search(r"run `([^`]+)` in a project", user.stdout)
+    assert printed, user.stdout
+    then = cli(*shlex.split(printed.group(1))[1:], cwd=project, home=tmp_path)
+    assert then.returncode == 0, then.stderr
+    status = json.loads(cli("hooks", "status", agent, "--json", cwd=project, home=tmp_path).stdout)
+    assert status["mcp"] and status["events"] == []  # the user's hooks run here, not twice
 
 
 def test_install_codex_enables_the_feature_and_keeps_the_config(

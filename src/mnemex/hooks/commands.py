@@ -136,13 +136,20 @@ def hooks() -> None:
 @_scope_options
 @click.option("--no-mcp", is_flag=True, help="Only the hooks, not the MCP server entry.")
 @click.option(
+    "--mcp-only",
+    is_flag=True,
+    help="Only the project's MCP server entry (the hooks are installed with --user).",
+)
+@click.option(
     "--url",
     help="Claude Code: POST the prompt events to a running `mnemex serve` at this URL "
     "(http://127.0.0.1:8767/hook) instead of starting a process.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_obj
-def install(obj: Any, agent: str, scope: str, no_mcp: bool, url: str | None, as_json: bool) -> None:
+def install(
+    obj: Any, agent: str, scope: str, no_mcp: bool, mcp_only: bool, url: str | None, as_json: bool
+) -> None:
     """Add mnemex's hooks (and MCP server) to the agent's config, keeping everything else."""
     from mnemex.hooks import install as files
 
@@ -154,6 +161,7 @@ def install(obj: Any, agent: str, scope: str, no_mcp: bool, url: str | None, as_
             namespace=obj.namespace,
             mcp=not no_mcp,
             url=url,
+            hooks=not mcp_only,
         )
         _report(changes, as_json)
 
