@@ -445,12 +445,13 @@ def _has_mcp() -> bool:
     return importlib.util.find_spec("mcp") is not None
 
 
-def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path, home: Path, **more: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(SRC),
         "HOME": str(home),
         "MNEMEX_HOME": str(home / "data"),
+        **more,
     }
     return subprocess.run(
         [sys.executable, "-m", "mnemex", *args],
@@ -1023,7 +1024,8 @@ def test_hybrid_hook_starts_a_background_server(
     while (home / "serve.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not (home / "serve.json").exists()
-    assert not (home / "hooks.log").exists()
+    (logged,) = (home / "hooks.log").read_text().splitlines()  # a note, no error
+    assert "SessionStart" in logged and "note: started a background mnemex serve" in logged
 
 
 def test_codex_session_through_the_hook(tmp_path: Path, project: Path) -> None:
@@ -1134,3 +1136,82 @@ def ageless(block: str) -> str:
     import re
 
     return re.sub(r"age: [^)]*", "", block)
+
+
+# -- hooks doctor, status, stop -------------------------------------------------
+
+
+def doctor(project: Path, home: Path, **env: str) -> tuple[int, dict[str, Any]]:
+    done = cli("hooks", "doctor", "--json", cwd=project, home=home, **env)
+    report = json.loads(done.stdout)
+    return done.returncode, {c["name"]: c for c in report["checks"]}
+
+
+def test_hooks_doctor_passes_on_a_good_install_and_names_what_is_broken(
+    tmp_path: Path, project: Path
+) -> None:
+    from tests.test_hostile import _read_only
+
+    assert cli("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    code, checks = doctor(project, tmp_path)
+    assert code == 0 and all(c["ok"] for c in checks.values()), checks
+    assert checks["prompt"]["detail"].startswith("answered in")
+    assert checks["log"]["detail"].startswith(str(tmp_path / "data" / "hooks.log"))
+    human = cli("hooks", "doctor", cwd=project, home=tmp_path).stdout
+    assert human.splitlines()[0].startswith("ok    settings  ")
+    # A settings file that lost an entry.
+    settings = project / ".claude" / "settings.json"
+    config = json.loads(settings.read_text())
+    del config["hooks"]["UserPromptSubmit"]
+    settings.write_text(json.dumps(config))
+    code, checks = doctor(project, tmp_path)
+    assert code == 1 and not checks["settings"]["ok"]
+    assert "no handler for UserPromptSubmit" in checks["settings"]["detail"]
+    assert "mnemex hooks install claude-code" in checks["settings"]["detail"]
+    assert "prompt" not in checks  # nothing to try it with
+    assert cli("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    # A store that cannot be written.
+    data = tmp_path / "data"
+    mnemex.open(data / "memories.db").close()
+    with _read_only(data / "memories.db"):
+        code, checks = doctor(project, tmp_path)
+    assert code == 1 and not checks["store"]["ok"]
+    assert "cannot be written" in checks["store"]["detail"]
+    # Nothing installed at all.
+    other = tmp_path / "elsewhere"
+    (other / ".git").mkdir(parents=True)
+    code, checks = doctor(other, tmp_path / "other-home")
+    assert code == 1 and "no mnemex hooks in" in checks["settings"]["detail"]
+
+
+@pytest.mark.model
+def test_hooks_doctor_with_the_local_model_and_without_it(tmp_path: Path, project: Path) -> None:
+    local = {"MNEMEX_EMBEDDER": "local"}
+    installed = cli("hooks", "install", "claude-code", cwd=project, home=tmp_path, **local)
+    assert "model     all-MiniLM-L6-v2-int8" in installed.stdout  # prepared for the first prompt
+    assert (tmp_path / "data" / "models").is_dir()
+    try:
+        code, checks = doctor(project, tmp_path, **local)
+        assert code == 0, checks
+        assert (
+            "it told the person: mnemex started a background server" in checks["prompt"]["detail"]
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "pid" not in checks["server"]["detail"]:
+            time.sleep(0.2)
+            checks = doctor(project, tmp_path, **local)[1]
+        status = json.loads(cli("hooks", "status", "--json", cwd=project, home=tmp_path).stdout)
+        server = status["server"]
+        assert server["pid"] > 0 and server["rss_mb"] > 50 and server["uptime"] >= 0
+        assert f"pid {server['pid']}" in cli("hooks", "status", cwd=project, home=tmp_path).stdout
+    finally:
+        stopped = cli("hooks", "stop", cwd=project, home=tmp_path)
+    assert "stopped mnemex serve (pid" in stopped.stdout
+    assert (
+        json.loads(cli("hooks", "status", "--json", cwd=project, home=tmp_path).stdout)["server"]
+        is None
+    )
+    missing = {**local, "MNEMEX_LOCAL_MODEL": str(tmp_path / "nowhere.onnx")}
+    code, checks = doctor(project, tmp_path, **missing)
+    assert code == 1 and not checks["model"]["ok"]
+    assert "nowhere.onnx does not exist" in checks["model"]["detail"]
