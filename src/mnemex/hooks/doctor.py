@@ -8,8 +8,9 @@ Each check says what it found and, when something is wrong, what to do:
 - the store (or the folder it will be created in) can be written;
 - the embedding model loads (:func:`prepare_model`, which ``hooks install`` runs
   too, so that the first prompt maps a model prepared for it);
-- a test prompt, run through the very command the agent runs, is answered in
-  time and logs no error;
+- a test prompt, run through the very command the agent runs (with
+  ``--no-serve``: the check leaves no server behind), is answered in time and
+  logs no error;
 - where ``hooks.log`` is, and whether a background ``mnemex serve`` runs.
 """
 
@@ -222,8 +223,8 @@ def _run(handler: dict[str, Any], payload: bytes, cwd: Path, limit: float) -> st
         with urllib.request.urlopen(request, timeout=limit) as response:
             text = response.read().decode()
         return "" if text.strip() == "{}" else text
-    done = subprocess.run(
-        ["/bin/sh", "-c", handler["command"]],
+    done = subprocess.run(  # --no-serve: a check starts no lasting server
+        ["/bin/sh", "-c", f"{handler['command']} --no-serve"],
         input=payload,
         cwd=cwd,
         capture_output=True,
@@ -247,7 +248,7 @@ def _log(settings: Settings) -> Check:
 def _server(settings: Settings) -> Check:
     info = server_info(settings.home)
     if info is None:
-        return Check("server", True, "no background mnemex serve runs (the next prompt starts one)")
+        return Check("server", True, "no background mnemex serve runs (a prompt starts one)")
     return Check("server", True, describe_server(info))
 
 
