@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mnemex
@@ -477,6 +477,7 @@ def test_raw_expressions_find_the_same_memories_on_both_engines(
 
         @settings(max_examples=200, deadline=None)
         @given(_expression)
+        @example("(postgres NOT (postgres NOT postgres))")  # a NOT of a NOT
         def same(expression: str) -> None:
             assert found(lite, texts[0], expression) == found(pg, texts[1], expression)
 

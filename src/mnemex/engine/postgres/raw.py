@@ -102,7 +102,9 @@ def _part(tree: Expr, cut: dict[str, list[str]]) -> _Part:
             return kept
         if not taken.exact:  # a wider NOT would take away rows FTS5 keeps
             return _Part(kept.tsquery, False, kept.units, kept.cover)
-        return _Part(f"{kept.tsquery} & !{taken.tsquery}", kept.exact, kept.units, kept.cover)
+        # In parentheses, as every other part: `!` of a NOT's own NOT would take one term.
+        negated = f"({kept.tsquery} & !{taken.tsquery})"
+        return _Part(negated, kept.exact, kept.units, kept.cover)
     if tree.op == "AND" and not tree.implicit and any(p.tsquery is None for p in parts):
         return _NOTHING  # FTS5: AND with a phrase of no terms matches nothing
     live = [p for p in parts if p.tsquery is not None and p.cover is not None]
