@@ -253,14 +253,10 @@ def doctor(obj: Any, agent: str | None, as_json: bool) -> None:
     from pathlib import Path
 
     from mnemex.hooks import doctor as checks
-    from mnemex.hooks import install as files
 
     def run() -> None:
         cwd = Path.cwd()
-        chosen = agent or next(
-            (a for a in AGENTS if any(files.status(a, s)["events"] for s in files.SCOPES)),
-            AGENTS[0],
-        )
+        chosen = agent or next((a for a in AGENTS if checks.has_hooks(a, cwd)), AGENTS[0])
         found = checks.doctor(chosen, obj.settings(), cwd)
         if as_json:
             ok = all(c.ok for c in found)

@@ -66,16 +66,10 @@ def doctor(agent: str, settings: Settings, cwd: Path) -> list[Check]:
 def installed(agent: str, cwd: Path) -> tuple[Check, dict[str, Any] | None]:
     """Whether the agent's settings (the project's, else the user's) run mnemex on every
     event; and the handler of the prompt event, to try."""
-    from mnemex.config import project_root
-
-    root = project_root(cwd) or cwd
-    found = []
-    for scope in files.SCOPES:
-        state = files.status(agent, scope, root=root)
-        if state["events"]:
-            found.append((scope, state))
+    places = _places(cwd)
+    found = _found(agent, cwd)
     if not found:
-        where = " nor ".join(str(files.paths(agent, s, root)["hooks"]) for s in files.SCOPES)
+        where = " nor ".join(str(files.paths(agent, s, r)["hooks"]) for s, r in places)
         fix = f"run `mnemex hooks install {agent}` here (or with --user for every project)"
         return Check("settings", False, f"no mnemex hooks in {where}: {fix}"), None
     scope, state = found[0]
@@ -92,6 +86,26 @@ def installed(agent: str, cwd: Path) -> tuple[Check, dict[str, Any] | None]:
         ), handler
     events = ", ".join(state["events"])
     return Check("settings", True, f"{state['hooks_file']} ({scope}): {events}"), handler
+
+
+def _places(cwd: Path) -> list[tuple[str, Path]]:
+    """Where the agent's settings may be, first to last: the folder's, its project's, the
+    user's."""
+    from mnemex.config import project_root
+
+    places = [("project", root) for root in dict.fromkeys([cwd, project_root(cwd) or cwd])]
+    return [*places, ("user", cwd)]
+
+
+def _found(agent: str, cwd: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(scope, status) of each settings file of :func:`_places` with a mnemex handler."""
+    states = ((scope, files.status(agent, scope, root=root)) for scope, root in _places(cwd))
+    return [(scope, state) for scope, state in states if state["events"]]
+
+
+def has_hooks(agent: str, cwd: Path) -> bool:
+    """Whether settings the agent reads in ``cwd`` run mnemex on any event."""
+    return bool(_found(agent, cwd))
 
 
 def _handler(path: Path, event: str) -> dict[str, Any] | None:
