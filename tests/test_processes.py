@@ -351,6 +351,7 @@ def test_a_memory_at_a_raised_size_limit_is_added_in_bounded_memory_with_progres
     )
     peak_kib, code, ident = run.stdout.split()[:3]
     assert code == "0", run.stderr
+    print(f"peak RSS of a {size:,}-byte add: {int(peak_kib) / 1024:.0f} MiB")
     assert int(peak_kib) * 1024 <= 300e6 + 10 * size, (int(peak_kib) / 1024, run.stderr)
     assert "windows of long text" in run.stderr  # progress, then
     with mnemex.open(db, embedder="local") as store:

@@ -153,7 +153,8 @@ def main(
                 event, agent=agent, namespace=namespace, db=db, home=home, deadline=deadline
             )
             if started is not None:
-                result["out"] = announce(result["out"], started, event)
+                said = (agent or guess_agent(event)) == CLAUDE_CODE  # it shows systemMessage
+                result["out"] = announce(result["out"], started, event, tell=said)
         except BaseException as exc:
             result["error"] = exc
 
@@ -547,10 +548,11 @@ ANNOUNCEMENT = (
 )
 
 
-def announce(out: str, home: Path, event: Mapping[str, Any]) -> str:
+def announce(out: str, home: Path, event: Mapping[str, Any], *, tell: bool = True) -> str:
     """The answer ``out`` of the prompt that started the background server, with the
-    server announced to the person (Claude Code shows a hook's ``systemMessage``) the
-    first time one starts for the data folder; every start is a line in ``hooks.log``."""
+    server announced to the person (with ``tell``: Claude Code shows a hook's
+    ``systemMessage``) the first time one starts for the data folder; every start is a
+    line in ``hooks.log``."""
     minutes = SERVE_IDLE_EXIT / 60
     log(
         str(home),
@@ -558,7 +560,7 @@ def announce(out: str, home: Path, event: Mapping[str, Any]) -> str:
         f"{NOTE} started a background mnemex serve (stops after {minutes:.0f} idle minutes)",
     )
     marker = home / SERVE_ANNOUNCED
-    if marker.exists():
+    if not tell or marker.exists():
         return out
     try:
         marker.touch()

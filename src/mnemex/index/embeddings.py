@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 Cut = Callable[[str], list[tuple[int, str]]]  # a text's numbered windows (one: (0, text))
-Windows = list[tuple[int, bytes]]  # a text's vectors by window number, in order
+# A text's vectors by window number, in order: as stored, or views of the rows just embedded
+# (SQLite takes either as a BLOB; a view copies nothing).
+Windows = list[tuple[int, bytes | memoryview]]
 EMBED_BATCH = 256  # texts per embedder call and per write transaction
 # With a progress callback, batches start small and double while one takes less than
 # PROGRESS_SECONDS, so that a progress bar moves (and estimates) from the first seconds.
@@ -186,7 +188,7 @@ def _embed_windows(
         if len(texts) <= LONG_WINDOWS
         else _embed_long(embedder, texts)
     )
-    by_text = {t: fresh[i].tobytes() for i, t in enumerate(texts)}
+    by_text = {t: fresh[i].data for i, t in enumerate(texts)}
     for r in todo:
         known[r.content_hash] = [(w, by_text[t]) for w, t in pieces[r.content]]
     return len(pieces)
@@ -200,15 +202,17 @@ def _embed_long(embedder: Embedder, texts: list[str]) -> np.ndarray:
 
     say = logging.getLogger("mnemex.progress")
     say.info("embedding %d windows of long text", len(texts))
-    out, began, said = [], time.monotonic(), time.monotonic()
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)  # filled in place: one copy
+    began = said = time.monotonic()
     for start in range(0, len(texts), LONG_WINDOWS):
-        out.append(embed_checked(embedder, texts[start : start + LONG_WINDOWS]))
-        done, now = start + len(out[-1]), time.monotonic()
+        part = embed_checked(embedder, texts[start : start + LONG_WINDOWS])
+        out[start : start + len(part)] = part
+        done, now = start + len(part), time.monotonic()
         if now - said >= SAY_EVERY and done < len(texts):
             left = (len(texts) - done) * (now - began) / done
             say.info("embedded %d of %d windows, about %.0f s left", done, len(texts), left)
             said = now
-    return np.concatenate(out)
+    return out
 
 
 def _known_vectors(
