@@ -167,7 +167,7 @@ class Embedding:
         """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
         embedder = self.embedder
         cut = None if embedder is None else self.cut(embedder)
-        return text if cut is None else cut(text)[0][1]
+        return text if cut is None else embedders.first_window(cut, text)
 
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""

@@ -86,7 +86,9 @@ class PgEmbedding:
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (window 0)."""
         embedder = self.embedder
-        return text if embedder is None else self.pieces(embedder, text)[0][1]
+        if embedder is None:
+            return text
+        return embedders.first_window(functools.partial(self.pieces, embedder), text)
 
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
