@@ -51,10 +51,13 @@ def _isolated_home(
     """No test reads or writes the real user data dir or a user config.
 
     Tests run without an embedder unless they ask for one (the fake below, or
-    the real local model in tests marked ``model``).
+    the real local model in tests marked ``model``), and in a folder of no project
+    (the checkout is a git repository, whose root would be the namespace: see
+    :func:`mnemex.config.where`).
     """
     home = tmp_path_factory.mktemp("mnemex-home")
     monkeypatch.setenv("MNEMEX_HOME", str(home))
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     for key in list(os.environ):
         if key.startswith("MNEMEX_") and key != "MNEMEX_HOME":
             monkeypatch.delenv(key)

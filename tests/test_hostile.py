@@ -671,8 +671,9 @@ def test_cli_on_a_damaged_file_is_one_error_line(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr, (args, done.stderr)
         if done.returncode:
             # a damaged page names the file; a command that reads no damaged page
-            # answers as usual (forgetting an unknown id: "not found")
-            _one_error_line(done, *(() if "not found: nope" in done.stderr else (str(db),)))
+            # answers as usual (forgetting an unknown id: "no memory with id")
+            unknown = "no memory with id 'nope'" in done.stderr
+            _one_error_line(done, *(() if unknown else (str(db),)))
 
 
 @contextlib.contextmanager

@@ -311,3 +311,53 @@ def test_a_wait_in_the_writer_queue_ends_clearly(tmp_path: Path) -> None:
     with mnemex.open(db, busy_timeout=0.5) as store:  # the abandoned wait left nothing held
         store.add("after the queue")
         assert store.count() == 1
+
+
+MEASURED = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdin=sys.stdin, capture_output=True, text=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # KiB, its one child's peak
+print(done.returncode)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+"""
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("size", [512 * 1024])
+def test_a_memory_at_a_raised_size_limit_is_added_in_bounded_memory_with_progress(
+    tmp_path: Path, size: int
+) -> None:
+    """`mnemex add` of a memory at the limit (max_content_bytes raised) peaks at 300 MB plus
+    ten times its size, says how far embedding it is, and is found by both arms."""
+    import random
+
+    words = Path(__file__).read_text(encoding="utf-8").split()
+    rng = random.Random(7)
+    text = " ".join(rng.choice(words) for _ in range(size // 4))[:size]
+    text = text + "x" * (size - len(text.encode()))  # exactly at the limit
+    env = {**python_env(), "MNEMEX_HOME": str(tmp_path / "home"), "MNEMEX_EMBEDDER": "local"}
+    env["MNEMEX_MAX_CONTENT_BYTES"] = str(size)
+    db = str(tmp_path / "big.db")
+    mnemex_cli = [PYTHON, "-m", "mnemex", "--db", db]
+    subprocess.run([*mnemex_cli, "add", "a small memory first"], env=env, check=True, timeout=120)
+    run = subprocess.run(
+        [PYTHON, "-c", MEASURED, *mnemex_cli, "add", "-"],
+        input=text,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    peak_kib, code, ident = run.stdout.split()[:3]
+    assert code == "0", run.stderr
+    print(f"peak RSS of a {size:,}-byte add: {int(peak_kib) / 1024:.0f} MiB")
+    assert int(peak_kib) * 1024 <= 300e6 + 10 * size, (int(peak_kib) / 1024, run.stderr)
+    assert "windows of long text" in run.stderr  # progress, then
+    with mnemex.open(db, embedder="local") as store:
+        assert store.stats().pending_vectors == 0
+        assert store.get(ident).memories[0].content == text
+    too_big = subprocess.run(
+        [*mnemex_cli, "add", "-"], input=text + "y", env=env, capture_output=True, text=True
+    )
+    assert too_big.returncode == 1 and "raise max_content_bytes" in too_big.stderr

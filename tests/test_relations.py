@@ -626,5 +626,5 @@ def test_cli_relate_neighbors_search_forget(store_place) -> None:  # type: ignor
     assert json.loads(run("search", "Jared", "--relations", "0", "--json"))["relations"] == []
     assert "relations   2" in run("stats")
     assert "forgot 1 relation" in run("forget", "--relations", rel)
-    assert "not found" in run("forget", "--relations", rel, code=1)
+    assert "no relation with id" in run("forget", "--relations", rel, code=1)
     assert "object is empty" in run("relate", "Jared", "likes", " ", code=1)

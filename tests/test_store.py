@@ -438,6 +438,30 @@ def test_raw_hits_rank_by_bm25(store: Store) -> None:
     assert all(h.explain is not None and h.explain["lexical"]["bm25"] > 0 for h in found)
 
 
+@both_engines
+def test_raw_finds_the_same_memories_in_every_mode(vector_store: Store) -> None:
+    """The expression decides what matches and BM25 ranks it, whatever the mode."""
+    wanted = vector_store.add("Thumbnails are resized with Pillow 10 before upload")
+    vector_store.add_many(["Invoices render with WeasyPrint", "Deploys need FLY_API_TOKEN"])
+    for mode in (None, "auto", "lexical", "vector", "hybrid"):
+        found = vector_store.search("pillow*", raw=True, mode=mode)
+        assert [h.id for h in found.hits] == [wanted], mode
+        assert found.mode_used == "lexical"
+    assert (
+        "answered by the lexical arm"
+        in vector_store.search("pillow*", raw=True, mode="vector").notes[0]
+    )
+
+
+@pytest.mark.model
+def test_raw_finds_a_prefix_in_the_default_mode_with_the_local_model(tmp_path: Path) -> None:
+    with mnemex.open(tmp_path / "m.db", embedder="local") as store:
+        wanted = store.add("Thumbnails are resized with Pillow 10 before upload")
+        store.add_many(["Invoices render with WeasyPrint", "Deploys need FLY_API_TOKEN"])
+        assert [h.id for h in store.search("pillow*", raw=True).hits] == [wanted]
+        assert store.search("pillow*", raw=True, mode="lexical").hits[0].id == wanted
+
+
 # Expressions over a small vocabulary: each engine must find the same memories.
 _WORDS = ("postgres", "primary", "failover", "drill", "backup", "the", "nightly", "security")
 _word = st.sampled_from(_WORDS) | st.sampled_from(_WORDS).map(lambda w: w[:4] + "*")

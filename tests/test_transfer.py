@@ -100,3 +100,25 @@ def test_existing_ids(store: Store) -> None:
     assert store.get("same").memories[0].content == "original"
     with pytest.raises(InvalidInput, match="already exists"):
         import_jsonl(store, lines, skip_existing=False, strict=True)
+
+
+@both_engines
+def test_export_then_import_into_another_namespace_of_the_same_store(store: Store) -> None:
+    """Ids are the store's: a plain import into another namespace skips every memory and
+    says whose ids they are; with new_ids it imports them, relations following their
+    source memory to its new id."""
+    kept = store.add("Invoices render with WeasyPrint, slowly")
+    store.add("Deploys need FLY_API_TOKEN set")
+    store.relate("billing", "uses", "weasyprint", source_memory=kept)
+    lines = list(export_lines(store))
+
+    plain = import_jsonl(store, lines, namespace="copy")
+    assert (plain.imported, plain.skipped_in) == (0, {"default": 2})
+    assert "new-ids" in plain.errors[0].message  # the relation's source is default's memory
+
+    report = import_jsonl(store, lines, namespace="copy", new_ids=True)
+    assert (report.imported, report.relations, report.errors) == (2, 1, ())
+    assert store.count(namespace="copy") == 2 and store.count() == 2
+    relation = store.neighbors("billing", namespace="copy")[0]
+    source = store.get(relation.source_memory or "", namespace="copy").memories[0]
+    assert source.content == "Invoices render with WeasyPrint, slowly" and source.id != kept

@@ -32,15 +32,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Context:
     def __init__(self, db: str | None, namespace: str | None, home: str | None) -> None:
+        # ``namespace``: the one given (-n, else $MNEMEX_NAMESPACE); :meth:`where` says which
+        # the command uses when none is (the config's, the project's or ``default``).
         self.db, self.namespace = config.given_store(db, namespace)
+        self.option = namespace
         self.home = home
+        self._where: config.Where | None = None
         self._store: Store | None = None
         self._created: list[Path] = []  # the store file and the folders this command made
+
+    def where(self) -> config.Where:
+        """The namespace this command uses and why (:func:`mnemex.config.where`)."""
+        if self._where is None:
+            self._where = config.where(self.option, Path.cwd(), home=self.home)
+        return self._where
 
     def settings(self) -> Settings:
         from mnemex.config import load_settings
 
-        return load_settings(self.db, namespace=self.namespace, home=self.home)
+        return load_settings(self.db, namespace=self.where().namespace, home=self.home)
 
     def store(self, *, create: bool = False) -> Store:
         """The store, opened once. Only commands that write pass ``create``: a read
@@ -194,10 +204,19 @@ def highlighted(text: str, start: str, end: str) -> Any:
     return out
 
 
-def _exit_if_missing(missing: Sequence[str]) -> None:
-    if missing:
-        click.echo(f"error: not found: {', '.join(missing)}", err=True)
-        sys.exit(1)
+def _exit_if_missing(store: Store, missing: Sequence[str], what: str = "memory") -> None:
+    """Exit 1 naming the ``missing`` ids (the one wording of :class:`UnknownMemory`), and
+    the namespace that holds a memory id of them, if another one does."""
+    if not missing:
+        return
+    from mnemex.errors import UnknownMemory
+
+    message = str(UnknownMemory(list(missing), store.namespace, what))
+    held = store.namespaces_of(missing) if what == "memory" else {}
+    for ns in sorted(set(held.values()))[:3]:
+        ids = ", ".join(repr(i) for i, where in held.items() if where == ns)
+        message += f"; {ids} is in namespace {ns!r} (-n {ns!r})"
+    fail(message)
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -219,23 +238,22 @@ def _read_text(value: str) -> str:
     return value
 
 
-def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False) -> None:
-    """After a read found nothing: a note naming the namespaces, or the kinds, that exist
-    when the namespace or a kind asked for has no memories (a typo, most often)."""
+def _what_exists(
+    obj: Context, store: Store, kinds: Sequence[str] = (), all_namespaces: bool = False
+) -> bool:
+    """After a read found nothing: a note saying where the memories are when the namespace
+    is empty (whether the project, the config or the default chose it), or which kinds
+    exist when a kind asked for has none (a typo, most often). Whether it was empty."""
     from mnemex.engine import ALL
 
     everything, own = store.stats(namespace=ALL), store.stats()
     per_ns = everything.namespaces
     if not all_namespaces and store.namespace not in per_ns and not own.relations:
-        where = f"the store has {_counts(per_ns)}" if per_ns else "the store has none yet"
-        click.echo(
-            f"note: no memories in the namespace {store.namespace!r}; {where} "
-            "(choose with -n/--namespace, or --all-namespaces)",
-            err=True,
-        )
-        return
+        why = obj.where().reason if obj.where().namespace == store.namespace else ""
+        click.echo(f"note: {_elsewhere(store.namespace, why, per_ns)}", err=True)
+        return True
     if not kinds:
-        return
+        return False
     known = (everything if all_namespaces else own).kinds
     unknown = [k for k in kinds if " ".join(k.split()).lower() not in known]
     if unknown:
@@ -245,6 +263,18 @@ def _what_exists(store: Store, kinds: Sequence[str] = (), all_namespaces: bool =
             f"its kinds are {_counts(known)}",
             err=True,
         )
+    return False
+
+
+def _elsewhere(namespace: str, why: str, per_ns: dict[str, int]) -> str:
+    """``this namespace ('x': why) is empty; 2 memories in namespace 'y', ...``."""
+    this = f"this namespace ({namespace!r}{': ' + why if why else ''}) is empty"
+    if not per_ns:
+        return f"{this}, and so is the store"
+    ranked = sorted(per_ns.items(), key=lambda item: (-item[1], item[0]))
+    shown = [f"{n:,} memories in namespace {ns!r}" for ns, n in ranked[:3]]
+    more = f" and {len(ranked) - 3} more namespaces" if len(ranked) > 3 else ""
+    return f"{this}; {', '.join(shown)}{more} (choose with -n NAME, or --all-namespaces)"
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -302,9 +332,17 @@ def _warnings_on_stderr() -> None:
                 return
             click.echo(f"warning: {record.getMessage()}", err=True)
 
+    class ProgressLine(logging.Handler):  # how far a long piece of work is
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno < logging.WARNING:
+                click.echo(record.getMessage(), err=True)
+
     root = logging.getLogger("mnemex")
     if not any(type(h).__name__ == "WarningLine" for h in root.handlers):
         root.addHandler(WarningLine(logging.WARNING))
+        progress = logging.getLogger("mnemex.progress")
+        progress.setLevel(logging.INFO)
+        progress.addHandler(ProgressLine(logging.INFO))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -330,6 +368,12 @@ def cli(ctx: click.Context, db: str | None, namespace: str | None, home: str | N
     Markdown workspaces (`mnemex sync`) are searched as chunks. Every command
     reads and writes one namespace.
     """
+    if namespace is not None and not namespace.strip():
+        raise click.BadParameter(
+            f"{namespace!r} is empty: name a namespace, or leave the option out to use the "
+            "current one (`mnemex where` says which)",
+            param_hint="'-n' / '--namespace'",
+        )
     state = Context(db, namespace, home)
     ctx.obj = state
     ctx.call_on_close(state.close)
@@ -451,7 +495,11 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     f"; {config.default_text('vector_weight', 'text_weight')}.",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's rank and score in each arm.")
-@click.option("--raw", is_flag=True, help='QUERY is an FTS5 expression (AND, NEAR, "phrases").')
+@click.option(
+    "--raw",
+    is_flag=True,
+    help='QUERY is an FTS5 expression (AND, NEAR, "phrases"), matched lexically in any mode.',
+)
 @decay_option
 @mmr_option
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
@@ -496,20 +544,20 @@ def search(
         namespace=_scope(all_namespaces),
         **given,
     )
-    if not result.hits:
-        _what_exists(store, _split(kinds), all_namespaces)
+    empty = not result.hits and _what_exists(obj, store, _split(kinds), all_namespaces)
     if as_json:
         emit_json(result.to_dict())
     else:
-        _print_hits(result, store.settings, all_namespaces)
+        _print_hits(result, store.settings, all_namespaces, notes=not empty)
 
 
-def _print_hits(result: Any, settings: Settings, all_namespaces: bool) -> None:
-    """A search's hits, a header line and a highlighted snippet each, then its relations."""
+def _print_hits(result: Any, settings: Settings, all_namespaces: bool, notes: bool = True) -> None:
+    """A search's hits, a header line and a highlighted snippet each, then its relations
+    (and the search's notes, unless ``notes`` is false: the namespace is empty)."""
     from rich.markup import escape
 
     out = console()
-    for note in result.notes:
+    for note in result.notes if notes else ():
         click.echo(f"note: {note}", err=True)
     if not result.hits:
         out.print(f"no memories match (namespace {result.namespace!r}, {result.mode_used})")
@@ -649,15 +697,16 @@ def recall(
         tags=_split(tags),
         **given,
     )
-    if not result.memories:
-        _what_exists(store, _split(kinds))
+    empty = not result.memories and _what_exists(obj, store, _split(kinds))
     if as_json:
         emit_json(result.to_dict())
         return
-    for note in result.notes:
+    for note in result.notes if not empty else ():
         click.echo(f"note: {note}", err=True)
     if not result.memories:
-        click.echo("no relevant memories", err=True)
+        click.echo(
+            "no memory fits the budget" if result.skipped else "no relevant memories", err=True
+        )
         return
     click.echo(result.markdown, nl=False)
     click.echo(
@@ -729,7 +778,7 @@ def timeline(
         kinds=_split(kinds), tags=_split(tags), namespace=_scope(all_namespaces), **given
     )
     if not entries:
-        _what_exists(store, _split(kinds), all_namespaces)
+        _what_exists(obj, store, _split(kinds), all_namespaces)
     if as_json:
         emit_json({"entries": [e.to_dict() for e in entries]})
         return
@@ -778,7 +827,7 @@ def get(obj: Context, ids: tuple[str, ...], as_json: bool) -> None:
                 out.print(f"  metadata: {json.dumps(m.metadata, ensure_ascii=False)}", markup=False)
             out.print(m.content, markup=False)
             out.print()
-    _exit_if_missing(result.missing)
+    _exit_if_missing(obj.store(), result.missing)
 
 
 @cli.command()
@@ -830,7 +879,7 @@ def forget(obj: Context, ids: tuple[str, ...], relation_ids: bool, as_json: bool
     n = len(result.forgotten)
     one, many = ("relation", "relations") if relation_ids else ("memory", "memories")
     emit(as_json, result, f"forgot {n} {one if n == 1 else many}")
-    _exit_if_missing(result.missing)
+    _exit_if_missing(store, result.missing, one)
 
 
 @cli.command()
@@ -865,13 +914,53 @@ def neighbors(obj: Context, entity: str, limit: int, all_namespaces: bool, as_js
     store = obj.store()
     found = store.neighbors(entity, limit=limit, namespace=_scope(all_namespaces))
     if not found:
-        _what_exists(store, (), all_namespaces)
+        _what_exists(obj, store, (), all_namespaces)
     if as_json:
         emit_json({"relations": [rel.to_dict() for rel in found]})
     elif not found:
         console().print(f"no relations with {entity!r}", markup=False)
     else:
         _print_relations(found, f"{len(found)} relation(s) with {entity}")
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+@handle_errors
+def where(obj: Context, as_json: bool) -> None:
+    """Say which store and namespace a command run here uses, and why.
+
+    The namespace is the first of: -n/--namespace, $MNEMEX_NAMESPACE, namespace in
+    the config file, the project (the root of the git repository the current folder
+    is in, as a path), default. The agent hooks follow the same rule for the
+    session's folder. Creates nothing.
+    """
+    chosen, settings = obj.where(), obj.settings()
+    place = settings.db_url or str(settings.db_path)
+    exists = settings.db_url is not None or Path(settings.db_path).exists()
+    counts: dict[str, int] = {}
+    if exists:
+        from mnemex.engine import ALL
+
+        counts = obj.store().stats(namespace=ALL).namespaces
+    store_text = obj.store().path if exists else place
+    data = {
+        "store": str(store_text),
+        "store_exists": exists,
+        "namespace": chosen.namespace,
+        "source": chosen.source,
+        "reason": chosen.reason,
+        "memories": counts.get(chosen.namespace, 0),
+        "namespaces": counts,
+    }
+    others = {ns: n for ns, n in counts.items() if ns != chosen.namespace}
+    lines = [
+        f"store       {store_text}" + ("" if exists else " (none yet: the first write creates it)"),
+        f"namespace   {chosen.namespace} ({chosen.reason})",
+        f"memories    {data['memories']:,} here"
+        + (f"; {_counts(others)} in other namespaces" if others else ""),
+    ]
+    emit(as_json, data, "\n".join(lines))
 
 
 @cli.command()
@@ -884,13 +973,14 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     store = obj.store()
     s = store.stats(namespace=_scope(all_namespaces))
     if not s.memories:
-        _what_exists(store, (), all_namespaces)
+        _what_exists(obj, store, (), all_namespaces)
     if as_json:
         emit_json(s.to_dict())
         return
+    why = f" ({obj.where().reason})" if obj.where().namespace == s.namespace else ""
     lines = [
         f"store       {s.path}",
-        f"namespace   {s.namespace}: {s.memories:,} memories",
+        f"namespace   {s.namespace}: {s.memories:,} memories{why}",
         f"all         {s.total_memories:,} memories in {len(s.namespaces)} namespace(s)",
     ]
     if s.kinds:
@@ -927,6 +1017,12 @@ def stats(obj: Context, all_namespaces: bool, as_json: bool) -> None:
     show_default=True,
     help="What to do with a line whose id already exists.",
 )
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give every memory and relation a new id (to import a file exported from "
+    "another namespace of this store: ids are the store's).",
+)
 @json_option
 @click.pass_obj
 @handle_errors
@@ -937,7 +1033,7 @@ def import_(
     directory: str | None,
     on_conflict: str,
     as_json: bool,
-    **given: Any,  # strict, keep_namespaces
+    **given: Any,  # strict, keep_namespaces, new_ids
 ) -> None:
     """Import memories from a JSONL file (- for standard input).
 
@@ -978,6 +1074,12 @@ def import_(
             f"imported {report.imported:,}, skipped {report.skipped:,} existing, "
             f"{report.relations:,} relation(s), {len(report.errors):,} bad line(s)"
         )
+        for ns, n in report.skipped_in.items():
+            click.echo(
+                f"  {n:,} skipped: their ids are memories of namespace {ns!r} (ids are the "
+                "store's); --new-ids imports them as new memories",
+                err=True,
+            )
         for message in describe_errors(report.errors):
             click.echo(f"  {message}", err=True)
     if report.errors:

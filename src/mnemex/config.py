@@ -218,6 +218,96 @@ def given_store(
     return db or env.get("MNEMEX_DB") or None, namespace or env.get("MNEMEX_NAMESPACE") or None
 
 
+MAX_NAMESPACE_CHARS = 128
+
+
+@dataclass(frozen=True)
+class Where:
+    """The namespace a command uses and what chose it (:func:`where`)."""
+
+    namespace: str
+    source: str  # option | environment | config | project | default
+    detail: str = ""  # the option, variable, config file or project folder
+
+    @property
+    def reason(self) -> str:
+        return {
+            "option": "given with -n/--namespace",
+            "environment": "from MNEMEX_NAMESPACE",
+            "config": f"set in {self.detail}",
+            "project": f"the project at {self.detail}",
+            "default": "the default outside a project",
+        }[self.source]
+
+
+def project_root(cwd: str | os.PathLike[str]) -> Path | None:
+    """The git repository's root above ``cwd`` (or ``cwd`` itself), ``None`` outside one."""
+    path = Path(cwd).expanduser().absolute()
+    for candidate in (path, *path.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def project_namespace(root: str | os.PathLike[str]) -> str:
+    """A project's namespace: its folder's absolute path (a path too long for a namespace
+    becomes its last folder's name and a hash)."""
+    path = Path(root).expanduser().absolute()
+    name = str(path)
+    if len(name) > MAX_NAMESPACE_CHARS:
+        import hashlib
+
+        digest = hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        name = f"{path.name[: MAX_NAMESPACE_CHARS - 14]}-{digest}"
+    return name
+
+
+def where(
+    given: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    *,
+    home: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Where:
+    """The one namespace rule of the CLI, the MCP server and the agent hooks.
+
+    First that applies: the namespace ``given`` (``-n/--namespace``), then
+    ``$MNEMEX_NAMESPACE``, then ``namespace`` in the config file, then the project
+    of the working folder ``cwd`` (the root of the git repository it is in: its
+    path), else ``default``. The hooks pass the session's working folder.
+    """
+    env = os.environ if environ is None else environ
+    if given is not None:
+        return Where(given, "option", "-n/--namespace")
+    if env.get("MNEMEX_NAMESPACE"):
+        return Where(env["MNEMEX_NAMESPACE"], "environment", "MNEMEX_NAMESPACE")
+    path = config_path(home, env)
+    if path.is_file():
+        import tomllib
+
+        try:
+            value = tomllib.loads(path.read_text(encoding="utf-8")).get("namespace")
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            value = None  # reading the settings says what is wrong with the file
+        if isinstance(value, str) and value.strip():
+            return Where(value, "config", str(path))
+    root = project_root(Path.cwd() if cwd is None else cwd)
+    if root is not None:
+        return Where(project_namespace(root), "project", str(root))
+    return Where(DEFAULT_NAMESPACE, "default")
+
+
+def config_path(
+    home: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The config file: ``$MNEMEX_CONFIG``, else ``config.toml`` in the data folder."""
+    env = os.environ if environ is None else environ
+    if env.get("MNEMEX_CONFIG"):
+        return Path(env["MNEMEX_CONFIG"])
+    folder = Path(home).expanduser() if home is not None else default_home()
+    return folder / CONFIG_FILENAME
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _TUNABLES[name].type
     if kind in ("bool", bool):

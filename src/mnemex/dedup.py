@@ -28,6 +28,10 @@ same fact at once still end with one memory. On PostgreSQL (the end of this
 module, over :mod:`mnemex.engine.postgres.dedup`'s reads) the same decisions run
 in one transaction under a lock per namespace instead.
 
+A memory longer than ``NEAR_MAX_CHARS`` is compared by its text alone
+(``exact``): reading a text of megabytes as a BM25 query costs minutes and
+memory out of proportion to what a near duplicate of it would save.
+
 Merging keeps the existing memory and its id, raises its confidence to the
 higher of the two, adds the new tags, pins it if either was pinned, and
 records the duplicate (its time, source, and its text when it differs) in the
@@ -69,6 +73,7 @@ NEGATIONS = frozenset(
 )
 _WORDS = re.compile(r"\w+")
 CANDIDATES = 5  # nearest memories compared with a new one, per arm
+NEAR_MAX_CHARS = 65_536  # a longer new memory merges only into the same text
 RECHECK_ROWS = 50  # rows written since a lookup that the check under the lock compares
 RECHECK_TERMS = 3  # rarest terms a row must hold to be compared there
 MAX_RECORDED_TEXT = 2_000  # characters of a differing duplicate kept in metadata
@@ -163,7 +168,7 @@ def lookup(
     """
     seen = int(conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
     exact = _same_text(conn, new, 0)
-    if exact is not None:
+    if exact is not None or len(new.content) > NEAR_MAX_CHARS:
         return Lookup(exact, seen)
     lexical = plan(lexicon, new.content, STOPWORDS)
     seqs: list[int] = []
@@ -197,7 +202,7 @@ def recheck(
     is left for :meth:`mnemex.Store.dedup`.
     """
     exact = _same_text(conn, new, seen)
-    if exact is not None:
+    if exact is not None or len(new.content) > NEAR_MAX_CHARS:
         return exact
     lexical = plan(lexicon, new.content, STOPWORDS)
     rarest = sorted((df, i) for i, df in enumerate(lexical.doc_freqs) if df)[:RECHECK_TERMS]
@@ -236,7 +241,11 @@ def _close_texts(
     text_threshold: float,
     lexical: LexicalPlan,
 ) -> list[tuple[float, int, str]]:
-    """Rows among ``seqs`` whose text repeats the new one's: (similarity, seq, "text")."""
+    """Rows among ``seqs`` whose text repeats the new one's: (similarity, seq, "text").
+    Rows longer than ``NEAR_MAX_CHARS`` are not read (they repeat only the same text)."""
+    if seqs:
+        sql = f"SELECT seq FROM memories WHERE seq IN ({marks(len(seqs))}) AND length(content) <= ?"
+        seqs = [r[0] for r in conn.execute(sql, [*seqs, NEAR_MAX_CHARS])]
     if not seqs or lexical.empty:
         return []
     own, scores = bm25_beside(conn, lexicon, lexical, seqs, *new.indexed)
@@ -663,6 +672,8 @@ def _pg_lookup(
     same = pg.same_text(conn, new.namespace, new.content_hash)
     if same is not None:
         return Match(int(same[0]), same[1], 1.0, "exact")
+    if len(new.content) > NEAR_MAX_CHARS:
+        return None
     close = _pg_close_texts(pg, conn, new, settings.dedup_text)
     if vector is not None and model is not None:
         for seq, cosine in pg.nearest(conn, vector, new.namespace, model, CANDIDATES + 1):

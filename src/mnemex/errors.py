@@ -33,18 +33,36 @@ class InvalidQuery(InvalidInput):
     """A raw FTS5 query could not be parsed."""
 
 
-class UnknownMemory(MnemexError, LookupError):
-    """One or more memory ids do not exist in the namespace."""
+FIND_IDS = {  # where the CLI shows the ids of each kind of record
+    "memory": "find ids with `mnemex search` or `mnemex timeline`",
+    "relation": "find ids with `mnemex neighbors` or `mnemex search`",
+}
 
-    def __init__(self, ids: list[str], namespace: str) -> None:
+
+def unknown_ids(ids: list[str], namespace: str, what: str = "memory") -> str:
+    """The one wording of ids that are not there, for every edge (API, CLI, MCP):
+    ``no memory with id 'x' in namespace 'default'`` (``*``: the whole store)."""
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    shown = ", ".join(repr(i) for i in ids[:5]) + more
+    noun = f"no {what} with id" if len(ids) == 1 else f"no {_PLURAL.get(what, what)} with ids"
+    place = "in the store" if namespace == "*" else f"in namespace {namespace!r}"
+    return f"{noun} {shown} {place}"
+
+
+_PLURAL = {"memory": "memories", "relation": "relations"}
+
+
+class UnknownMemory(MnemexError, LookupError):
+    """One or more memory (or relation) ids do not exist in the namespace."""
+
+    def __init__(
+        self, ids: list[str], namespace: str, what: str = "memory", hint: str | None = None
+    ) -> None:
         self.ids = ids
         self.namespace = namespace
-        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-        shown = ", ".join(repr(i) for i in ids[:5]) + more
-        super().__init__(
-            f"no memory with id {shown} in namespace {namespace!r}; "
-            "find ids with `mnemex search` or `mnemex timeline`"
-        )
+        self.what = what
+        found = FIND_IDS.get(what, FIND_IDS["memory"]) if hint is None else hint
+        super().__init__(f"{unknown_ids(ids, namespace, what)}; {found}")
 
 
 class DuplicateId(InvalidInput):

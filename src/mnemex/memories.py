@@ -89,6 +89,20 @@ def _get(
                 found[row[0]] = dataclasses.replace(memory(row), location=places.get(row[-1]))
 
 
+def holders(session: SqliteSession, ids: Iterable[str] | str) -> dict[str, str]:
+    """The namespace of each of ``ids`` that is a memory (ids are unique in the store)."""
+    wanted = id_list(ids)
+    out: dict[str, str] = {}
+    pg = postgres(session) is not None
+    with session.connection() as conn:
+        for chunk in batched(wanted, IN_CHUNK):
+            which = "= ANY(%s)" if pg else f"IN ({marks(len(chunk))})"
+            args: list[Any] = [list(chunk)] if pg else list(chunk)
+            sql = f"SELECT id, namespace FROM memories WHERE id {which}"
+            out.update((ident, ns) for ident, ns in conn.execute(sql, args))
+    return out
+
+
 def forget(session: SqliteSession, ns: str, ids: Iterable[str] | str) -> ForgetResult:
     """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
     wanted = id_list(ids)

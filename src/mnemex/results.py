@@ -127,9 +127,12 @@ class ImportReport:
     errors: tuple[LineError, ...]
     ids: tuple[str, ...] = ()
     relations: int = 0
+    # Of the memories skipped, those whose id is a memory of another namespace, by namespace
+    # (ids are the store's: `new_ids` imports them as new memories).
+    skipped_in: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_fields(self, "imported skipped relations errors")
+        return json_fields(self, "imported skipped skipped_in relations errors")
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,8 +250,9 @@ class Store:
 
         Once stored, new memories are embedded (when an embedder is configured and ``embed`` is
         true), outside the write transaction. If embedding fails the memories stay stored without
-        vectors, the error is in :attr:`last_embedding_error`, and the next write or :meth:`embed`
-        catches up.
+        vectors, the error is in :attr:`last_embedding_error`, and the next writes catch up (each at
+        most ``CATCH_UP_MEMORIES``, 500, or as many as it wrote, with a warning saying how many are
+        left), :meth:`embed` all at once. An interrupted write's memories are caught up alike.
         """
         ns = self._own(namespace)
         from mnemex import memories
@@ -382,6 +383,13 @@ class Store:
 
         return memories.get(self.session, self.resolve_namespace(namespace), ids)
 
+    def namespaces_of(self, ids: Iterable[str] | str) -> dict[str, str]:
+        """The namespace holding each of ``ids`` that is a memory, in any namespace (an id
+        is unique in the whole store); ids of no memory are left out."""
+        from mnemex import memories
+
+        return memories.holders(self.session, ids)
+
     def timeline(
         self,
         start: datetime | str | None = None,
@@ -454,7 +462,9 @@ class Store:
         expansion) and ``relations``: the most relations, ranked by BM25 · confidence, returned
         apart in ``SearchResult.relations`` (the memory filters do not apply to them). ``explain``
         attaches each hit's rank and score in each arm; with ``raw`` the query is an FTS5 expression
-        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`); ``snippets=False`` is faster.
+        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`), which the lexical arm answers
+        alone in every mode: the expression decides what matches, BM25 ranks it;
+        ``snippets=False`` is faster.
         """
         from mnemex.search.pipeline import Request, retriever, run_search
 
@@ -473,11 +483,13 @@ class Store:
             confidence=confidence,
             mmr=mmr,
         )
+        options, notes = _lexically(options, mode) if raw else (options, [])
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
         request = Request.of(query, filters, options, self.settings, vectors, flags, now)
         started = time.perf_counter()
-        notes, stale = self._freshen(filters.namespace)
+        fresh, stale = self._freshen(filters.namespace)
+        notes.extend(fresh)
         took = (time.perf_counter() - started) * 1000
         session, wanted = self.session, options.relations
         with session.connection() as conn:
@@ -686,3 +698,12 @@ class Store:
         from mnemex.ingest import workspace as spaces
 
         return spaces.freshen(self, namespace)
+
+
+def _lexically(options: SearchOptions, mode: str | None) -> tuple[SearchOptions, list[str]]:
+    """A raw FTS5 expression's options: the lexical arm alone, whatever the mode (with a
+    note when another mode was asked for)."""
+    notes = []
+    if mode not in (None, "auto", "lexical"):
+        notes.append(f"a raw FTS5 expression is answered by the lexical arm, not {mode}")
+    return dataclasses.replace(options, mode="lexical"), notes

@@ -28,6 +28,7 @@ from mnemex.text import clean_namespace, parse_time, utcnow
 Progress = Callable[[int], None]  # called with the number of lines handled since the last call
 IMPORT_BATCH = 2_000
 _MAX_SHOWN_ERRORS = 20
+NEW_IDS_HINT = "import with --new-ids to give the file's memories new ids"
 _RELATION_KEYS = frozenset(
     "type id namespace subject predicate object confidence source_memory created_at "
     "updated_at".split()
@@ -42,6 +43,7 @@ def import_jsonl(
     keep_namespaces: bool = False,
     strict: bool = False,
     skip_existing: bool = True,
+    new_ids: bool = False,
     embed: bool = True,
     progress: Progress | None = None,
 ) -> ImportReport:
@@ -51,8 +53,14 @@ def import_jsonl(
     fields) are reported with their line numbers and skipped; the good ones are imported
     in batches of ``IMPORT_BATCH`` lines, each batch in its own transaction (and then
     embedded, unless ``embed`` is false). With ``strict``, any bad line imports nothing
-    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``) unless
+    at all. Lines whose ``id`` already exists are skipped (counted in ``skipped``, and by
+    namespace in ``skipped_in`` when the id is another namespace's memory) unless
     ``skip_existing`` is false, which makes them errors.
+
+    Ids are the store's, not a namespace's: a memory has one id in the whole store. With
+    ``new_ids`` every memory and relation gets a new id (a relation whose
+    ``source_memory`` is a memory of the file follows it to its new id), so that a file
+    exported from one namespace imports into another of the same store.
     """
     ns = store.resolve_namespace(namespace)
     assert ns is not None
@@ -61,25 +69,28 @@ def import_jsonl(
     errors: list[LineError] = []
     imported = 0
     ids: list[str] = []
+    places: list[tuple[str, str]] = []  # (id, namespace) of each memory line
     relation_rows: list[tuple[int, tuple[Any, ...]]] = []  # (line number, row)
     on_conflict: Conflict = "skip" if skip_existing else "error"
+    renamed: dict[str, str] = {}  # with new_ids: a memory's id in the file -> its new id
 
     def flush() -> None:
         nonlocal imported
         imported += _store_batch(store, rows, on_conflict, embed, progress)
         ids.extend(r[0] for r in rows)
+        places.extend((r[0], r[1]) for r in rows)
         rows.clear()
 
     for number, line in enumerate(lines, start=1):
         try:
             item = _parse_line(line)  # None: a blank line
-            kind = None if item is None else item.pop("type", "memory")
-            if item is not None and kind == "relation":
-                relation_rows.append((number, _relation_row(item, ns, keep_namespaces)))
-            elif item is not None and kind == "memory":
-                rows.append(prepare(item, ns, now, keep_namespaces, max_bytes))
-            elif item is not None:
-                raise InvalidInput(f"type must be memory or relation, got {kind!r}")
+            if item is not None:
+                kind, row, old = _line_row(item, ns, now, keep_namespaces, max_bytes, new_ids)
+                if kind == "relation":
+                    relation_rows.append((number, row))
+                else:
+                    rows.append(row)
+                    renamed.update({old: row[0]} if old else {})
         except _BAD_LINE as exc:
             errors.append(LineError(number, _line_message(exc)))
             item = None
@@ -87,15 +98,13 @@ def import_jsonl(
             progress(1)  # a good line moves the progress when it is stored
         if not strict and len(rows) >= IMPORT_BATCH:
             flush()
-    known = {(row[1], row[0]) for row in rows}
+    if renamed:  # a relation follows its source memory of the file to its new id
+        relation_rows = [(n, _with_source(row, renamed.get(row[8]))) for n, row in relation_rows]
+    known = _new_here(store, rows)
     relation_rows = _with_sources(store, relation_rows, known, errors)
     errors.sort(key=lambda e: e.line)
     if strict and errors:
-        shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
-        raise InvalidInput(
-            f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
-            + (" ..." if len(errors) > 3 else "")
-        )
+        _refuse(errors)
     flush()  # with strict, everything in one transaction: all or nothing
     related = 0
     if relation_rows:
@@ -103,7 +112,37 @@ def import_jsonl(
         if progress:
             progress(len(relation_rows))
     skipped = len(ids) - imported + len(relation_rows) - related  # ids already taken
-    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related)
+    elsewhere = _skipped_in(store, places) if len(ids) > imported else {}
+    return ImportReport(imported, skipped, tuple(errors), tuple(ids), related, elsewhere)
+
+
+def _line_row(
+    item: dict[str, Any],
+    ns: str,
+    now: Any,
+    keep_namespaces: bool,
+    max_bytes: int,
+    new_ids: bool,
+) -> tuple[str, tuple[Any, ...], str | None]:
+    """A line's object as ``("memory" | "relation", its row, the id it had in the file)``;
+    the id is given only when ``new_ids`` gave the memory a new one."""
+    kind = item.pop("type", "memory")
+    old = item.pop("id", None) if new_ids else None
+    if kind == "relation":
+        return kind, _relation_row(item, ns, keep_namespaces), None
+    if kind == "memory":
+        row = prepare(item, ns, now, keep_namespaces, max_bytes)
+        return kind, row, old if isinstance(old, str) else None
+    raise InvalidInput(f"type must be memory or relation, got {kind!r}")
+
+
+def _refuse(errors: list[LineError]) -> None:
+    """A strict import with bad lines: nothing is imported."""
+    shown = "; ".join(f"line {e.line}: {e.message}" for e in errors[:3])
+    raise InvalidInput(
+        f"{len(errors)} bad line(s), nothing imported (strict): {shown}"
+        + (" ..." if len(errors) > 3 else "")
+    )
 
 
 def _store_batch(
@@ -175,6 +214,34 @@ def _relation_row(item: dict[str, Any], ns: str, keep_namespaces: bool) -> tuple
     )
 
 
+def _with_source(row: tuple[Any, ...], source: str | None) -> tuple[Any, ...]:
+    return row if source is None else (*row[:8], source, *row[9:])
+
+
+def _new_here(store: Store, rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
+    """(namespace, id) of the rows about to be stored: those whose id no memory holds yet,
+    or holds in the row's own namespace (ids are the store's, so a row whose id is
+    another namespace's memory is skipped)."""
+    if not rows:
+        return set()
+    held = store.namespaces_of([row[0] for row in rows])
+    return {(row[1], row[0]) for row in rows if held.get(row[0], row[1]) == row[1]}
+
+
+def _skipped_in(store: Store, places: list[tuple[str, str]]) -> dict[str, int]:
+    """Of these (id, namespace) lines, how many were skipped because their id is a memory
+    of another namespace, by that namespace."""
+    out: dict[str, int] = {}
+    for start in range(0, len(places), IMPORT_BATCH):
+        chunk = places[start : start + IMPORT_BATCH]
+        held = store.namespaces_of([ident for ident, _ in chunk])
+        for ident, ns in chunk:
+            other = held.get(ident, ns)
+            if other != ns:
+                out[other] = out.get(other, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def _with_sources(
     store: Store,
     relation_rows: list[tuple[int, tuple[Any, ...]]],
@@ -190,7 +257,10 @@ def _with_sources(
             and (namespace, source) not in imported
             and not store.get(source, namespace=namespace).memories
         ):
+            held = store.namespaces_of(source).get(source)
             where = f"neither in the file nor in namespace {namespace!r}"
+            if held is not None:
+                where = f"a memory of namespace {held!r}, not {namespace!r}: {NEW_IDS_HINT}"
             errors.append(LineError(number, f"source_memory {source!r} is {where}"))
             continue
         good.append((number, row))

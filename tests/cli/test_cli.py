@@ -77,9 +77,34 @@ def test_unknown_ids_exit_nonzero(run) -> None:  # type: ignore[no-untyped-def]
     result = run("get", ident, "nope", "--json", ok=False)
     assert result.exit_code == 1
     assert json.loads(result.stdout)["missing"] == ["nope"]
-    assert "not found: nope" in result.stderr
     result = run("forget", "nope", ok=False)
     assert result.exit_code == 1
+
+
+@both_engines
+def test_unknown_ids_have_one_wording_everywhere(run) -> None:  # type: ignore[no-untyped-def]
+    """get, forget, update, timeline --around and the API name an unknown id alike; the
+    CLI adds the namespace that holds it when another one does."""
+    from mnemex.errors import UnknownMemory
+
+    run("add", "exists")
+    one = "error: no memory with id 'nope' in namespace 'default'; find ids with `mnemex search`"
+    for args in (
+        ("get", "nope"),
+        ("forget", "nope"),
+        ("update", "nope", "--kind", "fact"),
+        ("timeline", "--around", "nope"),
+    ):
+        result = run(*args, ok=False)
+        assert result.exit_code == 1 and result.stderr.startswith(one), (args, result.stderr)
+    assert str(UnknownMemory(["nope"], "default")).startswith(one.removeprefix("error: "))
+    two = run("forget", "nope", "gone", ok=False).stderr
+    assert two.startswith("error: no memories with ids 'nope', 'gone' in namespace 'default'")
+    relation = run("forget", "--relations", "nope", ok=False).stderr
+    assert relation.startswith("error: no relation with id 'nope' in namespace 'default'")
+    theirs = run("-n", "theirs", "add", "elsewhere").stdout.strip()
+    result = run("get", theirs, ok=False)
+    assert f"{theirs!r} is in namespace 'theirs' (-n 'theirs')" in result.stderr
 
 
 def test_errors_are_one_line_with_exit_1(run) -> None:  # type: ignore[no-untyped-def]
@@ -172,7 +197,19 @@ def test_import_export_roundtrip(run, tmp_path: Path) -> None:  # type: ignore[n
     assert json.loads(run("-n", "strict", "stats", "--json").stdout)["memories"] == 0
     # Re-importing an export skips existing ids.
     again = json.loads(run("import", str(out), "--json").stdout)
-    assert again == {"imported": 0, "skipped": 2, "relations": 0, "errors": []}
+    assert again == {
+        "imported": 0,
+        "skipped": 2,
+        "skipped_in": {},
+        "relations": 0,
+        "errors": [],
+    }
+    # Into another namespace of the same store: the ids are default's, --new-ids gives new ones.
+    other = run("-n", "other", "import", str(out))
+    assert "2 skipped: their ids are memories of namespace 'default'" in other.stderr
+    assert "--new-ids" in other.stderr
+    assert "imported 2," in run("-n", "other", "import", str(out), "--new-ids").stdout
+    assert json.loads(run("-n", "other", "stats", "--json").stdout)["memories"] == 2
 
 
 @both_engines
@@ -335,3 +372,12 @@ def test_real_subprocess_hybrid(tmp_path: Path) -> None:
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert result["mode_used"] == "hybrid" and result["hits"]
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_namespace_is_a_usage_error_and_writes_nothing(run, empty: str) -> None:  # type: ignore[no-untyped-def]
+    run("add", "already here")
+    result = run("-n", empty, "add", "where would this go?", ok=False)
+    assert result.exit_code == 2
+    assert "is empty: name a namespace" in result.stderr
+    assert json.loads(run("stats", "--all-namespaces", "--json").stdout)["memories"] == 1

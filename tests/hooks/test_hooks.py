@@ -223,7 +223,7 @@ def test_project_namespace_is_the_git_root(project: Path, tmp_path: Path) -> Non
     assert project_namespace(project / "src") == str(project)
     loose = tmp_path / "loose"
     loose.mkdir()
-    assert project_namespace(loose) == str(loose)
+    assert project_namespace(loose) == "default"  # outside a project, as the CLI
 
 
 def test_short_prompts_are_not_worth_recalling() -> None:
@@ -439,12 +439,19 @@ OTHER_HOOKS = {
 }
 
 
-def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def _has_mcp() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mcp") is not None
+
+
+def cli(*args: str, cwd: Path, home: Path, **more: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(SRC),
         "HOME": str(home),
         "MNEMEX_HOME": str(home / "data"),
+        **more,
     }
     return subprocess.run(
         [sys.executable, "-m", "mnemex", *args],
@@ -453,6 +460,29 @@ def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
+    )
+
+
+def test_the_cli_inside_a_project_reads_what_the_hooks_captured(
+    tmp_path: Path, project: Path
+) -> None:
+    """One namespace rule: the hooks, `mnemex search` and `mnemex where` run inside the
+    project all use its namespace; outside it, a search says where the memories are."""
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project / "src"))
+    s.turn("Which port does the billing API listen on?", "Port 8443, behind the nginx proxy.")
+    assert run_hook(s.event("Stop"), tmp_path / "data").returncode == 0
+    inside = cli("search", "billing API port", "--json", cwd=project / "src", home=tmp_path)
+    assert inside.returncode == 0, inside.stderr
+    found = json.loads(inside.stdout)
+    assert found["namespace"] == str(project)
+    assert any("8443" in hit["snippet"] for hit in found["hits"])
+    where = json.loads(cli("where", "--json", cwd=project / "src", home=tmp_path).stdout)
+    assert (where["namespace"], where["source"], where["memories"]) == (str(project), "project", 2)
+    outside = cli("search", "billing API port", cwd=tmp_path, home=tmp_path)
+    assert "no memories match (namespace 'default'" in outside.stdout
+    assert outside.stderr == (
+        "note: this namespace ('default': the default outside a project) is empty; "
+        f"2 memories in namespace '{project}' (choose with -n NAME, or --all-namespaces)\n"
     )
 
 
@@ -514,10 +544,29 @@ def test_install_user_scope_and_a_broken_settings_file(tmp_path: Path, project: 
     assert result.returncode == 1 and "not valid JSON" in result.stderr
     assert settings.read_text() == "{ not json"  # untouched
     settings.unlink()
-    assert (
-        cli("hooks", "install", "claude-code", "--user", cwd=project, home=tmp_path).returncode == 0
-    )
+    user = cli("hooks", "install", "claude-code", "--user", cwd=project, home=tmp_path)
+    assert user.returncode == 0
     assert "SessionStart" in json.loads(settings.read_text())["hooks"]
+
+
+@pytest.mark.skipif(not _has_mcp(), reason="needs mnemex[mcp] for the MCP entry")
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_the_command_install_user_prints_works_as_printed(
+    tmp_path: Path, project: Path, agent: str
+) -> None:
+    """--user writes no MCP entry and says what to run in a project instead: that command,
+    run as printed, adds it there."""
+    import re
+    import shlex
+
+    user = cli("hooks", "install", agent, "--user", cwd=project, home=tmp_path)
+    assert user.returncode == 0, user.stderr
+    printed = re.search(r"run `([^`]+)` in a project", user.stdout)
+    assert printed, user.stdout
+    then = cli(*shlex.split(printed.group(1))[1:], cwd=project, home=tmp_path)
+    assert then.returncode == 0, then.stderr
+    status = json.loads(cli("hooks", "status", agent, "--json", cwd=project, home=tmp_path).stdout)
+    assert status["mcp"] and status["events"] == []  # the user's hooks run here, not twice
 
 
 def test_install_codex_enables_the_feature_and_keeps_the_config(
@@ -975,7 +1024,8 @@ def test_hybrid_hook_starts_a_background_server(
     while (home / "serve.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not (home / "serve.json").exists()
-    assert not (home / "hooks.log").exists()
+    (logged,) = (home / "hooks.log").read_text().splitlines()  # a note, no error
+    assert "SessionStart" in logged and "note: started a background mnemex serve" in logged
 
 
 def test_codex_session_through_the_hook(tmp_path: Path, project: Path) -> None:
@@ -1086,3 +1136,108 @@ def ageless(block: str) -> str:
     import re
 
     return re.sub(r"age: [^)]*", "", block)
+
+
+# -- hooks doctor, status, stop -------------------------------------------------
+
+
+def doctor(project: Path, home: Path, **env: str) -> tuple[int, dict[str, Any]]:
+    done = cli("hooks", "doctor", "--json", cwd=project, home=home, **env)
+    report = json.loads(done.stdout)
+    return done.returncode, {c["name"]: c for c in report["checks"]}
+
+
+def test_hooks_doctor_passes_on_a_good_install_and_names_what_is_broken(
+    tmp_path: Path, project: Path
+) -> None:
+    from tests.test_hostile import _read_only
+
+    assert cli("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    code, checks = doctor(project, tmp_path)
+    assert code == 0 and all(c["ok"] for c in checks.values()), checks
+    assert checks["prompt"]["detail"].startswith("answered in")
+    assert checks["log"]["detail"].startswith(str(tmp_path / "data" / "hooks.log"))
+    human = cli("hooks", "doctor", cwd=project, home=tmp_path).stdout
+    assert human.splitlines()[0].startswith("ok    settings  ")
+    # A settings file that lost an entry.
+    settings = project / ".claude" / "settings.json"
+    config = json.loads(settings.read_text())
+    del config["hooks"]["UserPromptSubmit"]
+    settings.write_text(json.dumps(config))
+    code, checks = doctor(project, tmp_path)
+    assert code == 1 and not checks["settings"]["ok"]
+    assert "no handler for UserPromptSubmit" in checks["settings"]["detail"]
+    assert "mnemex hooks install claude-code" in checks["settings"]["detail"]
+    assert "prompt" not in checks  # nothing to try it with
+    assert cli("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    # A store that cannot be written.
+    data = tmp_path / "data"
+    mnemex.open(data / "memories.db").close()
+    with _read_only(data / "memories.db"):
+        code, checks = doctor(project, tmp_path)
+    assert code == 1 and not checks["store"]["ok"]
+    assert "cannot be written" in checks["store"]["detail"]
+    # Nothing installed at all.
+    other = tmp_path / "elsewhere"
+    (other / ".git").mkdir(parents=True)
+    code, checks = doctor(other, tmp_path / "other-home")
+    assert code == 1 and "no mnemex hooks in" in checks["settings"]["detail"]
+
+
+@pytest.mark.model
+def test_hooks_doctor_with_the_local_model_and_without_it(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = {"MNEMEX_EMBEDDER": "local"}
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    installed = cli("hooks", "install", "claude-code", cwd=project, home=tmp_path, **local)
+    assert "model     all-MiniLM-L6-v2-int8" in installed.stdout  # prepared for the first prompt
+    assert (tmp_path / "data" / "models").is_dir()
+    code, checks = doctor(project, tmp_path, **local)
+    assert code == 0, checks
+    assert "(a prompt starts one)" in checks["server"]["detail"]  # the check started none
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    prompt = s.event("UserPromptSubmit", prompt="which database do we use for billing?")
+    answer = run_hook(prompt, tmp_path / "data")  # the first prompt starts the server, says so
+    assert "mnemex started a background server" in json.loads(answer.stdout)["systemMessage"]
+    try:
+        deadline, server = time.monotonic() + 60, None
+        while server is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = json.loads(cli("hooks", "status", "--json", cwd=project, home=tmp_path).stdout)
+            server = status["server"]
+        assert server["pid"] > 0 and server["rss_mb"] > 50 and server["uptime"] >= 0
+        assert f"pid {server['pid']}" in cli("hooks", "status", cwd=project, home=tmp_path).stdout
+    finally:
+        stopped = cli("hooks", "stop", cwd=project, home=tmp_path)
+    assert "stopped mnemex serve (pid" in stopped.stdout
+    assert (
+        json.loads(cli("hooks", "status", "--json", cwd=project, home=tmp_path).stdout)["server"]
+        is None
+    )
+    missing = {**local, "MNEMEX_LOCAL_MODEL": str(tmp_path / "nowhere.onnx")}
+    code, checks = doctor(project, tmp_path, **missing)
+    assert code == 1 and not checks["model"]["ok"]
+    assert "nowhere.onnx does not exist" in checks["model"]["detail"]
+
+
+@pytest.mark.model
+def test_a_prompt_whose_query_is_embedded_too_late_is_answered_lexically_and_noted(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "local")
+    data = tmp_path / "data"
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    s.turn("Which port does the Heron API use?", "Heron listens on 8443 behind nginx.")
+    assert run_hook(s.event("Stop"), data).returncode == 0
+    other = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    prompt = other.event("UserPromptSubmit", prompt="what port is Heron on?")
+    monkeypatch.setenv("MNEMEX_QUERY_TIMEOUT", "0.001")  # no query is embedded that fast
+    started = time.monotonic()
+    answer = run_hook(prompt, data, "--no-serve")
+    assert time.monotonic() - started < 10
+    assert "8443" in injected(answer)  # what the lexical arm has, in time
+    (line,) = (data / "hooks.log").read_text().splitlines()  # once, as a note
+    assert " note: answered lexically: embedding the query took over 0.001 s" in line
+    status = cli("hooks", "status", cwd=project, home=tmp_path).stdout
+    assert "late        1 prompt(s) answered lexically" in status

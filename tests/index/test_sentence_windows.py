@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnemex
 from mnemex.embed import SENTENCE_BASE, numbered_windows, window_numbers
@@ -541,3 +543,34 @@ def test_the_reindex_progress_reaches_each_phase_total(
     assert all(done <= total for steps in counts.values() for done, total in steps)
     again, drawn = on_a_terminal("--db", str(db), "reindex", "--json", env=env)
     assert json.loads(again)["embedded"] == 0 and "re-windowing" not in drawn
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["deploy", "the", "Zürich", "发票", "tokenizer's", "x" * 120, "3.14", "(a)", "NUL\x00"]
+        ),
+        min_size=20,
+        max_size=80,
+    ),
+    st.sampled_from([" ", "\n", "\t", "  ", "\r\n"]),
+    st.booleans(),
+)
+def test_the_first_window_of_a_long_text_is_found_in_a_prefix(
+    words: list[str], gap: str, sentences: bool
+) -> None:
+    """What the duplicate check embeds of a long memory (its window 0), read from a prefix
+    of it, is the window that cutting the whole text numbers 0."""
+    import functools
+
+    from mnemex.embed import FIRST_WINDOW_CHARS, first_window
+
+    phrase = gap.join(words)
+    text = gap.join([phrase] * (FIRST_WINDOW_CHARS // len(phrase) + 2))
+    assert len(text) > FIRST_WINDOW_CHARS
+    cut = functools.partial(numbered_windows, LOCAL, sentences=sentences)
+    assert first_window(cut, text) == cut(text)[0][1]
+
+
+LOCAL = LocalEmbedder()

@@ -477,7 +477,8 @@ async def test_another_namespace_never_shows(client: Client, db: Path) -> None:
     found = await call(client, "memory_search", query="billing database password rotates Friday")
     assert "other-1" not in {h["id"] for h in found["hits"]}
     assert found["relations"] == []  # the other namespace's relation matches the words
-    await refused(client, "memory_get", {"ids": ["other-1"]}, "no memory with id 'other-1'")
+    one = "no memory with id 'other-1' in namespace 'agent'; find ids with memory_search"
+    await refused(client, "memory_get", {"ids": ["other-1"]}, one)  # the API's and CLI's wording
     got = await call(client, "memory_get", ids=["m-pg", "other-1"])
     assert got["missing"] == ["other-1"]
     everything = await call(client, "memory_timeline", limit=50)

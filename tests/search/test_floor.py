@@ -163,7 +163,7 @@ def test_raw_expression_decides_membership_in_hybrid(vector_store: Store) -> Non
     plain = vector_store.search("billing webhooks", 10)
     assert plain.mode_used == "hybrid" and len(plain.hits) > 1
     raw = vector_store.search('"billing" AND "webhooks"', 10, raw=True)
-    assert raw.mode_used == "hybrid"
+    assert raw.mode_used == "lexical"  # a raw expression is the lexical arm's, in every mode
     assert [h.snippet for h in raw.hits] and all(
         "billing" in h.snippet.lower() and "webhooks" in h.snippet.lower() for h in raw.hits
     )

@@ -20,6 +20,7 @@ from mnemex.search.recall import (
     cut_to_fit,
     excerpt,
     format_age,
+    frame_tokens,
     pack,
     render,
 )
@@ -87,7 +88,12 @@ def test_cut_to_fit_cuts_at_a_space_or_after_a_wide_character(text: str, budget:
         or _HANGUL.match(line, i - 1)
     ]
     cut = cut_to_fit(line, budget, count_chars)
-    assert cut is None or cut in {line[:i].rstrip() + "…" for i in ends}
+    at_words = {line[:i].rstrip() + "…" for i in ends}
+    if cut is None or cut in at_words:
+        return
+    # not even the first word fits: a cut inside it, and none at a word would do
+    inside = {line[:i].rstrip() + "…" for i in range(head + 1, ends[0])}
+    assert cut in inside and all(count_chars(render([w])) > budget for w in at_words)
 
 
 def test_pack_skips_what_does_not_fit_and_keeps_going() -> None:
@@ -268,6 +274,21 @@ def test_recall_bad_input(sample: Store) -> None:
             sample.recall("billing", **kwargs)  # type: ignore[arg-type]
     assert sample.recall("").memories == ()
     assert sample.recall('"zebra* NEAR(').markdown == ""  # FTS5 syntax is plain text
+
+
+@both_engines
+def test_recall_fits_a_cut_memory_into_any_budget_above_the_frame(store: Store) -> None:
+    store.add("Reconciliation of the nightly invoices runs at 02:00 UTC", kind="observation")
+    frame = frame_tokens("observation")
+    assert frame == count_chars("## Relevant Memories\n\n- [observation] …\n") == 10
+    whole = store.recall("invoice reconciliation").tokens
+    for budget in range(frame + 1, whole + 2):
+        result = store.recall("invoice reconciliation", budget)
+        assert len(result.memories) == 1 and result.tokens <= budget, (budget, result)
+        assert result.memories[0].cut is (budget < whole)
+    small = store.recall("invoice reconciliation", frame)
+    assert small.memories == () and small.skipped == 1
+    assert f"takes {frame}; give {frame + 1} or more" in small.notes[-1]
 
 
 def test_recall_cli(tmp_path: Path) -> None:

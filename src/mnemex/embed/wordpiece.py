@@ -20,9 +20,9 @@ and places no token it is not asked about.
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 from pathlib import Path
 
 VOCAB = Path(__file__).parent / "minilm" / "vocab.txt"
@@ -141,16 +141,24 @@ class Tokens:
     """The tokens of a text, ``[CLS]`` and ``[SEP]`` left out: how many (``len``), and
     where one is in the text (:meth:`span`, as ``tokenizers``' offsets), each segment
     between spaces, tabs and line breaks read once (:class:`Pieces`: ``tokenizers`` reads
-    those alike, as nothing it does to a text crosses them)."""
+    those alike, as nothing it does to a text crosses them).
 
-    __slots__ = ("_ends", "_last", "_pieces", "_segments")
+    Each segment is kept as three machine integers (where it starts and ends, and how
+    many tokens the text has up to its end), not as a string: a text of megabytes
+    costs about 24 bytes a word here."""
+
+    __slots__ = ("_ends", "_last", "_pieces", "_starts", "_text")
 
     def __init__(self, text: str, pieces: Pieces) -> None:
-        parts = _SEGMENT.split(text)  # a gap, a segment, a gap, ..., a gap
-        self._segments = parts[1::2]
-        self._ends = list(accumulate(map(len, parts)))  # where each part ends
-        # How many tokens the text has up to each segment's end.
-        self._last = list(accumulate(map(len, map(pieces.__getitem__, self._segments))))
+        self._text = text
+        self._starts, self._ends, self._last = array("q"), array("q"), array("q")
+        total = 0
+        for match in _SEGMENT.finditer(text):
+            start, end = match.span()
+            self._starts.append(start)
+            self._ends.append(end)
+            total += len(pieces[text[start:end]])
+            self._last.append(total)  # how many tokens the text has up to this segment's end
         self._pieces = pieces
 
     def __len__(self) -> int:
@@ -159,7 +167,7 @@ class Tokens:
     def span(self, token: int) -> tuple[int, int]:
         """The (start, end) in the text of token ``token`` (from 0)."""
         segment = bisect_right(self._last, token)
-        spans = self._pieces[self._segments[segment]]
+        at = self._starts[segment]
+        spans = self._pieces[self._text[at : self._ends[segment]]]
         start, end = spans[token - self._last[segment] + len(spans)]
-        at = self._ends[2 * segment]
         return at + start, at + end

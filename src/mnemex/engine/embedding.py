@@ -35,7 +35,63 @@ from mnemex.storage import write_transaction
 REWINDOWING: Final = "re-windowing"  # reindex's phase that gives memories their windows
 FROM_SETTINGS: Final = object()  # Store(embedder=...) default: resolve the embedder setting
 DEADLINE_SLICE = 32  # memories embedded between two looks at the clock when time is limited
-_BACKLOG = "SELECT value FROM meta WHERE key = 'embed_backlog'"
+# A write that finds memories left without vectors by an earlier one (failed, interrupted)
+# embeds at most this many of them, or as many as it wrote if more: bounded work per write.
+CATCH_UP_MEMORIES = 500
+# Nor a memory longer than this (a raised max_content_bytes): minutes of embedding that a
+# write of a line would not expect. `mnemex embed` embeds those.
+CATCH_UP_MAX_CHARS = 65_536
+
+
+class Backlog:
+    """The store's mark that memories may lack vectors: set before a write embeds (so an
+    interruption leaves it), kept when embedding fails, cleared once none is left.
+
+    The ``meta`` row ``embed_backlog``, read and written in statements both engines
+    take (``mark`` is the driver's parameter mark).
+    """
+
+    KEY: Final = "embed_backlog"
+
+    def __init__(self, session: Any, mark: str = "?") -> None:
+        self.session = session
+        self.mark = mark
+
+    def marked(self) -> bool:
+        with self.session.connection() as conn:
+            sql = f"SELECT 1 FROM meta WHERE key = {self.mark}"
+            return conn.execute(sql, (self.KEY,)).fetchone() is not None
+
+    def set(self, why: str) -> None:
+        with self.session.transaction() as conn:
+            conn.execute(f"DELETE FROM meta WHERE key = {self.mark}", (self.KEY,))
+            sql = f"INSERT INTO meta (key, value) VALUES ({self.mark}, {self.mark})"
+            conn.execute(sql, (self.KEY, why))
+
+    def clear(self) -> None:
+        with self.session.transaction() as conn:
+            conn.execute(f"DELETE FROM meta WHERE key = {self.mark}", (self.KEY,))
+
+
+def catch_up_size(written: int) -> int:
+    """How many memories left without vectors a write of ``written`` memories embeds."""
+    return max(CATCH_UP_MEMORIES, written)
+
+
+def say_catching_up(doing: int, pending: int) -> None:
+    logger().warning(
+        "embedding %d of the %d memories an earlier write left without vectors", doing, pending
+    )
+
+
+def say_left(left: int) -> None:
+    if left > 0:
+        logger().warning(
+            "%d memories still have no vector: each write embeds more (none longer than %d "
+            "characters), `mnemex embed` all of them",
+            left,
+            CATCH_UP_MAX_CHARS,
+        )
 
 
 class Embedding:
@@ -111,7 +167,7 @@ class Embedding:
         """The part of ``text`` the store's embedder gives its first vector (its window 0)."""
         embedder = self.embedder
         cut = None if embedder is None else self.cut(embedder)
-        return text if cut is None else cut(text)[0][1]
+        return text if cut is None else embedders.first_window(cut, text)
 
     def _target(self) -> Embedder | None:
         """The embedder reindex and embed switch the store to (``Unavailable`` raises)."""
@@ -163,9 +219,8 @@ class Embedding:
                 cut=self.cut(embedder),
             )
             session.after_write()
+        Backlog(session).clear()
         with session.connection() as conn:
-            with write_transaction(conn):
-                conn.execute("DELETE FROM meta WHERE key = 'embed_backlog'")
             report.pending = vectors.count_pending(conn, embedder.model_id)
         self._record(embedder)
         if embedder is not self._embedder:
@@ -252,11 +307,17 @@ class Embedding:
 
         ``primed`` maps texts to vectors already computed (by the duplicate check).
         With a ``deadline`` (``time.monotonic()``), embedding stops once it has
-        passed; what is left stays pending for the next sync or ``embed``.
-        Returns what was done (``None`` without an embedder or memories).
+        passed; what is left stays pending for the next write or ``embed``.
+        Memories an earlier write left without vectors (it failed, or was
+        interrupted) are caught up after, at most :func:`catch_up_size` of them.
+        Returns what was done (``None`` without an embedder or anything to embed).
         """
         embedder = self.embedder
-        if embedder is None or not seqs:
+        if embedder is None:
+            return None
+        backlog = Backlog(self.session)
+        earlier = backlog.marked()
+        if not seqs and not earlier:
             return None
         cut = self.cut(embedder)
         if primed:
@@ -269,37 +330,88 @@ class Embedding:
             with session.connection() as conn:
                 self.check_dimension(embedder)
                 rows = vectors.rows_for(conn, seqs, embedder.model_id)
-            step = len(rows) if deadline is None else DEADLINE_SLICE
-            for start in range(0, len(rows), max(step, 1)):
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                vectors.embed_and_store(
-                    session.conn,
-                    embedder,
-                    rows[start : start + step],
-                    report,
-                    progress,
-                    session.connection,
-                    cut=cut,
-                )
-            with session.connection() as conn:
-                backlog = conn.execute(_BACKLOG).fetchone()
+            if rows and not earlier:
+                backlog.set("a write is embedding its memories")  # left if it is interrupted
+            done = self._embed_rows(embedder, rows, report, deadline, progress, cut)
             session.after_write()
             if rows:
                 self._record(self.embedder)  # type: ignore[arg-type]
-            if backlog and deadline is None:  # an earlier write could not embed: catch up now
-                self.embed()
+            if earlier and deadline is None:
+                self.catch_up(catch_up_size(len(seqs)))
+            elif rows and done and not earlier:
+                backlog.clear()
             self.last_error = None
         except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
             session.after_write()
             self.last_error = report.error = str(exc)
             logger().warning("memories stored without vectors (run `mnemex embed`): %s", exc)
-            with session.transaction() as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embed_backlog', ?)",
-                    (str(exc),),
-                )
+            backlog.set(str(exc))
         return report
+
+    def _embed_rows(
+        self,
+        embedder: Embedder,
+        rows: Sequence[Pending],
+        report: EmbedReport,
+        deadline: float | None,
+        progress: Callable[[int], None] | None,
+        cut: Cut | None,
+    ) -> bool:
+        """Embed ``rows`` (in slices when there is a ``deadline``); whether all were."""
+        from mnemex.index import embeddings as vectors
+
+        session = self.session
+        step = len(rows) if deadline is None else DEADLINE_SLICE
+        for start in range(0, len(rows), max(step, 1)):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            vectors.embed_and_store(
+                session.conn,
+                embedder,
+                rows[start : start + step],
+                report,
+                progress,
+                session.connection,
+                cut=cut,
+            )
+        return True
+
+    def catch_up(self, most: int) -> int:
+        """Embed up to ``most`` of the memories without a vector (oldest first), saying so;
+        clear the backlog mark when none is left. Returns how many are left."""
+        from mnemex.index import embeddings as vectors
+
+        embedder, session = self.embedder, self.session
+        if embedder is None:
+            return 0
+        with session.connection() as conn:
+            pending = vectors.count_pending(conn, embedder.model_id)
+        doing = min(most, pending)
+        if doing:
+            say_catching_up(doing, pending)
+        report, last, done = vectors.EmbedReport(model=embedder.model_id), 0, 0
+        while done < doing:
+            with session.connection() as conn:
+                batch = vectors.pending(
+                    conn,
+                    embedder.model_id,
+                    after=last,
+                    limit=min(vectors.EMBED_BATCH, doing - done),
+                    max_chars=CATCH_UP_MAX_CHARS,
+                )
+            if not batch:
+                break
+            last, done = batch[-1].seq, done + len(batch)
+            cut = self.cut(embedder)
+            vectors.embed_and_store(
+                session.conn, embedder, batch, report, None, session.connection, cut=cut
+            )
+            session.after_write()
+        left = pending - done
+        if left <= 0:
+            Backlog(session).clear()
+        say_left(left)
+        return max(0, left)
 
 
 def rewindowed(stored: Sequence[tuple[Pending, tuple[int, int]]], cut: Cut) -> list[Pending]:

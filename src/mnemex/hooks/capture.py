@@ -103,8 +103,10 @@ def capture(
     *,
     final: bool = False,
     namespace: str | None = None,
+    embed: bool = False,
 ) -> CaptureReport:
-    """Store the turns of the session added since its last capture."""
+    """Store the turns of the session added since its last capture (and, with ``embed``,
+    embed them before returning)."""
     path = str(Path(transcript_path).expanduser())
     state = _state(store, agent, session_id)
     start, number = 0, 1
@@ -115,7 +117,7 @@ def capture(
     items = memories(read.turns, agent, session_id, path)
     if items:
         before = store.count(namespace=namespace)
-        store.add_many(items, namespace=namespace, on_conflict="skip", embed=False)
+        store.add_many(items, namespace=namespace, on_conflict="skip", embed=embed)
         stored = store.count(namespace=namespace) - before
     if read.next_offset != start or not state:
         _save_state(

@@ -128,7 +128,7 @@ def serve(obj: Any, port: int, idle_exit: float | None) -> None:
 
 @click.group()
 def hooks() -> None:
-    """Install mnemex's hooks into Claude Code or Codex, or remove them."""
+    """Install mnemex's hooks into Claude Code or Codex, check them, show them, remove them."""
 
 
 @hooks.command()
@@ -136,13 +136,20 @@ def hooks() -> None:
 @_scope_options
 @click.option("--no-mcp", is_flag=True, help="Only the hooks, not the MCP server entry.")
 @click.option(
+    "--mcp-only",
+    is_flag=True,
+    help="Only the project's MCP server entry (the hooks are installed with --user).",
+)
+@click.option(
     "--url",
     help="Claude Code: POST the prompt events to a running `mnemex serve` at this URL "
     "(http://127.0.0.1:8767/hook) instead of starting a process.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_obj
-def install(obj: Any, agent: str, scope: str, no_mcp: bool, url: str | None, as_json: bool) -> None:
+def install(
+    obj: Any, agent: str, scope: str, no_mcp: bool, mcp_only: bool, url: str | None, as_json: bool
+) -> None:
     """Add mnemex's hooks (and MCP server) to the agent's config, keeping everything else."""
     from mnemex.hooks import install as files
 
@@ -154,8 +161,14 @@ def install(obj: Any, agent: str, scope: str, no_mcp: bool, url: str | None, as_
             namespace=obj.namespace,
             mcp=not no_mcp,
             url=url,
+            hooks=not mcp_only,
         )
-        _report(changes, as_json)
+        from mnemex.hooks.doctor import prepare_model
+
+        model = None if mcp_only else prepare_model(obj.settings())  # what the first prompt loads
+        _report(changes, as_json, model)
+        if not as_json and not mcp_only:
+            click.echo(f"check it with `mnemex hooks doctor {agent}`")
 
     _guard(run)
 
@@ -172,29 +185,111 @@ def uninstall(agent: str, scope: str, as_json: bool) -> None:
 
 
 @hooks.command()
-@agent_argument
+@click.argument("agent", type=click.Choice(AGENTS), required=False)
 @_scope_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def status(agent: str, scope: str, as_json: bool) -> None:
-    """Show which events of the agent run mnemex."""
+@click.pass_obj
+def status(obj: Any, agent: str | None, scope: str, as_json: bool) -> None:
+    """Show which events of the agent (default: both) run mnemex, the background server
+    (pid, memory, uptime, how to stop it) and the prompts answered lexically for lack of
+    time."""
     from mnemex.hooks import install as files
+    from mnemex.hooks.doctor import describe_server
+    from mnemex.hooks.run import server_info
 
     def show() -> None:
-        state = files.status(agent, scope)
+        states = [files.status(a, scope) for a in ((agent,) if agent else AGENTS)]
+        home = obj.settings().home
+        server, late = server_info(home), _late_prompts(home)
         if as_json:
-            click.echo(json.dumps(state, indent=2))
+            data = states[0] if agent else {"agents": states}
+            click.echo(json.dumps({**data, "server": server, "late_prompts": late}, indent=2))
             return
-        click.echo(f"{agent} ({scope}): {state['hooks_file']}")
-        click.echo(f"  hooks     {', '.join(state['events']) or 'none'}")
-        if state["missing_events"]:
-            click.echo(f"  missing   {', '.join(state['missing_events'])}")
-        if "mcp" in state:
-            click.echo(f"  mcp       {'yes' if state['mcp'] else 'no'}")
-        if "codex_hooks_enabled" in state:
-            flag = "yes" if state["codex_hooks_enabled"] else "no (hooks do not run)"
-            click.echo(f"  [features] codex_hooks  {flag}")
+        for state in states:
+            _print_state(state)
+        click.echo(f"server      {describe_server(server) if server else 'not running'}")
+        if late["count"]:
+            click.echo(
+                f"late        {late['count']} prompt(s) answered lexically, the query not "
+                f"embedded in time; the last: {late['last']}"
+            )
 
     _guard(show)
+
+
+def _print_state(state: dict[str, Any]) -> None:
+    click.echo(f"{state['agent']} ({state['scope']}): {state['hooks_file']}")
+    click.echo(f"  hooks     {', '.join(state['events']) or 'none'}")
+    if state["missing_events"]:
+        click.echo(f"  missing   {', '.join(state['missing_events'])}")
+    if "mcp" in state:
+        click.echo(f"  mcp       {'yes' if state['mcp'] else 'no'}")
+    if "codex_hooks_enabled" in state:
+        flag = "yes" if state["codex_hooks_enabled"] else "no (hooks do not run)"
+        click.echo(f"  [features] codex_hooks  {flag}")
+
+
+def _late_prompts(home: Any) -> dict[str, Any]:
+    """How many lines of hooks.log note a prompt answered lexically, and the last one."""
+    from mnemex.hooks.run import LATE, LOG_FILE
+
+    path = home / LOG_FILE
+    lines = path.read_text("utf-8", errors="replace").splitlines() if path.exists() else []
+    noted = [line for line in lines if LATE in line]
+    return {"count": len(noted), "last": noted[-1] if noted else None, "log": str(path)}
+
+
+@hooks.command()
+@click.argument("agent", type=click.Choice(AGENTS), required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def doctor(obj: Any, agent: str | None, as_json: bool) -> None:
+    """Check the hooks end to end: the agent's settings, the program they run, the store,
+    the model, a test prompt through the installed command, the log, the server.
+
+    Exits 1 naming what to fix when a check fails. AGENT defaults to the one whose
+    hooks are installed here (Claude Code when both or neither are).
+    """
+    from pathlib import Path
+
+    from mnemex.hooks import doctor as checks
+
+    def run() -> None:
+        cwd = Path.cwd()
+        chosen = agent or next((a for a in AGENTS if checks.has_hooks(a, cwd)), AGENTS[0])
+        found = checks.doctor(chosen, obj.settings(), cwd)
+        if as_json:
+            ok = all(c.ok for c in found)
+            click.echo(
+                json.dumps(
+                    {"agent": chosen, "ok": ok, "checks": [c.to_dict() for c in found]}, indent=2
+                )
+            )
+        else:
+            for check in found:
+                click.echo(f"{'ok  ' if check.ok else 'FAIL'}  {check.name:<9} {check.detail}")
+        if not all(c.ok for c in found):
+            sys.exit(1)
+
+    _guard(run)
+
+
+@hooks.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def stop(obj: Any, as_json: bool) -> None:
+    """Stop the background `mnemex serve` the hooks started (the next prompt starts
+    another, unless the hooks run with --no-serve)."""
+    from mnemex.hooks.run import stop_server
+
+    def run() -> None:
+        pid = stop_server(obj.settings().home)
+        if as_json:
+            click.echo(json.dumps({"stopped": pid}))
+        else:
+            click.echo(f"stopped mnemex serve (pid {pid})" if pid else "no mnemex serve runs")
+
+    _guard(run)
 
 
 def import_sessions(obj: Any, agent: str, folder: str | None, as_json: bool) -> None:
@@ -247,9 +342,12 @@ def _globals(obj: Any) -> list[str]:
     return out
 
 
-def _report(changes: list[Any], as_json: bool) -> None:
+def _report(changes: list[Any], as_json: bool, model: Any = None) -> None:
     if as_json:
-        click.echo(json.dumps({"files": [c.to_dict() for c in changes]}, indent=2))
+        data: dict[str, Any] = {"files": [c.to_dict() for c in changes]}
+        if model is not None:
+            data["model"] = model.to_dict()
+        click.echo(json.dumps(data, indent=2))
         return
     for change in changes:
         what = "updated" if change.changed else "unchanged"
@@ -257,6 +355,8 @@ def _report(changes: list[Any], as_json: bool) -> None:
         click.echo(f"{what:9} {change.path}{backup}")
         for note in change.notes:
             click.echo(f"          note: {note}")
+    if model is not None:
+        click.echo(f"{'model' if model.ok else 'problem':9} {model.detail}")
 
 
 def _guard(func: Any) -> None:

@@ -150,9 +150,15 @@ def install(
     namespace: str | None = None,
     mcp: bool = True,
     url: str | None = None,
+    hooks: bool = True,
 ) -> list[Change]:
-    """Merge mnemex's hooks (and, for a project, its MCP server) into the agent's config."""
+    """Merge mnemex's hooks (and, for a project, its MCP server) into the agent's config;
+    without ``hooks``, only the MCP server (beside hooks installed for the user)."""
     files = paths(agent, scope, root)
+    if not hooks and (scope != "project" or not mcp):
+        raise InvalidInput("--mcp-only writes a project's MCP server entry: run it in a project")
+    if not hooks and not _mcp_installed():
+        raise InvalidInput("--mcp-only writes the MCP server entry: install mnemex[mcp] first")
     if url is not None:
         if agent != CLAUDE_CODE:
             raise InvalidInput("--url is for Claude Code's http hooks; Codex runs commands only")
@@ -162,7 +168,9 @@ def install(
                 "e.g. http://127.0.0.1:8767/hook"
             )
     command = hook_command(agent, global_args)
-    changes = [_update_json(files["hooks"], lambda c: merged_hooks(c, agent, command, url))]
+    changes = []
+    if hooks:
+        changes.append(_update_json(files["hooks"], lambda c: merged_hooks(c, agent, command, url)))
     mcp_ok = mcp and _mcp_installed()
     entry: dict[str, Any] | None = None
     if scope == "project" and mcp_ok:
@@ -183,7 +191,7 @@ def install(
     elif scope == "user":
         note = (
             "MCP server entry not written for --user (each project has its own namespace): "
-            "run `mnemex hooks install --project` in a project to add it there"
+            f"run `mnemex hooks install {agent} --mcp-only` in a project to add it there"
         )
     if note:
         changes[0].notes.append(note)

@@ -36,6 +36,12 @@ SESSION_START = "SessionStart"
 USER_PROMPT = "UserPromptSubmit"
 CAPTURE_EVENTS = ("Stop", "PreCompact", "SessionEnd", "SubagentStop")
 PROMPT_TIMEOUT = 2.0  # seconds, SessionStart and UserPromptSubmit
+# Seconds before a prompt event's limit by which the query must be embedded; past it the
+# prompt is answered from the lexical arm, in time (the rest of the search, the packing
+# and the answer fit in what is left, under load too).
+ANSWER_MARGIN = 0.5
+NOTE = "note:"  # a line of hooks.log that is no error (the rest are)
+LATE = "answered lexically"  # how hooks.log notes a prompt whose query was embedded too late
 CAPTURE_TIMEOUT = 30.0  # seconds, the capture events (asynchronous where the agent allows)
 MIN_TIMEOUT, MAX_TIMEOUT = 0.01, 3600.0  # the bounds of `hook --timeout`
 MAX_STDIN = 4 * 1024 * 1024
@@ -116,6 +122,8 @@ def main(
 ) -> None:
     """Run one hook event from stdin; print the agent's context, if any; always exit 0."""
     quiet_blas(threads="1")  # a hook's products are small
+    limit = None if timeout is None else min(timeout, threading.TIMEOUT_MAX)  # --timeout 1e400
+    deadline = time.monotonic() + (PROMPT_TIMEOUT if limit is None else limit)
     result: dict[str, Any] = {}
     event: dict[str, Any] = {}
     source = stdin if stdin is not None else sys.stdin.buffer
@@ -135,16 +143,21 @@ def main(
                 result["out"] = forwarded
                 return
             prompt_event = event.get("hook_event_name") in (SESSION_START, USER_PROMPT)
+            started = None
             if start_server and namespace is None and prompt_event:
                 try:  # before answering: the next prompt gains even if this one runs late
-                    start_background_server(db, home)
+                    started = start_background_server(db, home)
                 except Exception as exc:
                     log(home, event, f"could not start mnemex serve: {type(exc).__name__}: {exc}")
-            result["out"] = handle(event, agent=agent, namespace=namespace, db=db, home=home)
+            result["out"] = handle(
+                event, agent=agent, namespace=namespace, db=db, home=home, deadline=deadline
+            )
+            if started is not None:
+                said = (agent or guess_agent(event)) == CLAUDE_CODE  # it shows systemMessage
+                result["out"] = announce(result["out"], started, event, tell=said)
         except BaseException as exc:
             result["error"] = exc
 
-    limit = None if timeout is None else min(timeout, threading.TIMEOUT_MAX)  # --timeout 1e400
     worker = threading.Thread(target=work, daemon=True, name="mnemex-hook")
     worker.start()
     worker.join(PROMPT_TIMEOUT if limit is None else limit)
@@ -292,8 +305,15 @@ def handle(
     db: str | None = None,
     home: str | None = None,
     store: Store | None = None,
+    deadline: float | None = None,
 ) -> str:
-    """What to print for ``event`` (``""`` for nothing); captures on the capture events."""
+    """What to print for ``event`` (``""`` for nothing); captures on the capture events.
+
+    A prompt whose query is not embedded ``ANSWER_MARGIN`` seconds before the
+    ``deadline`` (``time.monotonic()``; default: ``PROMPT_TIMEOUT`` from now) is
+    answered from the lexical arm, and ``hooks.log`` says so. A capture embeds what it
+    stored before it returns: the next prompt finds it by both arms.
+    """
     name = event.get("hook_event_name")
     if name not in (SESSION_START, USER_PROMPT, *CAPTURE_EVENTS):
         return ""
@@ -301,14 +321,20 @@ def handle(
     if namespace is None:
         from mnemex.hooks.project import project_namespace
 
-        namespace = project_namespace(cwd)
+        namespace = project_namespace(cwd, home)
     agent = agent or guess_agent(event)
     if name == USER_PROMPT:
         prompt = _text(event.get("prompt"))
         if prompt is None or not worth_recalling(prompt):
             return ""
-        with _opened(store, db, home, namespace, embedder=True) as opened:
-            block = prompt_context(opened, prompt, _text(event.get("session_id")), namespace)
+        until = (
+            time.monotonic() + PROMPT_TIMEOUT if deadline is None else deadline
+        ) - ANSWER_MARGIN
+        with _opened(store, db, home, namespace, embedder=True, until=until) as opened:
+            session = _text(event.get("session_id"))
+            block, late = prompt_context(opened, prompt, session, namespace, until)
+        if late:
+            log(home or str(opened.settings.home), event, f"{NOTE} {LATE}: {late}")
         return _context(name, block)
     if name == SESSION_START:
         with _opened(store, db, home, namespace, embedder=False) as opened:
@@ -320,9 +346,11 @@ def handle(
         raise ValueError(f"{name} without session_id and transcript_path: nothing to capture")
     from mnemex.hooks.capture import capture
 
-    with _opened(store, db, home, namespace, embedder=False) as opened:
-        capture(opened, agent, session_id, path, final=name == "SessionEnd", namespace=namespace)
-        embed_later(opened)
+    with _opened(store, db, home, namespace, embedder=True) as opened:
+        final = name == "SessionEnd"
+        capture(opened, agent, session_id, path, final=final, namespace=namespace, embed=True)
+        if opened.last_embedding_error:  # stored without vectors: a background process retries
+            embed_later(opened)
     return ""
 
 
@@ -347,9 +375,15 @@ def worth_recalling(prompt: str) -> bool:
 
 
 def prompt_context(
-    store: Store, prompt: str, session_id: str | None, namespace: str | None = None
-) -> str:
-    """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant).
+    store: Store,
+    prompt: str,
+    session_id: str | None,
+    namespace: str | None = None,
+    until: float | None = None,
+) -> tuple[str, str]:
+    """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant),
+    and why it was answered lexically (``""``: it was not) when the query was not embedded
+    by ``until`` (``time.monotonic()``; see :func:`handle`).
 
     The memories of the session itself are left out: they are in the
     conversation already.
@@ -360,20 +394,32 @@ def prompt_context(
     settings = store.settings
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
     found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
+    late = _late(store, found, until)
     if not found.memories or not _own(store, found, session_id, namespace):
-        return found.markdown if found.memories else ""
+        return (found.markdown if found.memories else ""), late
     # The session's own memories are in the conversation already: ask for more, leave them out.
     found = store.recall(
-        task, max_memories=settings.recall_max + SESSION_EXTRA, namespace=namespace
+        task,
+        max_memories=settings.recall_max + SESSION_EXTRA,
+        namespace=namespace,
+        mode="lexical" if late else None,  # no second wait for the model
     )
     own = _own(store, found, session_id, namespace)
     kept = [m for m in found.memories if m.id not in own]
     if not kept:
-        return ""
+        return "", late
     packed = packing.pack(
         [m.line for m in kept], settings.recall_budget, settings.recall_max, _counter(store)
     )
-    return packed.markdown
+    return packed.markdown, late
+
+
+def _late(store: Store, found: Any, until: float | None) -> str:
+    """Why a recall that should have been hybrid was answered lexically (``""``: it was not):
+    the note of a query embedded too late, or that failed."""
+    if found.mode_used != "lexical" or until is None or store.embedder is None:
+        return ""
+    return next((n for n in found.notes if "answered from the lexical arm" in n), "")
 
 
 def _own(store: Store, found: Any, session_id: str | None, namespace: str | None) -> set[str]:
@@ -450,10 +496,18 @@ class _opened:
     """The given store, or one opened (and closed) for this event."""
 
     def __init__(
-        self, store: Store | None, db: str | None, home: str | None, ns: str, *, embedder: bool
+        self,
+        store: Store | None,
+        db: str | None,
+        home: str | None,
+        ns: str,
+        *,
+        embedder: bool,
+        until: float | None = None,
     ) -> None:
         self.given = store
         self.args = (db, home, ns, embedder)
+        self.until = until  # embedding a query must be done by then (time.monotonic())
         self.store: Store | None = None
 
     def __enter__(self) -> Store:
@@ -465,6 +519,9 @@ class _opened:
 
         db, home, ns, embedder = self.args
         settings = load_settings(db, home=home, namespace=ns)
+        if self.until is not None:
+            left = max(0.05, self.until - time.monotonic())
+            settings = settings.replace(query_timeout=min(settings.query_timeout, left))
         chosen: Any = None
         if embedder:
             from mnemex.embed import resolve
@@ -482,9 +539,42 @@ class _opened:
             self.store.close()
 
 
-def start_background_server(db: str | None, home: str | None) -> None:
+SERVE_ANNOUNCED = "serve.announced"  # in the data folder once the server was announced
+ANNOUNCEMENT = (
+    "mnemex started a background server (mnemex serve, about 250 MB) that keeps the "
+    "embedding model loaded, so that later prompts are answered in milliseconds; it stops "
+    "after {minutes:.0f} idle minutes. `mnemex hooks status` shows it, `mnemex hooks stop` "
+    "stops it, and `mnemex hook --no-serve` in the agent's settings never starts it."
+)
+
+
+def announce(out: str, home: Path, event: Mapping[str, Any], *, tell: bool = True) -> str:
+    """The answer ``out`` of the prompt that started the background server, with the
+    server announced to the person (with ``tell``: Claude Code shows a hook's
+    ``systemMessage``) the first time one starts for the data folder; every start is a
+    line in ``hooks.log``."""
+    minutes = SERVE_IDLE_EXIT / 60
+    log(
+        str(home),
+        event,
+        f"{NOTE} started a background mnemex serve (stops after {minutes:.0f} idle minutes)",
+    )
+    marker = home / SERVE_ANNOUNCED
+    if not tell or marker.exists():
+        return out
+    try:
+        marker.touch()
+    except OSError:
+        return out
+    answer = json.loads(out) if out.strip() else {}
+    answer["systemMessage"] = ANNOUNCEMENT.format(minutes=minutes)
+    return json.dumps(answer, ensure_ascii=False) + "\n"
+
+
+def start_background_server(db: str | None, home: str | None) -> Path | None:
     """In hybrid mode, start ``mnemex serve`` (any free port, stops after 30 idle minutes)
-    so that the next prompts skip loading the model and the vectors.
+    so that the next prompts skip loading the model and the vectors; the data folder when
+    one was started.
 
     Nothing happens in lexical mode (a new process is fast enough), or when a
     server already answers for the data folder.
@@ -493,14 +583,14 @@ def start_background_server(db: str | None, home: str | None) -> None:
 
     settings = load_settings(db, home=home)
     if settings.embedder == "none":
-        return
+        return None
     if settings.embedder == "auto":
         from mnemex.embed import local_available
 
         if not local_available():
-            return
+            return None
     if server_running(settings.home):
-        return
+        return None
     import subprocess
 
     subprocess.Popen(
@@ -522,6 +612,64 @@ def start_background_server(db: str | None, home: str | None) -> None:
         start_new_session=True,
         env=child_env(settings.home),
     )
+    return settings.home
+
+
+def server_info(home: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``mnemex serve`` answering hook events for the data folder ``home`` (its pid,
+    port, store, resident memory in MB, seconds up, idle minutes before it stops), or
+    ``None`` when none runs."""
+    from pathlib import Path
+
+    if not server_running(home):
+        return None
+    try:
+        info = json.loads((Path(home) / SERVE_FILE).read_text(encoding="utf-8"))
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    started = info.get("started")
+    return {
+        "pid": pid,
+        "port": info.get("port"),
+        "db": info.get("db"),
+        "rss_mb": _rss_mb(pid),
+        "uptime": None if started is None else max(0.0, time.time() - float(started)),
+        "idle_exit": float(info.get("idle_exit") or SERVE_IDLE_EXIT),
+    }
+
+
+def _rss_mb(pid: int) -> float | None:
+    """A process's resident memory in MB (``/proc`` on Linux, else ``ps``)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True)
+        return int(out.stdout.strip()) / 1024
+    except (OSError, ValueError):
+        return None
+
+
+def stop_server(home: str | os.PathLike[str]) -> int | None:
+    """Stop the data folder's ``mnemex serve`` (SIGTERM: it removes serve.json and exits);
+    its pid, or ``None`` when none runs."""
+    import signal
+
+    info = server_info(home)
+    if info is None:
+        return None
+    os.kill(info["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while server_running(home) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(info["pid"])
 
 
 def server_running(home: str | os.PathLike[str]) -> bool:

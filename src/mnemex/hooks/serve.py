@@ -140,7 +140,13 @@ def serve(
     server = HookServer(store, port, namespace=namespace)
     marker = home / SERVE_FILE
     if namespace is None:
-        info = {"port": server.server_address[1], "db": str(store.path), "pid": os.getpid()}
+        info = {
+            "port": server.server_address[1],
+            "db": str(store.path),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "idle_exit": idle_exit,
+        }
         marker.write_text(json.dumps(info), encoding="utf-8")
     if idle_exit is not None:
         threading.Thread(target=_watch_idle, args=(server, idle_exit), daemon=True).start()

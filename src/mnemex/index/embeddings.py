@@ -18,17 +18,27 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mnemex.embed import SENTENCE_BASE, Embedder, embed_checked
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 
+if TYPE_CHECKING:
+    import numpy as np
+
 Cut = Callable[[str], list[tuple[int, str]]]  # a text's numbered windows (one: (0, text))
-Windows = list[tuple[int, bytes]]  # a text's vectors by window number, in order
+# A text's vectors by window number, in order: as stored, or views of the rows just embedded
+# (SQLite takes either as a BLOB; a view copies nothing).
+Windows = list[tuple[int, bytes | memoryview]]
 EMBED_BATCH = 256  # texts per embedder call and per write transaction
 # With a progress callback, batches start small and double while one takes less than
 # PROGRESS_SECONDS, so that a progress bar moves (and estimates) from the first seconds.
 FIRST_PROGRESS_BATCH = 16
 PROGRESS_SECONDS = 1.0
+# A batch with more windows than this (a memory of megabytes) is embedded a slice at a
+# time, saying how far it is on the ``mnemex.progress`` logger every SAY_EVERY seconds.
+LONG_WINDOWS = 256
+SAY_EVERY = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +69,21 @@ class EmbedReport:
 
 
 def pending(
-    conn: sqlite3.Connection, model: str, *, after: int = 0, limit: int = EMBED_BATCH
+    conn: sqlite3.Connection,
+    model: str,
+    *,
+    after: int = 0,
+    limit: int = EMBED_BATCH,
+    max_chars: int | None = None,
 ) -> list[Pending]:
-    """Memories with no vector for ``model``, by ``seq`` after ``after``."""
+    """Memories with no vector for ``model``, by ``seq`` after ``after`` (of at most
+    ``max_chars`` characters, if given)."""
     rows = conn.execute(
         """SELECT m.seq, m.content, m.content_hash FROM memories AS m
-           WHERE m.seq > ? AND NOT EXISTS (
+           WHERE m.seq > ? AND (? IS NULL OR length(m.content) <= ?) AND NOT EXISTS (
                SELECT 1 FROM embeddings AS e WHERE e.model = ? AND e.seq = m.seq)
            ORDER BY m.seq LIMIT ?""",
-        (after, model, limit),
+        (after, max_chars, max_chars, model, limit),
     ).fetchall()
     return [Pending(*r) for r in rows]
 
@@ -167,11 +183,36 @@ def _embed_windows(
     texts = list(dict.fromkeys(t for p in pieces.values() for _, t in p))
     if not texts:
         return 0
-    fresh = embed_checked(embedder, texts)
-    by_text = {t: fresh[i].tobytes() for i, t in enumerate(texts)}
+    fresh = (
+        embed_checked(embedder, texts)
+        if len(texts) <= LONG_WINDOWS
+        else _embed_long(embedder, texts)
+    )
+    by_text = {t: fresh[i].data for i, t in enumerate(texts)}
     for r in todo:
         known[r.content_hash] = [(w, by_text[t]) for w, t in pieces[r.content]]
     return len(pieces)
+
+
+def _embed_long(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """:func:`embed_checked` of many windows, a slice at a time, saying how far it is."""
+    import logging
+
+    import numpy as np
+
+    say = logging.getLogger("mnemex.progress")
+    say.info("embedding %d windows of long text", len(texts))
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)  # filled in place: one copy
+    began = said = time.monotonic()
+    for start in range(0, len(texts), LONG_WINDOWS):
+        part = embed_checked(embedder, texts[start : start + LONG_WINDOWS])
+        out[start : start + len(part)] = part
+        done, now = start + len(part), time.monotonic()
+        if now - said >= SAY_EVERY and done < len(texts):
+            left = (len(texts) - done) * (now - began) / done
+            say.info("embedded %d of %d windows, about %.0f s left", done, len(texts), left)
+            said = now
+    return out
 
 
 def _known_vectors(

@@ -161,6 +161,7 @@ def weak_word(surface: str, stopwords: frozenset[str]) -> bool:
 
 _CAPITAL = re.compile(r"(?<![\w'’])([A-Z])(?![\w'’])")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)\s*$")
+_LOOK_BACK = 64  # characters before a lone "A" read to tell whether it opens a sentence
 
 
 def capital_letters(text: str) -> frozenset[str]:
@@ -176,7 +177,10 @@ def capital_letters(text: str) -> frozenset[str]:
     found = set()
     for match in _CAPITAL.finditer(text):
         letter = match.group(1)
-        if letter == "I" or (letter == "A" and _SENTENCE_START.search(text[: match.start()])):
+        start = match.start()
+        if letter == "I" or (
+            letter == "A" and _SENTENCE_START.search(text, max(0, start - _LOOK_BACK), start)
+        ):
             continue
         found.add(letter.lower())
     return frozenset(found)

@@ -30,7 +30,7 @@ from pydantic import Field, ValidationError
 from mnemex import __version__, config
 from mnemex.config import Settings
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.errors import MnemexError, UnknownMemory
+from mnemex.errors import MnemexError, UnknownMemory, unknown_ids
 from mnemex.mcp import results
 from mnemex.mcp.results import (
     AddOutput,
@@ -188,7 +188,7 @@ def memory_get(ctx: Context[Any, Any], ids: Ids) -> Annotated[CallToolResult, Ge
     """
     found = _store(ctx).get(ids)
     if not found.memories:
-        raise _unknown(list(found.missing))
+        raise _unknown(list(found.missing), _store(ctx).namespace)
     return tool_result(results.get_output(found))
 
 
@@ -313,7 +313,7 @@ def memory_forget(
     store = _store(ctx)
     result = store.forget_relations(ids) if relations else store.forget(ids)
     if not result.forgotten:
-        raise _unknown(list(result.missing), "relation" if relations else "memory")
+        raise _unknown(list(result.missing), store.namespace, "relation" if relations else "memory")
     return tool_result(ForgetOutput(forgotten=list(result.forgotten), missing=list(result.missing)))
 
 
@@ -365,17 +365,17 @@ TOOLS: tuple[tuple[Callable[..., CallToolResult], ToolAnnotations], ...] = (
 )
 
 
-def _unknown(ids: list[str], what: str = "memory") -> ToolError:
-    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    shown = ", ".join(repr(i) for i in ids[:5]) + more
+def _unknown(ids: list[str], namespace: str, what: str = "memory") -> ToolError:
+    """The one wording of unknown ids (:func:`mnemex.errors.unknown_ids`), with the tools
+    that show ids as the next step. An id of another namespace is unknown here."""
     where = "memory_search" if what == "relation" else "memory_search or memory_timeline"
-    return ToolError(f"no {what} with id {shown} here; find ids with {where}")
+    return ToolError(f"{unknown_ids(ids, namespace, what)}; find ids with {where}")
 
 
 def _explain(error: MnemexError) -> str:
     """An error's message for an agent: the tools, not the CLI, are its next step."""
     if isinstance(error, UnknownMemory):
-        return str(_unknown(error.ids))
+        return str(_unknown(error.ids, error.namespace, error.what))
     return str(error)
 
 

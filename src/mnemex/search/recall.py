@@ -192,9 +192,10 @@ def pack(
 
 def cut_to_fit(line: str, budget: int, count: TokenCounter) -> str | None:
     """The longest prefix of ``line`` (ending in …) whose block fits, cut at a space or
-    after a character of a script written without spaces (CJK)."""
-    words = line.split(" ")
-    head = len(" ".join(words[:2])) + 1  # "- [kind] " alone says nothing
+    after a character of a script written without spaces (CJK); when not even the first
+    word fits, cut inside it. ``None`` only when the budget holds no more than the frame
+    (:func:`frame_tokens`)."""
+    head = _head(line)  # "- [kind] " alone says nothing
     spaced = _narrow(line)
     ends = [
         i
@@ -204,6 +205,20 @@ def cut_to_fit(line: str, budget: int, count: TokenCounter) -> str | None:
         or (not spaced and re.match(_WIDE, line[i - 1]))
         or (not spaced and re.match(_HANGUL, line[i - 1]))
     ]
+    best = _longest(line, ends, budget, count)
+    if best is None:  # a budget just above the frame: part of the first word
+        best = _longest(line, list(range(head + 1, ends[0] if ends else len(line))), budget, count)
+    return best
+
+
+def _head(line: str) -> int:
+    """Where the content of a rendered line starts (after ``- [kind] ``)."""
+    close = line.find("] ")
+    return close + 2 if line.startswith("- [") and close > 0 else 0
+
+
+def _longest(line: str, ends: list[int], budget: int, count: TokenCounter) -> str | None:
+    """The longest ``line[:end] + …`` of ``ends`` (ascending) whose block fits."""
     low, high = 0, len(ends)  # binary search on the number of cut points kept
     best: str | None = None
     while low < high:
@@ -214,6 +229,12 @@ def cut_to_fit(line: str, budget: int, count: TokenCounter) -> str | None:
         else:
             high = mid - 1
     return best
+
+
+def frame_tokens(kind: str, count: TokenCounter = count_chars) -> int:
+    """Tokens of a block that holds one memory of ``kind`` cut to nothing: the header and
+    ``- [kind] …``. Any larger budget holds part of the memory."""
+    return count(render([f"- [{kind}] {ELLIPSIS}"]))
 
 
 _WORD = re.compile(r"\w+")
@@ -344,6 +365,15 @@ def recall(
         return Recalled(*made, text, count(text), cut)
 
     chosen = tuple(map(recalled, packed.chosen, packed.lines))
+    notes = found.notes
+    if hits and not chosen:
+        frame = frame_tokens(hits[0].kind, count)
+        notes = (
+            *notes,
+            f"the budget of {options.budget} tokens leaves no room for a memory: the block's "
+            f"frame (the header and '- [{hits[0].kind}] …') takes {frame}; give {frame + 1} "
+            "or more",
+        )
     return RecallResult(
         task=task,
         markdown=packed.markdown,
@@ -354,6 +384,6 @@ def recall(
         skipped=packed.considered - len(chosen),
         mode_used=found.mode_used,
         token_counter=counter_name,
-        notes=found.notes,
+        notes=notes,
         stale=found.stale,
     )

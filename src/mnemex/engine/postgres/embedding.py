@@ -8,8 +8,8 @@ windows and sentences; ``reindex`` gives the memories stored with other windows
 their text's); a text already embedded for the model, in any memory, is not
 embedded again; embedding runs outside any transaction, and each batch of
 vectors is one write. A write whose vectors cannot
-be made leaves its memories stored without them (``last_error``); ``embed``
-catches up.
+be made leaves its memories stored without them (``last_error``); the next write
+catches up a bounded part of them, ``embed`` all.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex import embed as embedders
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import logger
+from mnemex.engine.embedding import CATCH_UP_MAX_CHARS
 from mnemex.engine.postgres.vectors import insert_vectors, stored_windows
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.progress import Progress, phase
@@ -34,6 +35,7 @@ BATCH = 256  # memories embedded, then written, at a time
 
 _PENDING = """SELECT m.seq, m.content, m.content_hash FROM memories AS m
     WHERE m.seq > %(after)s {only}
+      AND (%(chars)s::int IS NULL OR length(m.content) <= %(chars)s::int)
       AND NOT EXISTS (SELECT 1 FROM embeddings AS e WHERE e.seq = m.seq AND e.model = %(model)s)
     ORDER BY m.seq LIMIT %(limit)s"""
 # Memories with vectors of the model, how many windows each has stored and how many of
@@ -84,7 +86,9 @@ class PgEmbedding:
     def first(self, text: str) -> str:
         """The part of ``text`` the store's embedder gives its first vector (window 0)."""
         embedder = self.embedder
-        return text if embedder is None else self.pieces(embedder, text)[0][1]
+        if embedder is None:
+            return text
+        return embedders.first_window(functools.partial(self.pieces, embedder), text)
 
     def _recorded(self) -> dict[str, Any] | None:
         with self.session.connection() as conn:
@@ -125,6 +129,9 @@ class PgEmbedding:
         self._run(embedder, None, report, progress)
         self._embedder = embedder
         self._record(embedder)
+        from mnemex.engine.embedding import Backlog
+
+        Backlog(self.session, "%s").clear()
         report.pending = self._pending_count(embedder.model_id)
         return report
 
@@ -189,21 +196,58 @@ class PgEmbedding:
     def embed_new(
         self, seqs: Sequence[int], primed: dict[str, Any] | None = None, **_: Any
     ) -> EmbedReport | None:
-        """Embed memories just written. On failure they stay stored without vectors."""
+        """Embed memories just written. On failure they stay stored without vectors; the
+        memories an earlier write left so are caught up after (as SQLite's
+        :meth:`mnemex.engine.embedding.Embedding.embed_new` does)."""
+        from mnemex.engine.embedding import Backlog, catch_up_size
         from mnemex.index.embeddings import EmbedReport
 
         embedder = self.embedder
-        if embedder is None or not seqs:
+        if embedder is None:
+            return None
+        backlog = Backlog(self.session, "%s")
+        earlier = backlog.marked()
+        if not seqs and not earlier:
             return None
         report = EmbedReport(model=embedder.model_id)
         try:
-            self._run(embedder, list(seqs), report, None)
-            self._record(embedder)
+            if seqs and not earlier:
+                backlog.set("a write is embedding its memories")  # left if it is interrupted
+            if seqs:
+                self._run(embedder, list(seqs), report, None)
+                self._record(embedder)
+            if earlier:
+                self.catch_up(catch_up_size(len(seqs)))
+            elif seqs:
+                backlog.clear()
             self.last_error = None
         except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
             self.last_error = report.error = str(exc)
             logger().warning("memories stored without vectors (run `mnemex embed`): %s", exc)
+            backlog.set(str(exc))
         return report
+
+    def catch_up(self, most: int) -> int:
+        """Embed up to ``most`` of the memories without a vector, saying so; clear the
+        backlog mark when none is left. Returns how many are left."""
+        from mnemex.engine.embedding import Backlog, say_catching_up, say_left
+        from mnemex.index.embeddings import EmbedReport
+
+        embedder = self.embedder
+        if embedder is None:
+            return 0
+        pending = self._pending_count(embedder.model_id)
+        doing = min(most, pending)
+        if doing:
+            say_catching_up(doing, pending)
+        report = EmbedReport(model=embedder.model_id)
+        done = [0]
+        self._run(embedder, None, report, lambda n: done.__setitem__(0, done[0] + n), most=doing)
+        left = pending - done[0]
+        if left <= 0:
+            Backlog(self.session, "%s").clear()
+        say_left(left)
+        return max(0, left)
 
     def _run(
         self,
@@ -211,16 +255,24 @@ class PgEmbedding:
         seqs: list[int] | None,
         report: EmbedReport,
         progress: Callable[[int], None] | None,
+        most: int | None = None,
     ) -> None:
-        """Embed the memories ``seqs`` (``None``: every one without a vector), a batch
-        at a time: read, embed (no connection held), write."""
-        last = 0
-        while True:
+        """Embed the memories ``seqs`` (``None``: every one without a vector, or the first
+        ``most`` of them), a batch at a time: read, embed (no connection held), write."""
+        last, done = 0, 0
+        while most is None or done < most:
             only = "" if seqs is None else "AND m.seq = ANY(%(seqs)s)"
+            limit = BATCH if most is None else min(BATCH, most - done)
             with self.session.connection() as conn:
                 rows = conn.execute(
                     _PENDING.replace("{only}", only),
-                    {"after": last, "model": embedder.model_id, "limit": BATCH, "seqs": seqs},
+                    {
+                        "after": last,
+                        "model": embedder.model_id,
+                        "limit": limit,
+                        "seqs": seqs,
+                        "chars": None if most is None else CATCH_UP_MAX_CHARS,
+                    },
                 ).fetchall()
             if not rows:
                 return
@@ -231,7 +283,7 @@ class PgEmbedding:
             report.reused += items - texts
             if progress is not None:
                 progress(len(rows))
-            last = rows[-1][0]
+            last, done = rows[-1][0], done + len(rows)
 
     def _store(
         self, embedder: Embedder, rows: Sequence[Any], stored: dict[str, list[tuple[int, Any]]]
