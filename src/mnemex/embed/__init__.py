@@ -22,6 +22,7 @@ and until ``reindex`` switches the store to it, the store's own stays in use
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
@@ -127,6 +128,32 @@ CHECKSUM_FILE = "model.sha256.json"  # in the data folder: see mnemex.embed.loca
 FOLDED_FOLDER = "models"  # in the data folder: see mnemex.embed.local.folded_session
 
 
+_local_models: dict[tuple[Any, ...], Embedder] = {}
+_local_lock = threading.Lock()
+
+
+def _local(settings: Settings, few_queries: bool) -> Embedder:
+    """The local model, one per process and configuration: every store a process opens
+    shares it (each would otherwise hold its own copy of the model, about 110 MB, kept
+    after the store is closed)."""
+    from mnemex.embed.local import LocalEmbedder
+
+    checksums = settings.home / CHECKSUM_FILE
+    folded = settings.home / FOLDED_FOLDER if few_queries else None
+    key = (settings.embed_threads, settings.embed_batch_size, few_queries, checksums, folded)
+    with _local_lock:
+        found = _local_models.get(key)
+        if found is None:
+            found = _local_models[key] = LocalEmbedder(
+                threads=settings.embed_threads,
+                batch_size=settings.embed_batch_size,
+                optimize=not few_queries,
+                checksum_cache=checksums,
+                folded_cache=folded,
+            )
+        return found
+
+
 def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None:
     """The embedder the settings ask for (``None`` means lexical only).
 
@@ -139,15 +166,7 @@ def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None
     if name == "none":
         return None
     if name == "local":
-        from mnemex.embed.local import LocalEmbedder
-
-        return LocalEmbedder(
-            threads=settings.embed_threads,
-            batch_size=settings.embed_batch_size,
-            optimize=not few_queries,
-            checksum_cache=settings.home / CHECKSUM_FILE,
-            folded_cache=settings.home / FOLDED_FOLDER if few_queries else None,
-        )
+        return _local(settings, few_queries)
     if name == "sentence-transformers":
         if not settings.embed_model:
             raise EmbeddingError(
