@@ -145,6 +145,9 @@ class SearchResult:
     stale: bool = False
     fusion_version: str | None = None  # the fusion formula's version (mnemex.search.fusion)
     relations: tuple[Relation, ...] = ()
+    # What the relevance floor decided (mnemex.search.pipeline.floor_decision): whether the
+    # query passed its gate, the best scores and the cut-offs; None when no floor applied.
+    floor: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         names = "query namespace mode_used fusion stale notes took_ms hits relations"
@@ -164,6 +167,7 @@ class Recalled:
     line: str
     tokens: int
     cut: bool = False
+    tags: tuple[str, ...] = ()  # the memory's tags (not in to_dict: the block does not show them)
 
     def to_dict(self) -> dict[str, Any]:
         names = "id kind content confidence created_at score line tokens cut"
@@ -190,6 +194,7 @@ class RecallResult:
     token_counter: str
     notes: tuple[str, ...] = ()
     stale: bool = False  # as SearchResult.stale
+    floor: dict[str, Any] | None = None  # as SearchResult.floor
 
     @property
     def ids(self) -> tuple[str, ...]:

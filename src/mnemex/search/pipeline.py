@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -47,6 +48,8 @@ from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.search import fusion, rank
 from mnemex.search.floor import (
+    FLOOR_VERSION,
+    Floor,
     floor_for,
     names_held,
     names_nothing,
@@ -356,6 +359,7 @@ class Ranked(NamedTuple):
     candidates: int  # how many the fusion returned
     stages: dict[int, list[dict[str, Any]]]  # each candidate's ranking stages, for explain
     notes: tuple[str, ...] = ()
+    floor: dict[str, Any] | None = None  # the relevance floor's decision (None: it did not run)
 
 
 def run_search(engine: Retriever, request: Request) -> SearchResult:
@@ -379,6 +383,7 @@ def run_search(engine: Retriever, request: Request) -> SearchResult:
         fusion=fused.label,
         fusion_version=fused.version,
         notes=tuple(notes),
+        floor=ranked.floor,
     )
 
 
@@ -476,7 +481,7 @@ def rank_candidates(
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
     ranking = request.ranking
     notes: list[str] = []
-    order = _relevant(engine, request, arms, fused.order, scores, notes)
+    order, floor = _relevant(engine, request, arms, fused.order, scores, notes)
     threshold = {
         "stage": "threshold",
         "min_text_score": ranking.min_text_score,
@@ -486,7 +491,7 @@ def rank_candidates(
     if order and ranking.reorders:
         ranked, order, stages = _rerank(engine, request, order, fused.scores, arms.query_vector)
     trace = {seq: [dict(threshold), *stages.get(seq, ())] for seq in order}
-    return Ranked(order, ranked, len(fused.order), trace, tuple(notes))
+    return Ranked(order, ranked, len(fused.order), trace, tuple(notes), floor)
 
 
 def build_hits(
@@ -601,14 +606,16 @@ def _relevant(
     order: list[int],
     scores: Scores,
     notes: list[str],
-) -> list[int]:
-    """The fused order less what the query type, the relevance floor and the thresholds drop."""
+) -> tuple[list[int], dict[str, Any] | None]:
+    """The fused order less what the query type, the relevance floor and the thresholds drop,
+    and the floor's decision (:func:`floor_decision`; ``None`` when no floor applies)."""
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
         order = [seq for seq in order if seq in text_scores]
     floor = None
     if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
         floor = floor_for(engine.embedder.model_id)
+    decision = None
     if floor is not None and arms.mode != "lexical":
         query_vector = arms.query_vector
         assert query_vector is not None
@@ -617,17 +624,38 @@ def _relevant(
             return engine.token_cosines_of(seqs, query_vector)
 
         chunks = _chunks(engine, arms.lexical, clean_query(request.query))
-        if not relevant_query(floor, order, text_scores, cosines, token_cosines, chunks):
+        candidates = len(order)
+        passed = relevant_query(floor, order, text_scores, cosines, token_cosines, chunks)
+        if not passed:
             order = []
             notes.append(NOTHING_RELEVANT)
         else:
             order = [
                 seq for seq in order if relevant_hit(floor, text_scores.get(seq), cosines.get(seq))
             ]
+        decision = floor_decision(floor, passed, candidates, len(order), scores)
     low_text, low_vector = ranking.min_text_score, ranking.min_vector_score
-    return [
+    kept = [
         s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
+    return kept, decision
+
+
+def floor_decision(
+    floor: Floor, passed: bool, candidates: int, kept: int, scores: Scores
+) -> dict[str, Any]:
+    """What the relevance floor decided, for ``SearchResult.floor``: whether the query
+    passed its gate, the best cosine and normalized BM25 among the candidates, the
+    cut-offs they were held to, and how many candidates it kept."""
+    return {
+        "version": FLOOR_VERSION,
+        "passed": passed,
+        "candidates": candidates,
+        "kept": kept,
+        "best_cosine": round(max(scores.cosine.values(), default=-1.0), 6),
+        "best_text": round(max(scores.text.values(), default=0.0), 6),
+        **dataclasses.asdict(floor),
+    }
 
 
 def _chunks(
@@ -716,6 +744,12 @@ def _explainer(
                 "score": round(scores.text[seq], 6),
             },
             "vector": None if vec is None else {"rank": vec[0], "cosine": round(vec[1], 6)},
+            # Each arm's score for the hit, fetched when the arm did not return it: what
+            # the relevance floor and the thresholds read.
+            "scores": {
+                "text": _rounded(scores.text.get(seq)),
+                "cosine": _rounded(scores.cosine.get(seq)),
+            },
             "fusion": fused.label,
             "fused": round(fused.scores[seq], 6),
             "stages": [*ranked.stages[seq], {"stage": "top_k", **top_k}],
@@ -723,6 +757,10 @@ def _explainer(
         }
 
     return explain
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _rerank(

@@ -341,7 +341,7 @@ def recall(
         hit, cut = hits[index], packed.cut == index or index in packed.excerpts
         content, confidence = bodies[hit.id]
         made = (hit.id, hit.kind, content, confidence, hit.created_at, hit.score)
-        return Recalled(*made, text, count(text), cut)
+        return Recalled(*made, text, count(text), cut, hit.tags)
 
     chosen = tuple(map(recalled, packed.chosen, packed.lines))
     return RecallResult(
@@ -356,4 +356,5 @@ def recall(
         token_counter=counter_name,
         notes=found.notes,
         stale=found.stale,
+        floor=found.floor,
     )
