@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
+    from mnemex.injections import Injection, InjectionSession
     from mnemex.results import (
         Added,
         Appended,
@@ -582,6 +583,74 @@ class Store:
         from mnemex import memories
 
         return memories.check(self.session)
+
+    def kind_counts(self, *, namespace: NamespaceArg = None) -> dict[str, dict[str, int]]:
+        """Memories per kind in each namespace (one, or with :data:`ALL` every one):
+        ``{namespace: {kind: count}}``, namespaces in order, kinds most common first."""
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        from mnemex import memories
+
+        return memories.kind_counts(self.session, ns)
+
+    def thread(
+        self, id: str, *, before: int = 5, after: int = 5, namespace: str | None = None
+    ) -> list[TimelineEntry]:
+        """A memory in its thread: the memories of the namespace with the same ``source``
+        (a chat session, a captured agent session), up to ``before`` written just before it
+        and ``after`` just after it, in the order written. A memory without a source is a
+        thread of its own. An id not in the namespace raises
+        :class:`~mnemex.errors.UnknownMemory`."""
+        from mnemex import memories
+
+        return memories.thread(self.session, self._own(namespace), id, before, after)
+
+    def relations_of(self, memory_id: str, *, namespace: str | None = None) -> list[Relation]:
+        """The relations read from a memory (their ``source_memory``), most confident first."""
+        from mnemex import relations as relations_db
+
+        return relations_db.read_from_in(self.session, memory_id, self._own(namespace))
+
+    # -- the injection log (see mnemex.injections) ------------------------------------
+
+    def log_injection(self, entry: Injection) -> int | None:
+        """Record what the prompt hook injected into a prompt (or why nothing), and prune
+        the log to ``injection_log_days`` and ``injection_log_entries``; the entry's id, or
+        ``None`` when the ``injection_log`` setting is off. Texts are stored as given: the
+        hooks redact them first."""
+        from mnemex import injections
+
+        return injections.log(self.session, entry)
+
+    def injections(
+        self,
+        *,
+        session_id: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+        namespace: NamespaceArg = None,
+    ) -> list[Injection]:
+        """Entries of the injection log, newest first: of the namespace (or :data:`ALL`),
+        of one agent session, with ids below ``before`` (the next page)."""
+        from mnemex import injections
+
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        return injections.read(self.session, ns, session_id, before, limit)
+
+    def injection(self, id: int) -> Injection | None:
+        """One entry of the injection log by its id (any namespace), or ``None``."""
+        from mnemex import injections
+
+        return injections.one(self.session, id)
+
+    def injection_sessions(
+        self, *, limit: int = 100, namespace: NamespaceArg = None
+    ) -> list[InjectionSession]:
+        """The agent sessions of the injection log, the latest first: prompts each, and how
+        many of them got a block."""
+        from mnemex import injections
+
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        return injections.sessions(self.session, ns, limit)
 
     # -- markdown workspaces ------------------------------------------------------
 
