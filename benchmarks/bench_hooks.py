@@ -187,6 +187,22 @@ def import_profile(env: dict[str, str], payload: bytes) -> list[tuple[str, float
     return sorted(rows, key=lambda r: -r[1])[:12]
 
 
+def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
+    """The entries the runs logged, and the median ms of one more ``Store.log_injection``
+    (a copy of the last entry) on that store, in this process."""
+    with mnemex.open(db, embedder=None) as store:
+        entries = store.injections(namespace=mnemex.ALL, limit=1000)
+        if not entries:
+            sys.exit("the prompt hooks logged no injection")
+        count = len(entries)
+        samples = []
+        for _ in range(writes):
+            started = time.perf_counter()
+            store.log_injection(entries[0])
+            samples.append((time.perf_counter() - started) * 1000)
+    return count, statistics.median(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,11 +242,21 @@ def main() -> None:
         )
         lexical_env = {**base_env, "MNEMEX_EMBEDDER": "none"}
         hybrid_env = {**base_env, "MNEMEX_EMBEDDER": "local"}
-        modes = [("lexical", lexical_env), ("hybrid", hybrid_env)]
+        # The same lexical hook with the injection log off: what the log costs a prompt.
+        unlogged_env = {**lexical_env, "MNEMEX_INJECTION_LOG": "false"}
+        modes = [
+            ("lexical", lexical_env),
+            ("hybrid", hybrid_env),
+            ("lexical, no log", unlogged_env),
+        ]
         if args.against:  # the same hook from the other commit's source, on the same store
             other = {"PYTHONPATH": str(checkout(args.against, tmp / "against"))}
             other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
-            modes += [(f"{mode} ({args.against})", {**env, **other}) for mode, env in modes]
+            modes += [
+                (f"{mode} ({args.against})", {**env, **other})
+                for mode, env in modes
+                if mode != "lexical, no log"
+            ]
         hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
         samples: dict[str, list[float]] = {
             k: []
@@ -345,8 +371,12 @@ def main() -> None:
         if failure or logs:
             sys.exit("\n".join([failure, *logs]).strip())
         profile = import_profile(lexical_env, payload)
+        logged, write_ms = injection_log_cost(home / "memories.db")
 
     med = {k: statistics.median(v) for k, v in samples.items()}
+    paired = statistics.median(
+        a - b for a, b in zip(samples["lexical"], samples["lexical, no log"], strict=True)
+    )
     before = ""
     if args.against:
         short = subprocess.run(
@@ -383,6 +413,11 @@ def main() -> None:
     )
     print(f"serve hybrid answers as the hybrid hook process: {same_hybrid}/{len(prompts)}")
     print(f"hook processes stopped at their time limit: {timeouts}")
+    print(
+        f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
+        f"{med['lexical, no log']:.1f} ms without (paired median difference {paired:+.1f} ms); "
+        f"Store.log_injection in process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
+    )
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
 
     lines = [
@@ -438,6 +473,15 @@ def main() -> None:
         f"{med['serve hybrid']:.1f} ms | {med['serve hybrid'] / base:.2f} |",
         f"| `UserPromptSubmit` in a new `mnemex hook` process that hands it to the running "
         f"hybrid `mnemex serve` | {med['forwarded']:.1f} ms | {med['forwarded'] / base:.1f} |",
+        f"| `UserPromptSubmit`, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`) | "
+        f"{med['lexical, no log']:.1f} ms | {med['lexical, no log'] / base:.1f} |",
+        "",
+        f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
+        "paired differences between the lexical hook with the log, the default, and "
+        "without it, in the same runs); the write alone (`Store.log_injection`: one "
+        "insert and the pruning, in one transaction, after the answer is written) takes "
+        f"{write_ms:.2f} ms at the median on a log of {logged:,} entries. A server "
+        "(`mnemex serve`) sends its answer before it writes the entry.",
         "",
         "Prompts with a block injected (the relevance floor answers the others with "
         "nothing): "

@@ -26,10 +26,12 @@ from mnemex.hooks import CLAUDE_CODE, CODEX
 # its event to a running server imports little more than json and socket.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any
 
+    from mnemex.injections import Injection
+    from mnemex.models import RecallResult
     from mnemex.store import Store
 
 SESSION_START = "SessionStart"
@@ -42,6 +44,7 @@ MAX_STDIN = 4 * 1024 * 1024
 MAX_PROMPT_CHARS = 4_000  # of a prompt, for the recall query
 MIN_PROMPT_CHARS = 8
 SESSION_EXTRA = 4  # memories recall may take beyond the limit, to skip the session's own
+LOG_GRACE = 0.5  # seconds a prompt hook waits, after its answer, for the injection log
 LOG_FILE = "hooks.log"
 SERVE_FILE = "serve.json"  # where a running `mnemex serve` leaves its port
 SERVE_LOCK = "serve.lock"  # held by the one `mnemex serve` of a data folder
@@ -114,11 +117,20 @@ def main(
     start_server: bool = True,
     background: bool = False,
 ) -> None:
-    """Run one hook event from stdin; print the agent's context, if any; always exit 0."""
+    """Run one hook event from stdin; print the agent's context, if any; always exit 0.
+
+    A prompt event's answer is written as soon as it is known; the injection log is
+    written after it, within :data:`LOG_GRACE` seconds, or not at all.
+    """
     quiet_blas(threads="1")  # a hook's products are small
     result: dict[str, Any] = {}
     event: dict[str, Any] = {}
     source = stdin if stdin is not None else sys.stdin.buffer
+    ready = threading.Event()  # the answer (or the error) is known
+
+    def answered(out: str) -> None:
+        result["out"] = out
+        ready.set()
 
     def work() -> None:
         try:
@@ -140,17 +152,21 @@ def main(
                     start_background_server(db, home)
                 except Exception as exc:
                     log(home, event, f"could not start mnemex serve: {type(exc).__name__}: {exc}")
-            result["out"] = handle(event, agent=agent, namespace=namespace, db=db, home=home)
+            out = handle(event, agent=agent, namespace=namespace, db=db, home=home, answer=answered)
+            result.setdefault("out", out)
         except BaseException as exc:
-            result["error"] = exc
+            if not ready.is_set():
+                result["error"] = exc
+        finally:
+            ready.set()
 
     limit = None if timeout is None else min(timeout, threading.TIMEOUT_MAX)  # --timeout 1e400
     worker = threading.Thread(target=work, daemon=True, name="mnemex-hook")
     worker.start()
-    worker.join(PROMPT_TIMEOUT if limit is None else limit)
-    if limit is None and worker.is_alive() and event.get("hook_event_name") in CAPTURE_EVENTS:
-        worker.join(CAPTURE_TIMEOUT - PROMPT_TIMEOUT)
-    if worker.is_alive():
+    ready.wait(PROMPT_TIMEOUT if limit is None else limit)
+    if limit is None and not ready.is_set() and event.get("hook_event_name") in CAPTURE_EVENTS:
+        ready.wait(CAPTURE_TIMEOUT - PROMPT_TIMEOUT)
+    if not ready.is_set():
         waited = limit or (
             CAPTURE_TIMEOUT if event.get("hook_event_name") in CAPTURE_EVENTS else PROMPT_TIMEOUT
         )
@@ -167,6 +183,9 @@ def main(
             sys.stdout.flush()
         except OSError as exc:  # the agent stopped reading
             log(home, event, f"could not write the answer: {exc}")
+    worker.join(LOG_GRACE)  # the injection log, written after the answer
+    if worker.is_alive():
+        log(home, event, f"the injection log was not written within {LOG_GRACE:g} s")
 
 
 _blas_defaults: dict[str, str] = {}  # what quiet_blas set (not the user)
@@ -292,8 +311,13 @@ def handle(
     db: str | None = None,
     home: str | None = None,
     store: Store | None = None,
+    answer: Callable[[str], None] | None = None,
 ) -> str:
-    """What to print for ``event`` (``""`` for nothing); captures on the capture events."""
+    """What to print for ``event`` (``""`` for nothing); captures on the capture events.
+
+    A prompt the store was asked about is recorded in the injection log
+    (:func:`record_injection`), after ``answer`` is called with what to print.
+    """
     name = event.get("hook_event_name")
     if name not in (SESSION_START, USER_PROMPT, *CAPTURE_EVENTS):
         return ""
@@ -307,9 +331,14 @@ def handle(
         prompt = _text(event.get("prompt"))
         if prompt is None or not worth_recalling(prompt):
             return ""
+        session_id = _text(event.get("session_id"))
         with _opened(store, db, home, namespace, embedder=True) as opened:
-            block = prompt_context(opened, prompt, _text(event.get("session_id")), namespace)
-        return _context(name, block)
+            decision = prompt_decision(opened, prompt, session_id, namespace)
+            out = _context(name, decision.block)
+            if answer is not None:
+                answer(out)
+            record_injection(opened, event, agent, namespace, decision, home)
+        return out
     if name == SESSION_START:
         with _opened(store, db, home, namespace, embedder=False) as opened:
             block = session_context(opened, namespace)
@@ -346,10 +375,38 @@ def worth_recalling(prompt: str) -> bool:
     return not all(w in ACKNOWLEDGEMENTS for w in words)
 
 
+class Decision:
+    """What the prompt hook decided for a prompt: the block (``""``: nothing), the task
+    recalled for, the recall behind it, the ids that went into the block, the session's
+    own ids left out, and the block's tokens. (A plain class: a hook process that hands
+    its event to a server does not import typing.)"""
+
+    __slots__ = ("block", "found", "injected", "own", "task", "tokens")
+
+    def __init__(
+        self,
+        block: str,
+        task: str,
+        found: RecallResult,
+        injected: tuple[str, ...],
+        own: frozenset[str],
+        tokens: int,
+    ) -> None:
+        self.block, self.task, self.found = block, task, found
+        self.injected, self.own, self.tokens = injected, own, tokens
+
+
 def prompt_context(
     store: Store, prompt: str, session_id: str | None, namespace: str | None = None
 ) -> str:
-    """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant).
+    """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant)."""
+    return prompt_decision(store, prompt, session_id, namespace).block
+
+
+def prompt_decision(
+    store: Store, prompt: str, session_id: str | None, namespace: str | None = None
+) -> Decision:
+    """The block for a prompt, and how it was decided (:class:`Decision`).
 
     The memories of the session itself are left out: they are in the
     conversation already.
@@ -361,36 +418,90 @@ def prompt_context(
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
     found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
     if not found.memories or not _own(store, found, session_id, namespace):
-        return found.markdown if found.memories else ""
+        block = found.markdown if found.memories else ""
+        return Decision(block, task, found, found.ids, frozenset(), found.tokens)
     # The session's own memories are in the conversation already: ask for more, leave them out.
     found = store.recall(
         task, max_memories=settings.recall_max + SESSION_EXTRA, namespace=namespace
     )
-    own = _own(store, found, session_id, namespace)
+    own = frozenset(_own(store, found, session_id, namespace))
     kept = [m for m in found.memories if m.id not in own]
     if not kept:
-        return ""
+        return Decision("", task, found, (), own, 0)
     packed = packing.pack(
         [m.line for m in kept], settings.recall_budget, settings.recall_max, _counter(store)
     )
-    return packed.markdown
+    chosen = tuple(kept[i].id for i in packed.chosen)
+    return Decision(packed.markdown, task, found, chosen, own, packed.tokens)
 
 
 def _own(store: Store, found: Any, session_id: str | None, namespace: str | None) -> set[str]:
-    """The ids of ``found``'s memories that the session ``session_id`` itself captured."""
-    from mnemex.storage import marks
-
+    """The ids of ``found``'s memories that the session ``session_id`` itself captured
+    (tagged ``session:<id>``, as :mod:`mnemex.hooks.capture` tags them)."""
     if not session_id:
         return set()
-    ids = [m.id for m in found.memories]
-    return {
-        row[0]
-        for row in store.session.conn.execute(
-            "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
-            f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({marks(len(ids))})",
-            [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
+    tag = f"session:{session_id}"[:64].lower()
+    return {m.id for m in found.memories if tag in m.tags}
+
+
+def record_injection(
+    store: Store,
+    event: Mapping[str, Any],
+    agent: str,
+    namespace: str,
+    decision: Decision,
+    home: str | None,
+) -> None:
+    """Write the prompt's entry in the injection log (:meth:`Store.log_injection`), its
+    texts redacted as captured turns are; never raises (a failure goes to ``hooks.log``)."""
+    if not store.settings.injection_log:
+        return
+    try:
+        store.log_injection(injection_entry(event, agent, namespace, decision))
+    except Exception as exc:
+        log(home or str(store.settings.home), event, f"injection log: {type(exc).__name__}: {exc}")
+
+
+def injection_entry(
+    event: Mapping[str, Any], agent: str, namespace: str, decision: Decision
+) -> Injection:
+    """The injection log's entry for a prompt's :class:`Decision`."""
+    from mnemex.hooks.redact import redact
+    from mnemex.injections import Injected, Injection
+    from mnemex.text import utcnow
+
+    found, injected = decision.found, set(decision.injected)
+
+    def why(ident: str) -> str:
+        if ident in injected:
+            return ""
+        return (
+            "this session's own (in the conversation already)"
+            if ident in decision.own
+            else ("did not fit the budget")
         )
-    }
+
+    memories = tuple(
+        Injected(m.id, m.kind, m.score, m.id in injected, redact(m.line), why(m.id))
+        for m in found.memories
+    )
+    return Injection(
+        id=0,
+        created_at=utcnow(),
+        namespace=namespace,
+        agent=agent,
+        session_id=_text(event.get("session_id")) or "",
+        event=USER_PROMPT,
+        prompt=redact(decision.task),
+        outcome="injected" if decision.block else "nothing",
+        block=redact(decision.block),
+        tokens=decision.tokens,
+        budget_tokens=found.budget_tokens,
+        mode_used=found.mode_used,
+        notes=found.notes,
+        memories=memories,
+        floor=found.floor,
+    )
 
 
 def session_context(store: Store, namespace: str | None = None) -> str:
