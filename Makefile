@@ -19,7 +19,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,watch,postgres,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,sentence-transformers,ann,eval,bench,mcp,watch,postgres,ui,dev]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
