@@ -405,8 +405,11 @@ _THREADS: Final = (
 
 # The injection log (mnemex.injections): each prompt the hooks answered, the block
 # injected into it or why there was none, and the scores that decided it (``detail``,
-# JSON). Bounded by days and entries, pruned on every write.
+# JSON). Bounded by days and entries, pruned on every write. And memories by time across
+# namespaces: the timeline of every namespace (`mnemex ui`'s default) read 100,000 rows
+# and sorted them for each page without it (184 ms a page; benchmarks/bench_ui.py).
 _INJECTIONS: Final = (
+    "CREATE INDEX IF NOT EXISTS memories_created ON memories (created_at)",
     """CREATE TABLE IF NOT EXISTS injections (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         created_at TEXT NOT NULL,
@@ -432,7 +435,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (6, "memories by namespace and content hash", _CONTENT_HASH),
     (7, "a vector per window of a long memory", _WINDOWS),
     (8, "memories by namespace and source: threads", _THREADS),
-    (9, "the injection log: what the prompt hook injected, and why", _INJECTIONS),
+    (9, "the injection log: what the prompt hook injected, and why; memories by time", _INJECTIONS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 
