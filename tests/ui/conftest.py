@@ -181,11 +181,14 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def screenshot(page: Any, name: str) -> None:
-    """Save the page as ``docs/ui/<name>.png``, which the README shows (only when the
-    picture changed, so an unchanged page leaves the file as it is)."""
+def screenshot(page: Any, name: str, hide: tuple[str, ...] = (), under: str = "#fbfbfc") -> None:
+    """Save the page as ``docs/ui/<name>.png``, which the README shows, with what changes
+    from run to run (times, milliseconds) painted over in the colour ``under``: the file
+    is rewritten only when the picture changed."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     target = SCREENSHOTS / f"{name}.png"
-    data = page.screenshot(full_page=False)
+    page.wait_for_timeout(200)  # htmx settled, the caret blink aside
+    masks = [page.locator(selector) for selector in hide]
+    data = page.screenshot(full_page=False, mask=masks, mask_color=under, caret="hide")
     if not target.exists() or target.read_bytes() != data:
         target.write_bytes(data)
