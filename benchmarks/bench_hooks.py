@@ -195,10 +195,24 @@ def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
         if not entries:
             sys.exit("the prompt hooks logged no injection")
         count = len(entries)
+        last = entries[0]
+        weighed = [
+            {"id": m.id, "kind": m.kind, "score": m.score, "injected": m.injected, "line": m.line}
+            for m in last.memories
+        ]
         samples = []
         for _ in range(writes):
             started = time.perf_counter()
-            store.log_injection(entries[0])
+            store.log_injection(
+                last.prompt,
+                last.outcome,
+                agent=last.agent,
+                session_id=last.session_id,
+                block=last.block,
+                memories=weighed,
+                floor=last.floor,
+                namespace=last.namespace,
+            )
             samples.append((time.perf_counter() - started) * 1000)
     return count, statistics.median(samples)
 

@@ -1,8 +1,8 @@
 """The injection log: each prompt the hooks answered, the block they injected into it or
 why they injected nothing, and the scores that decided it.
 
-The prompt hook writes an :class:`~mnemex.results.Injection` per prompt
-(:meth:`mnemex.Store.log_injection`) when the ``injection_log`` setting is on (the
+The prompt hook writes an entry per prompt (:meth:`mnemex.Store.log_injection`; read
+back as :class:`~mnemex.results.Injection`) when the ``injection_log`` setting is on (the
 default); every write deletes entries older than ``injection_log_days`` and all but the
 newest ``injection_log_entries``, so the log stays small. ``mnemex ui`` reads it. The
 SQL here is SQLite's; :mod:`mnemex.engine.postgres.injections` is PostgreSQL's.
@@ -11,18 +11,18 @@ SQL here is SQLite's; :mod:`mnemex.engine.postgres.injections` is PostgreSQL's.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine import engine_of
 from mnemex.errors import InvalidInput
-from mnemex.text import clean_namespace, format_time, json_fields, parse_stored_time, utcnow
+from mnemex.text import clean_namespace, format_time, parse_stored_time, parse_time, utcnow
 
 if TYPE_CHECKING:
     from mnemex.engine.sqlite import SqliteSession
+    from mnemex.results import Injection, InjectionSession
 
 OUTCOMES: Final = ("injected", "nothing")
 MAX_PROMPT_CHARS: Final = 8_000  # of a prompt as logged (the hook asks recall about 4,000)
@@ -34,76 +34,6 @@ COLUMNS: Final = (
 """What an entry is read from, in :func:`entry`'s order."""
 
 
-@dataclass(frozen=True, slots=True)
-class Injected:
-    """A memory the prompt hook weighed for a prompt: its score, and whether it went into
-    the block (``reason`` says why not: ``own session``, ``did not fit``)."""
-
-    id: str
-    kind: str
-    score: float
-    injected: bool
-    line: str = ""
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_fields(self, "id kind score injected line reason", score=round(self.score, 6))
-
-
-@dataclass(frozen=True, slots=True)
-class Injection:
-    """One prompt the hooks answered: the block injected into it (``outcome``
-    ``injected``), or why nothing was (``nothing``), and the scores that decided it.
-
-    ``id`` is 0 until the entry is stored (:meth:`mnemex.Store.log_injection`);
-    ``floor`` is the relevance floor's decision (:attr:`mnemex.models.SearchResult.floor`).
-    """
-
-    id: int
-    created_at: datetime
-    namespace: str
-    agent: str
-    session_id: str
-    event: str
-    prompt: str
-    outcome: str
-    block: str = ""
-    tokens: int = 0
-    budget_tokens: int = 0
-    mode_used: str = ""
-    notes: tuple[str, ...] = ()
-    memories: tuple[Injected, ...] = ()
-    floor: dict[str, Any] | None = None
-
-    @property
-    def injected(self) -> tuple[Injected, ...]:
-        """The memories that went into the block, in its order."""
-        return tuple(m for m in self.memories if m.injected)
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_fields(
-            self,
-            "id created_at namespace agent session_id event prompt outcome block tokens "
-            "budget_tokens mode_used notes memories floor",
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class InjectionSession:
-    """An agent session in the injection log: its prompts, and how many got a block."""
-
-    session_id: str
-    agent: str
-    namespace: str
-    prompts: int
-    injected: int
-    first_at: datetime
-    last_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_fields(self, "session_id agent namespace prompts injected first_at last_at")
-
-
 def _postgres(session: SqliteSession) -> Any:
     if engine_of(session) == "SQLite":
         return None
@@ -112,47 +42,68 @@ def _postgres(session: SqliteSession) -> Any:
     return pg_injections
 
 
-def row_of(entry: Injection) -> tuple[Any, ...]:
-    """The columns after ``seq`` of an entry, checked: a namespace, a known outcome, texts
-    within their bounds (longer ones are cut)."""
-    if entry.outcome not in OUTCOMES:
-        raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}, got {entry.outcome!r}")
-    labels = [_label(value, name) for name, value in _labels(entry)]
+def row_of(namespace: str, fields: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The columns after ``seq`` of an entry (the keyword arguments of
+    :meth:`mnemex.Store.log_injection`), checked: a namespace, a known outcome, texts
+    within their bounds (longer ones are cut), each memory weighed with its id, kind,
+    score and whether it was injected."""
+    outcome = fields["outcome"]
+    if outcome not in OUTCOMES:
+        raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    labels = [
+        _text(fields.get(name, ""), name, MAX_LABEL_CHARS)
+        for name in ("agent", "session_id", "event")
+    ]
     detail = {
-        "tokens": int(entry.tokens),
-        "budget_tokens": int(entry.budget_tokens),
-        "mode_used": str(entry.mode_used),
-        "notes": [str(n) for n in entry.notes],
-        "memories": [m.to_dict() for m in entry.memories],
-        "floor": entry.floor,
+        "tokens": check_count("tokens", fields.get("tokens", 0), 0, 2**31),
+        "budget_tokens": check_count("budget_tokens", fields.get("budget_tokens", 0), 0, 2**31),
+        "mode_used": str(fields.get("mode_used", "")),
+        "notes": [str(n) for n in fields.get("notes", ())],
+        "memories": [_weighed(m) for m in fields.get("memories", ())],
+        "floor": None if fields.get("floor") is None else dict(fields["floor"]),
     }
+    given = fields.get("created_at")
+    created = utcnow() if given is None else parse_time(given, what="created_at")
     return (
-        entry.created_at,
-        clean_namespace(entry.namespace),
+        created,
+        clean_namespace(namespace),
         *labels,
-        str(entry.prompt)[:MAX_PROMPT_CHARS],
-        entry.outcome,
-        str(entry.block)[:MAX_BLOCK_CHARS],
+        _text(fields["prompt"], "prompt", MAX_PROMPT_CHARS),
+        outcome,
+        _text(fields.get("block", ""), "block", MAX_BLOCK_CHARS),
         json.dumps(detail, ensure_ascii=False, sort_keys=True),
     )
 
 
-def _labels(entry: Injection) -> list[tuple[str, object]]:
-    return [("agent", entry.agent), ("session_id", entry.session_id), ("event", entry.event)]
+def _weighed(memory: Mapping[str, Any]) -> dict[str, Any]:
+    """A memory recall weighed for the prompt: id, kind, score, injected, line, reason."""
+    try:
+        return {
+            "id": _text(memory["id"], "a memory's id", MAX_LABEL_CHARS),
+            "kind": _text(memory["kind"], "a memory's kind", MAX_LABEL_CHARS),
+            "score": round(float(memory["score"]), 6),
+            "injected": bool(memory["injected"]),
+            "line": str(memory.get("line", "")),
+            "reason": str(memory.get("reason", "")),
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"each memory weighed needs id, kind, score and injected ({exc!r})"
+        ) from None
 
 
-def _label(value: object, name: str) -> str:
+def _text(value: object, name: str, limit: int) -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be text, got {type(value).__name__}")
-    return value[:MAX_LABEL_CHARS]
+    return value[:limit]
 
 
-def log(session: SqliteSession, entry: Injection) -> int | None:
-    """Store ``entry`` and prune the log; its id, or ``None`` when the log is off."""
+def log(session: SqliteSession, namespace: str, fields: Mapping[str, Any]) -> int | None:
+    """Store an entry and prune the log; its id, or ``None`` when the log is off."""
     settings = session.settings
     if not settings.injection_log:
         return None
-    row = row_of(entry)
+    row = row_of(namespace, fields)
     oldest = utcnow() - timedelta(days=settings.injection_log_days)
     keep = settings.injection_log_entries
     pg = _postgres(session)
@@ -212,6 +163,8 @@ def one(session: SqliteSession, ident: int) -> Injection | None:
 
 def sessions(session: SqliteSession, namespace: str | None, limit: int) -> list[InjectionSession]:
     """The agent sessions in the log, the latest first."""
+    from mnemex.results import InjectionSession
+
     limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
     pg = _postgres(session)
     if pg is not None:
@@ -256,6 +209,8 @@ def _time(value: str | datetime) -> datetime:
 
 def entry(row: Sequence[Any]) -> Injection:
     """The entry of a row of :data:`COLUMNS` (``detail`` as JSON text or as a mapping)."""
+    from mnemex.results import Injected, Injection
+
     seq, created, namespace, agent, session_id, event, prompt, outcome, block, detail = row
     data = json.loads(detail) if isinstance(detail, str) else dict(detail)
     memories = tuple(

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from mnemex.results import ForgetResult as ForgetResult
     from mnemex.results import GetResult as GetResult
     from mnemex.results import ImportReport as ImportReport
+    from mnemex.results import Injected as Injected
+    from mnemex.results import Injection as Injection
+    from mnemex.results import InjectionSession as InjectionSession
     from mnemex.results import LineError as LineError
     from mnemex.results import Relation as Relation
     from mnemex.results import Stats as Stats
@@ -40,6 +43,9 @@ _RESULTS = frozenset(
         "FileProblem",
         "ForgetResult",
         "GetResult",
+        "Injected",
+        "Injection",
+        "InjectionSession",
         "ImportReport",
         "LineError",
         "Relation",

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mnemex.index.embeddings import EmbedReport
-    from mnemex.injections import Injection, InjectionSession
     from mnemex.results import (
         Added,
         Appended,
         DedupReport,
         ForgetResult,
         GetResult,
+        Injection,
+        InjectionSession,
         Relation,
         Stats,
         SyncReport,
@@ -612,14 +613,49 @@ class Store:
 
     # -- the injection log (see mnemex.injections) ------------------------------------
 
-    def log_injection(self, entry: Injection) -> int | None:
-        """Record what the prompt hook injected into a prompt (or why nothing), and prune
-        the log to ``injection_log_days`` and ``injection_log_entries``; the entry's id, or
-        ``None`` when the ``injection_log`` setting is off. Texts are stored as given: the
-        hooks redact them first."""
+    def log_injection(
+        self,
+        prompt: str,
+        outcome: str,
+        *,
+        agent: str = "",
+        session_id: str = "",
+        event: str = "UserPromptSubmit",
+        block: str = "",
+        tokens: int = 0,
+        budget_tokens: int = 0,
+        mode_used: str = "",
+        notes: Iterable[str] = (),
+        memories: Iterable[Mapping[str, Any]] = (),
+        floor: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+        namespace: str | None = None,
+    ) -> int | None:
+        """Record what the prompt hook injected into a prompt (``outcome`` ``injected``,
+        with its ``block``) or that it injected nothing (``nothing``), with each memory it
+        weighed (``id``, ``kind``, ``score``, ``injected``, and ``line``, ``reason``) and the
+        relevance ``floor``'s decision; then prune the log to ``injection_log_days`` and
+        ``injection_log_entries``. Returns the entry's id, or ``None`` when the
+        ``injection_log`` setting is off. Texts are stored as given: the hooks redact them
+        first. Read back as :class:`~mnemex.results.Injection`."""
         from mnemex import injections
 
-        return injections.log(self.session, entry)
+        fields = {
+            "prompt": prompt,
+            "outcome": outcome,
+            "agent": agent,
+            "session_id": session_id,
+            "event": event,
+            "block": block,
+            "tokens": tokens,
+            "budget_tokens": budget_tokens,
+            "mode_used": mode_used,
+            "notes": notes,
+            "memories": memories,
+            "floor": floor,
+            "created_at": created_at,
+        }
+        return injections.log(self.session, self._own(namespace), fields)
 
     def injections(
         self,

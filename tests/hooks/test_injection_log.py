@@ -12,7 +12,7 @@ import pytest
 
 import mnemex
 from mnemex.hooks.capture import project_namespace
-from mnemex.injections import Injection
+from mnemex.results import Injection
 from tests.hook_fixtures import ClaudeSession
 from tests.hooks.test_hooks import SECRET, injected, run_hook
 

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from mnemex.injections import Injection
     from mnemex.models import RecallResult
     from mnemex.store import Store
 
@@ -453,55 +452,51 @@ def record_injection(
     home: str | None,
 ) -> None:
     """Write the prompt's entry in the injection log (:meth:`Store.log_injection`), its
-    texts redacted as captured turns are; never raises (a failure goes to ``hooks.log``)."""
+    texts redacted as captured turns are; never raises (a failure goes to ``hooks.log``).
+
+    Plain values all the way (no value classes to create): this runs on every prompt."""
     if not store.settings.injection_log:
         return
-    try:
-        store.log_injection(injection_entry(event, agent, namespace, decision))
-    except Exception as exc:
-        log(home or str(store.settings.home), event, f"injection log: {type(exc).__name__}: {exc}")
-
-
-def injection_entry(
-    event: Mapping[str, Any], agent: str, namespace: str, decision: Decision
-) -> Injection:
-    """The injection log's entry for a prompt's :class:`Decision`."""
     from mnemex.hooks.redact import redact
-    from mnemex.injections import Injected, Injection
-    from mnemex.text import utcnow
 
     found, injected = decision.found, set(decision.injected)
 
     def why(ident: str) -> str:
         if ident in injected:
             return ""
-        return (
-            "this session's own (in the conversation already)"
-            if ident in decision.own
-            else ("did not fit the budget")
-        )
+        if ident in decision.own:
+            return "this session's own (in the conversation already)"
+        return "did not fit the budget"
 
-    memories = tuple(
-        Injected(m.id, m.kind, m.score, m.id in injected, redact(m.line), why(m.id))
+    weighed = [
+        {
+            "id": m.id,
+            "kind": m.kind,
+            "score": m.score,
+            "injected": m.id in injected,
+            "line": redact(m.line),
+            "reason": why(m.id),
+        }
         for m in found.memories
-    )
-    return Injection(
-        id=0,
-        created_at=utcnow(),
-        namespace=namespace,
-        agent=agent,
-        session_id=_text(event.get("session_id")) or "",
-        event=USER_PROMPT,
-        prompt=redact(decision.task),
-        outcome="injected" if decision.block else "nothing",
-        block=redact(decision.block),
-        tokens=decision.tokens,
-        budget_tokens=found.budget_tokens,
-        mode_used=found.mode_used,
-        notes=found.notes,
-        memories=memories,
-        floor=found.floor,
-    )
+    ]
+    try:
+        store.log_injection(
+            redact(decision.task),
+            "injected" if decision.block else "nothing",
+            agent=agent,
+            session_id=_text(event.get("session_id")) or "",
+            event=USER_PROMPT,
+            block=redact(decision.block),
+            tokens=decision.tokens,
+            budget_tokens=found.budget_tokens,
+            mode_used=found.mode_used,
+            notes=found.notes,
+            memories=weighed,
+            floor=found.floor,
+            namespace=namespace,
+        )
+    except Exception as exc:
+        log(home or str(store.settings.home), event, f"injection log: {type(exc).__name__}: {exc}")
 
 
 def session_context(store: Store, namespace: str | None = None) -> str:
