@@ -217,6 +217,41 @@ def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
     return count, statistics.median(samples)
 
 
+# In a new process, as the prompt hook runs: the store opened, the prompt's decision made,
+# then the injection log's part alone timed (redaction, the entry, its write and pruning).
+COLD_LOG = """
+import json, sys, time
+import mnemex
+from mnemex.hooks.project import project_namespace
+from mnemex.hooks.run import prompt_decision, record_injection
+event = json.loads(sys.argv[1])
+namespace = project_namespace(event["cwd"])
+with mnemex.open(namespace=namespace, embedder=None) as store:
+    decision = prompt_decision(store, event["prompt"], event["session_id"], namespace)
+    started = time.perf_counter()
+    record_injection(store, event, "claude-code", namespace, decision, None)
+    print((time.perf_counter() - started) * 1000)
+"""
+
+
+def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[float]:
+    """Milliseconds the injection log adds to a new prompt hook process, one process per
+    event: its imports, the redaction (patterns compiled only when a text could hold a
+    secret), the entry and its write."""
+    out = []
+    for event in events:
+        done = subprocess.run(
+            [sys.executable, "-c", COLD_LOG, json.dumps(event)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        if done.returncode != 0:
+            sys.exit(f"the cold injection log run failed: {done.stderr}")
+        out.append(float(done.stdout.strip()))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -386,6 +421,10 @@ def main() -> None:
             sys.exit("\n".join([failure, *logs]).strip())
         profile = import_profile(lexical_env, payload)
         logged, write_ms = injection_log_cost(home / "memories.db")
+        events = [
+            {"session_id": "cold", "cwd": str(project), "prompt": prompt} for prompt in prompts
+        ]
+        cold = statistics.median(cold_log_cost(lexical_env, events))
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     paired = statistics.median(
@@ -430,7 +469,8 @@ def main() -> None:
     print(
         f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
         f"{med['lexical, no log']:.1f} ms without (paired median difference {paired:+.1f} ms); "
-        f"Store.log_injection in process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
+        f"in a new hook process, the log's part p50 {cold:.2f} ms; "
+        f"Store.log_injection in a warm process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
     )
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
 
@@ -492,10 +532,12 @@ def main() -> None:
         "",
         f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
         "paired differences between the lexical hook with the log, the default, and "
-        "without it, in the same runs); the write alone (`Store.log_injection`: one "
-        "insert and the pruning, in one transaction, after the answer is written) takes "
-        f"{write_ms:.2f} ms at the median on a log of {logged:,} entries. A server "
-        "(`mnemex serve`) sends its answer before it writes the entry.",
+        "without it, in the same runs; whole processes, so within their noise). Timed "
+        f"alone in {len(events)} new hook processes (after the answer: the log's imports, "
+        "the redaction, the entry, its insert and pruning in one transaction) it takes "
+        f"{cold:.2f} ms at the median, and `Store.log_injection` in a warm process "
+        f"{write_ms:.2f} ms on a log of {logged:,} entries. A server (`mnemex serve`) sends "
+        "its answer before it writes the entry.",
         "",
         "Prompts with a block injected (the relevance floor answers the others with "
         "nothing): "

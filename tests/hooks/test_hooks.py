@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnemex
 from mnemex.hooks import transcript
@@ -1086,3 +1088,56 @@ def ageless(block: str) -> str:
     import re
 
     return re.sub(r"age: [^)]*", "", block)
+
+
+_FRAGMENTS = [
+    "<private>",
+    "</private>",
+    "<PRİVATE>",
+    "<prıvate>",
+    "sk-",
+    "ſk-",
+    "ghp_",
+    "AKIA",
+    "eyJ",
+    "xoxb-",
+    "sk_live_",
+    "://",
+    "user:",
+    "@",
+    "Bearer ",
+    "BASIC ",
+    "toKen",
+    "ToKeN ",
+    "api_key",
+    "API-KEY",
+    "pasſword",
+    "PASSWD",
+    "pwd",
+    "Kelvin K",
+    "credentials",
+    "secret",
+    "=",
+    ": ",
+    '"',
+    "'",
+    " ",
+    "\n",
+    ".",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----",
+    "abcdefghijABCDEFGHIJ0123456789",
+    "Z" * 16,
+    "x",
+    "é",
+    "数据",
+    "\u202e",
+]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_redaction_compiles_only_what_can_match_and_redacts_the_same(text: str) -> None:
+    from mnemex.hooks.redact import redact_eagerly
+
+    assert redact(text) == redact_eagerly(text)

@@ -84,10 +84,18 @@ def inert(watched: Any) -> None:
     assert wide <= page.viewport_size["width"], f"the page is {wide} px wide"
     made = page.evaluate(
         """() => [...document.querySelectorAll('main script, main img, main svg, main style,'
-                  + ' main iframe, main [onerror], main [onload], main [hx-trigger="load"],'
-                  + ' a[href^="javascript"]')].map(e => e.outerHTML)"""
+                  + ' main iframe, main [onerror], main [onload], a[href^="javascript"]')]
+                 .map(e => e.outerHTML)"""
     )
     assert made == []
+    inside = page.evaluate(  # memory text holds no element but the marks the page adds
+        """() => [...document.querySelectorAll('#content, .snippet, blockquote.prompt,'
+                  + ' pre.block, pre.lines, ul.entries a, .similar a, .relations li')]
+                 .flatMap(el => [...el.querySelectorAll('*')])
+                 .filter(e => !e.matches('mark, span.ctl, span.n, bdi, span.score'))
+                 .map(e => e.outerHTML)"""
+    )
+    assert inside == []
 
 
 def test_hostile_text_renders_inert_in_every_view(browser: Any, hostile: Server) -> None:

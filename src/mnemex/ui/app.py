@@ -188,6 +188,7 @@ def build_app(store: Store, policy: Policy) -> Any:
         ("/explain", views.explain),
         ("/timeline", views.timeline),
         ("/memory", views.memory_page),
+        ("/memory/similar", views.similar),
         ("/memory/forget", edits.confirm_forget),
         ("/preview", views.preview),
         ("/injections", views.injections),

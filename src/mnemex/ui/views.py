@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import mnemex
-from mnemex.errors import InvalidInput
+from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.ui import present
 
 if TYPE_CHECKING:
@@ -230,8 +230,27 @@ def memory_page(ui: Inspector, request: Request) -> Response:
         m=memory,
         relations=ui.store.relations_of(memory.id, namespace=namespace),
         thread=_thread(ui, memory),
-        similar=_similar(ui, memory),
         file=file_view(memory),
+        **_nav(ui),
+    )
+
+
+def similar(ui: Inspector, request: Request) -> Response:
+    """``/memory/similar?id=...&ns=...``: what a search with the memory's text finds beside
+    it (asked by the memory's page once shown: a search with a long text is its slowest
+    part)."""
+    ident, namespace = memory_address(request)
+    found = ui.store.get([ident], namespace=namespace).memories
+    if not found:
+        raise UnknownMemory([ident], namespace)
+    memory = found[0]
+    return ui.render(
+        request,
+        "similar.html",
+        fragment="_similar.html",
+        page="memory",
+        m=memory,
+        similar=_similar(ui, memory),
         **_nav(ui),
     )
 
