@@ -3,19 +3,21 @@
 #   make test   install everything the tests need and run lint, types and the test suite
 # and, for CI (.ci/run) and releases:
 #   make test-torch   the tests that need PyTorch (the reference model), in .venv-torch
+#   make test-ui      the browser tests of mnemex ui (Playwright, the system's Chromium), in .venv-ui
 #   make docs         build the documentation site (docs/ -> site/) in strict mode
 #   make dist-check   build the sdist and wheel, check them, install them as the README says
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 VENV_TORCH ?= .venv-torch
+VENV_UI ?= .venv-ui
 VENV_DOCS ?= .venv-docs
 MNEMEX := $(BIN)/mnemex --db .demo/memories.db
 SAMPLE := src/mnemex/data/sample_memories.jsonl
 # The evaluation data (see README, "Evaluation"): beir/scifact/ and locomo/locomo10-dev.json.
 DATA ?= ../shared/data
 
-.PHONY: demo test lint typecheck pytest test-torch docs docs-reference dist-check bench eval clean
+.PHONY: demo test lint typecheck pytest test-torch test-ui docs docs-reference dist-check bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +29,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 # Every extra the tests need: not PyTorch (tests/pytorch: make test-torch), not the plots of
 # the benchmarks (.bench), not the documentation site's (.venv-docs).
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[embed,ann,eval,mcp,watch,postgres,dev]"
+	$(BIN)/pip install --quiet -e ".[embed,ann,eval,mcp,watch,postgres,ui,dev]"
 	touch $@ $(VENV)/.core
 
 $(VENV)/.bench: pyproject.toml $(VENV)/.dev
@@ -82,6 +84,15 @@ typecheck: $(VENV)/.dev
 pytest: $(VENV)/.dev
 	$(BIN)/pytest
 
+# Playwright apart too (165 MB): the tests marked browser drive the system's Chromium.
+$(VENV_UI)/.ui: pyproject.toml
+	$(PYTHON) -m venv $(VENV_UI)
+	$(VENV_UI)/bin/pip install --quiet -e ".[embed,ui,postgres,eval,dev,browser]"
+	touch $@
+
+test-ui: $(VENV_UI)/.ui
+	$(VENV_UI)/bin/pytest --browser -m browser tests/ui
+
 # The reference model and the sentence-transformers provider (tests marked torch).
 test-torch: $(VENV_TORCH)/.torch
 	$(VENV_TORCH)/bin/pytest --torch -m torch tests/pytorch
@@ -109,4 +120,4 @@ eval: $(VENV)/.dev
 	$(BIN)/mnemex eval locomo $(DATA)/locomo/locomo10-dev.json
 
 clean:
-	rm -rf $(VENV) $(VENV_TORCH) $(VENV_DOCS) .demo .pytest_cache .mypy_cache .ruff_cache build dist site
+	rm -rf $(VENV) $(VENV_TORCH) $(VENV_UI) $(VENV_DOCS) .demo .pytest_cache .mypy_cache .ruff_cache build dist site

@@ -187,6 +187,71 @@ def import_profile(env: dict[str, str], payload: bytes) -> list[tuple[str, float
     return sorted(rows, key=lambda r: -r[1])[:12]
 
 
+def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
+    """The entries the runs logged, and the median ms of one more ``Store.log_injection``
+    (a copy of the last entry) on that store, in this process."""
+    with mnemex.open(db, embedder=None) as store:
+        entries = store.injections(namespace=mnemex.ALL, limit=1000)
+        if not entries:
+            sys.exit("the prompt hooks logged no injection")
+        count = len(entries)
+        last = entries[0]
+        weighed = [
+            {"id": m.id, "kind": m.kind, "score": m.score, "injected": m.injected, "line": m.line}
+            for m in last.memories
+        ]
+        samples = []
+        for _ in range(writes):
+            started = time.perf_counter()
+            store.log_injection(
+                last.prompt,
+                last.outcome,
+                agent=last.agent,
+                session_id=last.session_id,
+                block=last.block,
+                memories=weighed,
+                floor=last.floor,
+                namespace=last.namespace,
+            )
+            samples.append((time.perf_counter() - started) * 1000)
+    return count, statistics.median(samples)
+
+
+# In a new process, as the prompt hook runs: the store opened, the prompt's decision made,
+# then the injection log's part alone timed (redaction, the entry, its write and pruning).
+COLD_LOG = """
+import json, sys, time
+import mnemex
+from mnemex.hooks.project import project_namespace
+from mnemex.hooks.run import prompt_decision, record_injection
+event = json.loads(sys.argv[1])
+namespace = project_namespace(event["cwd"])
+with mnemex.open(namespace=namespace, embedder=None) as store:
+    decision = prompt_decision(store, event["prompt"], event["session_id"], namespace)
+    started = time.perf_counter()
+    record_injection(store, event, "claude-code", namespace, decision, None)
+    print((time.perf_counter() - started) * 1000)
+"""
+
+
+def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[float]:
+    """Milliseconds the injection log adds to a new prompt hook process, one process per
+    event: its imports, the redaction (patterns compiled only when a text could hold a
+    secret), the entry and its write."""
+    out = []
+    for event in events:
+        done = subprocess.run(
+            [sys.executable, "-c", COLD_LOG, json.dumps(event)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        if done.returncode != 0:
+            sys.exit(f"the cold injection log run failed: {done.stderr}")
+        out.append(float(done.stdout.strip()))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,11 +291,21 @@ def main() -> None:
         )
         lexical_env = {**base_env, "MNEMEX_EMBEDDER": "none"}
         hybrid_env = {**base_env, "MNEMEX_EMBEDDER": "local"}
-        modes = [("lexical", lexical_env), ("hybrid", hybrid_env)]
+        # The same lexical hook with the injection log off: what the log costs a prompt.
+        unlogged_env = {**lexical_env, "MNEMEX_INJECTION_LOG": "false"}
+        modes = [
+            ("lexical", lexical_env),
+            ("hybrid", hybrid_env),
+            ("lexical, no log", unlogged_env),
+        ]
         if args.against:  # the same hook from the other commit's source, on the same store
             other = {"PYTHONPATH": str(checkout(args.against, tmp / "against"))}
             other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
-            modes += [(f"{mode} ({args.against})", {**env, **other}) for mode, env in modes]
+            modes += [
+                (f"{mode} ({args.against})", {**env, **other})
+                for mode, env in modes
+                if mode != "lexical, no log"
+            ]
         hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
         samples: dict[str, list[float]] = {
             k: []
@@ -345,8 +420,16 @@ def main() -> None:
         if failure or logs:
             sys.exit("\n".join([failure, *logs]).strip())
         profile = import_profile(lexical_env, payload)
+        logged, write_ms = injection_log_cost(home / "memories.db")
+        events = [
+            {"session_id": "cold", "cwd": str(project), "prompt": prompt} for prompt in prompts
+        ]
+        cold = statistics.median(cold_log_cost(lexical_env, events))
 
     med = {k: statistics.median(v) for k, v in samples.items()}
+    paired = statistics.median(
+        a - b for a, b in zip(samples["lexical"], samples["lexical, no log"], strict=True)
+    )
     before = ""
     if args.against:
         short = subprocess.run(
@@ -383,6 +466,12 @@ def main() -> None:
     )
     print(f"serve hybrid answers as the hybrid hook process: {same_hybrid}/{len(prompts)}")
     print(f"hook processes stopped at their time limit: {timeouts}")
+    print(
+        f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
+        f"{med['lexical, no log']:.1f} ms without (paired median difference {paired:+.1f} ms); "
+        f"in a new hook process, the log's part p50 {cold:.2f} ms; "
+        f"Store.log_injection in a warm process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
+    )
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
 
     lines = [
@@ -438,6 +527,17 @@ def main() -> None:
         f"{med['serve hybrid']:.1f} ms | {med['serve hybrid'] / base:.2f} |",
         f"| `UserPromptSubmit` in a new `mnemex hook` process that hands it to the running "
         f"hybrid `mnemex serve` | {med['forwarded']:.1f} ms | {med['forwarded'] / base:.1f} |",
+        f"| `UserPromptSubmit`, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`) | "
+        f"{med['lexical, no log']:.1f} ms | {med['lexical, no log'] / base:.1f} |",
+        "",
+        f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
+        "paired differences between the lexical hook with the log, the default, and "
+        "without it, in the same runs; whole processes, so within their noise). Timed "
+        f"alone in {len(events)} new hook processes (after the answer: the log's imports, "
+        "the redaction, the entry, its insert and pruning in one transaction) it takes "
+        f"{cold:.2f} ms at the median, and `Store.log_injection` in a warm process "
+        f"{write_ms:.2f} ms on a log of {logged:,} entries. A server (`mnemex serve`) sends "
+        "its answer before it writes the entry.",
         "",
         "Prompts with a block injected (the relevance floor answers the others with "
         "nothing): "

@@ -58,6 +58,9 @@ SETTINGS: dict[str, dict[str, str]] = {
     },
     "Ranking": {
         "spelling": "Read a query word that no memory searched holds, and that is not an English word, as the store's word it misspells by one or two letters ([spelling](../search.md#spelling)).",
+        "injection_log": "Record each prompt the hooks answer, with the memories injected or why none, for `mnemex ui` ([the inspector](../ui.md)).",
+        "injection_log_days": "Days the injection log keeps an entry.",
+        "injection_log_entries": "Entries the injection log keeps at most.",
         "relevance_floor": "Return no hits, with a note, when no candidate is relevant enough ([the floor](../search.md#the-relevance-floor)).",
         "min_text_score": "Normalized BM25 a hit found only lexically needs (0: off).",
         "min_vector_score": "Cosine a hit found only by the vector arm needs (-1: off).",
@@ -126,6 +129,7 @@ OTHER_VARIABLES = {
     "MNEMEX_DB": "The store: a file path or a `postgresql://` URL (`--db` wins).",
     "MNEMEX_MCP_TOKEN": "The bearer token `mnemex mcp --http` requires on every request (at least 16 characters; needed with `--allow-remote`).",
     "MNEMEX_LOCAL_MODEL": "An ONNX file to use as the local model in place of the packaged one (its SHA-256 must match).",
+    "MNEMEX_UI_TOKEN": "The token `mnemex ui` requires on every request (at least 16 characters; needed on any address but loopback; `--token` wins).",
 }
 
 

@@ -32,16 +32,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the tests marked torch (they need PyTorch: make test-torch)",
     )
+    parser.addoption(
+        "--browser",
+        action="store_true",
+        help="also run the tests marked browser (Playwright and Chromium: make test-ui)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``torch`` run only with ``--torch``: ``make test`` installs no PyTorch."""
-    if config.getoption("--torch"):
-        return
-    torch = [item for item in items if item.get_closest_marker("torch")]
-    if torch:
-        config.hook.pytest_deselected(items=torch)
-        items[:] = [item for item in items if not item.get_closest_marker("torch")]
+    """Tests marked ``torch`` run only with ``--torch``, those marked ``browser`` only with
+    ``--browser``: ``make test`` installs neither PyTorch nor Playwright."""
+    for marker in ("torch", "browser"):
+        if config.getoption(f"--{marker}"):
+            continue
+        left = [item for item in items if item.get_closest_marker(marker)]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
 
 
 @pytest.fixture(autouse=True)

@@ -92,7 +92,7 @@ def engine(request: pytest.FixtureRequest) -> str:
 DATA_TABLES = (
     "memories, postings, namespace_stats, term_stats, embeddings, vector_stats, "
     "vector_models, relations, relation_postings, relation_namespace_stats, relation_term_stats, "
-    "workspaces, files, chunks"
+    "workspaces, files, chunks, injections"
 )
 
 

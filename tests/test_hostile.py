@@ -808,7 +808,7 @@ def test_fuzzed_cli_commands_never_raise(tmp_path: Path, monkeypatch: pytest.Mon
     commands = {
         name: [(p.opts[0], p.is_flag) for p in command.params if isinstance(p, click.Option)]
         for name, command in cli.commands.items()  # type: ignore[attr-defined]
-        if name not in ("mcp", "watch", "eval", "sync", "serve")  # long-running or slow
+        if name not in ("mcp", "watch", "eval", "sync", "serve", "ui")  # long-running or slow
     }
     rng = random.Random(15)
     runner = CliRunner()

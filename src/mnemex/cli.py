@@ -1344,6 +1344,62 @@ def _check_mcp(obj: Context) -> None:
     click.echo("ok: an agent configured with this command gets these tools")
 
 
+@cli.command(name="ui")
+@click.option("--host", help="Address to bind (default 127.0.0.1); any other needs a token.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), help="Port to bind (default 8766; 0: any free port)."
+)
+@click.option(
+    "--token",
+    help="A secret of 16+ characters every request must carry (or MNEMEX_UI_TOKEN); "
+    "needed on any address but loopback.",
+)
+@click.option("--read-only", is_flag=True, help="Serve no change at all: no edit, no forget.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in the web browser.")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    help="Another host name the page may be opened at (repeatable; loopback names always work).",
+)
+@click.pass_obj
+@handle_errors
+def ui_(
+    obj: Context,
+    host: str | None,
+    port: int | None,
+    token: str | None,
+    read_only: bool,
+    open_browser: bool,
+    allow_hosts: tuple[str, ...],
+) -> None:
+    """Inspect the store in a local web page: search as you type, the timeline, each
+    memory's page, edits, the prompt preview, the injection log and health.
+
+    Prints the page's address (with the token, when there is one) and serves until
+    interrupted. Every namespace of the store is shown. Needs mnemex[ui].
+    """
+    from mnemex import ui
+
+    ui.require_extra()
+    from mnemex.ui import server
+
+    token = token or os.environ.get(server.TOKEN_ENV) or None
+    host = host or server.DEFAULT_HOST
+    server.check_bind(host, token)
+    obj.store()  # a path without a store fails here, with what to do
+    obj.close(keep=True)
+    server.run(
+        obj.settings(),
+        host=host,
+        port=server.DEFAULT_PORT if port is None else port,
+        token=token,
+        read_only=read_only,
+        open_browser=open_browser,
+        allow_hosts=allow_hosts,
+    )
+
+
 @cli.group(name="eval")
 def eval_() -> None:
     """Measure retrieval quality and latency on public benchmarks."""

@@ -76,6 +76,13 @@ WATCH_DEBOUNCE = 1.5  # seconds of quiet after a change before `mnemex watch` sy
 # are capped (a request that would open one more gets 503) and closed after idling.
 MCP_MAX_SESSIONS = 100
 MCP_SESSION_IDLE = 600.0  # seconds without a request before a session is closed
+# The injection log (mnemex.injections): what the prompt hook injected into each prompt,
+# or why it injected nothing, kept for a bounded number of days and entries.
+INJECTION_LOG = True
+INJECTION_LOG_DAYS = 30
+INJECTION_LOG_ENTRIES = 10_000
+MAX_INJECTION_LOG_DAYS = 36_500
+MAX_INJECTION_LOG_ENTRIES = 10_000_000
 MODES = ("auto", "lexical", "vector", "hybrid")
 EMBEDDERS = ("auto", "local", "sentence-transformers", "openai", "none")  # mnemex.embed providers
 SIMILARITIES = ("auto", "jaccard", "cosine")
@@ -157,6 +164,9 @@ class Settings:
     watch_debounce: float = WATCH_DEBOUNCE
     mcp_max_sessions: int = MCP_MAX_SESSIONS
     mcp_session_idle: float = MCP_SESSION_IDLE
+    injection_log: bool = INJECTION_LOG  # false: the prompt hook records nothing
+    injection_log_days: int = INJECTION_LOG_DAYS  # older entries are deleted
+    injection_log_entries: int = INJECTION_LOG_ENTRIES  # the newest this many are kept
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -461,6 +471,8 @@ def _check_workspace_and_serving(s: Settings) -> None:
             "mcp_max_sessions must be at least 1 and mcp_session_idle a positive number of seconds"
         )
     check_choice("token_counter", s.token_counter, TOKEN_COUNTERS)
+    check_count("injection_log_days", s.injection_log_days, 1, MAX_INJECTION_LOG_DAYS)
+    check_count("injection_log_entries", s.injection_log_entries, 1, MAX_INJECTION_LOG_ENTRIES)
 
 
 def check_patterns(patterns: Sequence[str], what: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -345,3 +345,81 @@ def timeline(
         check_count(name, value, 0, MAX_SEARCH_LIMIT)
     anchor = (clean_id(around), before, after)
     return pg.timeline(session, filters, limit, oldest_first, anchor)  # type: ignore[no-any-return]
+
+
+def kind_counts(session: SqliteSession, ns: str | None) -> dict[str, dict[str, int]]:
+    """Memories per kind in each namespace (``None``: every namespace): namespaces in
+    order, kinds most common first."""
+    pg = postgres(session)
+    if pg is not None:
+        rows = pg.kind_counts(session, ns)
+    else:
+        where, params = Filters(ns).sql()
+        with session.connection() as conn:
+            rows = conn.execute(
+                f"SELECT namespace, kind, count(*) FROM memories AS m WHERE 1{where} "
+                "GROUP BY namespace, kind",
+                params,
+            ).fetchall()
+    out: dict[str, dict[str, int]] = {}
+    for namespace, kind, n in sorted(rows, key=lambda r: (r[0], -int(r[2]), r[1])):
+        out.setdefault(str(namespace), {})[str(kind)] = int(n)
+    return out
+
+
+def thread(
+    session: SqliteSession, ns: str, ident: str, before: int, after: int
+) -> list[TimelineEntry]:
+    """The memory ``ident`` between up to ``before`` memories of its thread (the same
+    ``source`` in the namespace) written just before it and ``after`` just after it, in
+    the order written; only itself when it has no source."""
+    anchor_id = clean_id(ident)
+    for name, value in (("before", before), ("after", after)):
+        check_count(name, value, 0, MAX_SEARCH_LIMIT)
+    pg = postgres(session)
+    if pg is not None:
+        rows = _thread(session, (pg.ENTRY, pg.entry, "%s"), ns, anchor_id, before, after)
+    else:
+        from mnemex.timeline import COLUMNS, entry
+
+        rows = _thread(session, (COLUMNS, entry, "?"), ns, anchor_id, before, after)
+    if rows is None:
+        raise UnknownMemory([anchor_id], ns)
+    return rows
+
+
+def _thread(
+    session: SqliteSession,
+    engine: tuple[str, Callable[[Any], TimelineEntry], str],
+    ns: str,
+    ident: str,
+    before: int,
+    after: int,
+) -> list[TimelineEntry] | None:
+    """:func:`thread` on either engine: ``engine`` is its entry columns, the function
+    reading an entry from them, and its parameter mark."""
+    columns, entry, mark = engine
+    with session.read() as conn:
+        anchor = conn.execute(
+            f"SELECT m.seq, m.source, {columns} FROM memories AS m "
+            f"WHERE m.id = {mark} AND m.namespace = {mark}",
+            (ident, ns),
+        ).fetchone()
+        if anchor is None:
+            return None
+        seq, source = anchor[0], anchor[1]
+        if source is None:
+            return [entry(anchor[2:])]
+
+        def beside(op: str, order: str, count: int) -> list[Any]:
+            return list(
+                conn.execute(
+                    f"SELECT {columns} FROM memories AS m WHERE m.namespace = {mark} "
+                    f"AND m.source = {mark} AND m.seq {op} {mark} ORDER BY m.seq {order} "
+                    f"LIMIT {mark}",
+                    (ns, source, seq, count),
+                ).fetchall()
+            )
+
+        rows = [*reversed(beside("<", "DESC", before)), anchor[2:], *beside(">", "ASC", after)]
+    return [entry(r) for r in rows]

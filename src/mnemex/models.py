@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from mnemex.results import ForgetResult as ForgetResult
     from mnemex.results import GetResult as GetResult
     from mnemex.results import ImportReport as ImportReport
+    from mnemex.results import Injected as Injected
+    from mnemex.results import Injection as Injection
+    from mnemex.results import InjectionSession as InjectionSession
     from mnemex.results import LineError as LineError
     from mnemex.results import Relation as Relation
     from mnemex.results import Stats as Stats
@@ -40,6 +43,9 @@ _RESULTS = frozenset(
         "FileProblem",
         "ForgetResult",
         "GetResult",
+        "Injected",
+        "Injection",
+        "InjectionSession",
         "ImportReport",
         "LineError",
         "Relation",
@@ -145,6 +151,9 @@ class SearchResult:
     stale: bool = False
     fusion_version: str | None = None  # the fusion formula's version (mnemex.search.fusion)
     relations: tuple[Relation, ...] = ()
+    # What the relevance floor decided (mnemex.search.pipeline.floor_decision): whether the
+    # query passed its gate, the best scores and the cut-offs; None when no floor applied.
+    floor: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         names = "query namespace mode_used fusion stale notes took_ms hits relations"
@@ -164,6 +173,7 @@ class Recalled:
     line: str
     tokens: int
     cut: bool = False
+    tags: tuple[str, ...] = ()  # the memory's tags (not in to_dict: the block does not show them)
 
     def to_dict(self) -> dict[str, Any]:
         names = "id kind content confidence created_at score line tokens cut"
@@ -190,6 +200,7 @@ class RecallResult:
     token_counter: str
     notes: tuple[str, ...] = ()
     stale: bool = False  # as SearchResult.stale
+    floor: dict[str, Any] | None = None  # as SearchResult.floor
 
     @property
     def ids(self) -> tuple[str, ...]:

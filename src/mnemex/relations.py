@@ -147,6 +147,20 @@ def neighbors_in(
         return [relation_of(row) for row in found]
 
 
+def read_from_in(session: SqliteSession, memory_id: str, namespace: str) -> list[Relation]:
+    """The relations of the namespace read from the memory ``memory_id`` (their
+    ``source_memory``), most confident then newest first."""
+    ident = clean_id(memory_id)
+    pg = _postgres(session)
+    with session.connection() as conn:
+        if pg is not None:
+            return [relation_of(row) for row in pg.read_from(conn, ident, namespace)]
+        sql = f"""SELECT {COLUMNS} FROM relations WHERE source_memory = ? AND namespace = ?
+                  ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT ?"""
+        rows = conn.execute(sql, (ident, namespace, MAX_SEARCH_LIMIT))
+        return [relation_of(r) for r in rows]
+
+
 def count_in(session: SqliteSession, namespace: str | None) -> int:
     """:func:`count_relations` on the session's engine."""
     pg = _postgres(session)

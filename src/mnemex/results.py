@@ -301,3 +301,73 @@ class Appended:
 
     def to_dict(self) -> dict[str, Any]:
         return json_fields(self, "id ids location sync")
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """A memory the prompt hook weighed for a prompt: its score, and whether it went into
+    the block (``reason`` says why not: ``own session``, ``did not fit``)."""
+
+    id: str
+    kind: str
+    score: float
+    injected: bool
+    line: str = ""
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_fields(self, "id kind score injected line reason", score=round(self.score, 6))
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """One prompt the hooks answered: the block injected into it (``outcome``
+    ``injected``), or why nothing was (``nothing``), and the scores that decided it.
+
+    ``id`` numbers the entries in the order logged (:meth:`mnemex.Store.log_injection`);
+    ``floor`` is the relevance floor's decision (:attr:`mnemex.models.SearchResult.floor`).
+    """
+
+    id: int
+    created_at: datetime
+    namespace: str
+    agent: str
+    session_id: str
+    event: str
+    prompt: str
+    outcome: str
+    block: str = ""
+    tokens: int = 0
+    budget_tokens: int = 0
+    mode_used: str = ""
+    notes: tuple[str, ...] = ()
+    memories: tuple[Injected, ...] = ()
+    floor: dict[str, Any] | None = None
+
+    @property
+    def injected(self) -> tuple[Injected, ...]:
+        """The memories that went into the block, in its order."""
+        return tuple(m for m in self.memories if m.injected)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_fields(
+            self,
+            "id created_at namespace agent session_id event prompt outcome block tokens "
+            "budget_tokens mode_used notes memories floor",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InjectionSession:
+    """An agent session in the injection log: its prompts, and how many got a block."""
+
+    session_id: str
+    agent: str
+    namespace: str
+    prompts: int
+    injected: int
+    first_at: datetime
+    last_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_fields(self, "session_id agent namespace prompts injected first_at last_at")

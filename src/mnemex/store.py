@@ -19,6 +19,8 @@ if TYPE_CHECKING:
         DedupReport,
         ForgetResult,
         GetResult,
+        Injection,
+        InjectionSession,
         Relation,
         Stats,
         SyncReport,
@@ -594,6 +596,109 @@ class Store:
         from mnemex import memories
 
         return memories.check(self.session)
+
+    def kind_counts(self, *, namespace: NamespaceArg = None) -> dict[str, dict[str, int]]:
+        """Memories per kind in each namespace (one, or with :data:`ALL` every one):
+        ``{namespace: {kind: count}}``, namespaces in order, kinds most common first."""
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        from mnemex import memories
+
+        return memories.kind_counts(self.session, ns)
+
+    def thread(
+        self, id: str, *, before: int = 5, after: int = 5, namespace: str | None = None
+    ) -> list[TimelineEntry]:
+        """A memory in its thread: the memories of the namespace with the same ``source``
+        (a chat session, a captured agent session), up to ``before`` written just before it
+        and ``after`` just after it, in the order written. A memory without a source is a
+        thread of its own. An id not in the namespace raises
+        :class:`~mnemex.errors.UnknownMemory`."""
+        from mnemex import memories
+
+        return memories.thread(self.session, self._own(namespace), id, before, after)
+
+    def relations_of(self, memory_id: str, *, namespace: str | None = None) -> list[Relation]:
+        """The relations read from a memory (their ``source_memory``), most confident first."""
+        from mnemex import relations as relations_db
+
+        return relations_db.read_from_in(self.session, memory_id, self._own(namespace))
+
+    # -- the injection log (see mnemex.injections) ------------------------------------
+
+    def log_injection(
+        self,
+        prompt: str,
+        outcome: str,
+        *,
+        agent: str = "",
+        session_id: str = "",
+        event: str = "UserPromptSubmit",
+        block: str = "",
+        tokens: int = 0,
+        budget_tokens: int = 0,
+        mode_used: str = "",
+        notes: Iterable[str] = (),
+        memories: Iterable[Mapping[str, Any]] = (),
+        floor: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+        namespace: str | None = None,
+    ) -> int | None:
+        """Record what the prompt hook injected into a prompt (``outcome`` ``injected``,
+        with its ``block``) or that it injected nothing (``nothing``), with each memory it
+        weighed (``id``, ``kind``, ``score``, ``injected``, and ``line``, ``reason``) and the
+        relevance ``floor``'s decision; then prune the log to ``injection_log_days`` and
+        ``injection_log_entries``. Returns the entry's id, or ``None`` when the
+        ``injection_log`` setting is off. Texts are stored as given: the hooks redact them
+        first. Read back as :class:`~mnemex.results.Injection`."""
+        from mnemex import injections
+
+        fields = {
+            "prompt": prompt,
+            "outcome": outcome,
+            "agent": agent,
+            "session_id": session_id,
+            "event": event,
+            "block": block,
+            "tokens": tokens,
+            "budget_tokens": budget_tokens,
+            "mode_used": mode_used,
+            "notes": notes,
+            "memories": memories,
+            "floor": floor,
+            "created_at": created_at,
+        }
+        return injections.log(self.session, self._own(namespace), fields)
+
+    def injections(
+        self,
+        *,
+        session_id: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+        namespace: NamespaceArg = None,
+    ) -> list[Injection]:
+        """Entries of the injection log, newest first: of the namespace (or :data:`ALL`),
+        of one agent session, with ids below ``before`` (the next page)."""
+        from mnemex import injections
+
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        return injections.read(self.session, ns, session_id, before, limit)
+
+    def injection(self, id: int) -> Injection | None:
+        """One entry of the injection log by its id (any namespace), or ``None``."""
+        from mnemex import injections
+
+        return injections.one(self.session, id)
+
+    def injection_sessions(
+        self, *, limit: int = 100, namespace: NamespaceArg = None
+    ) -> list[InjectionSession]:
+        """The agent sessions of the injection log, the latest first: prompts each, and how
+        many of them got a block."""
+        from mnemex import injections
+
+        ns = self.resolve_namespace(namespace, allow_all=True)
+        return injections.sessions(self.session, ns, limit)
 
     # -- markdown workspaces ------------------------------------------------------
 

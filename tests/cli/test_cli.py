@@ -281,12 +281,22 @@ def test_real_subprocess(store_place) -> None:  # type: ignore[no-untyped-def]
 def test_import_and_help_stay_light() -> None:
     code = (
         "import sys, mnemex, mnemex.cli; "
-        "heavy = [m for m in ('rich', 'sqlite3', 'mnemex.store', 'ir_measures', 'numpy') "
+        "heavy = [m for m in ('rich', 'sqlite3', 'mnemex.store', 'ir_measures', 'numpy', "
+        "'starlette', 'uvicorn', 'jinja2', 'mnemex.ui') "
         "if m in sys.modules]; print(','.join(heavy))"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=python_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+    helped = (
+        "import sys; from mnemex.cli import main\n"
+        "try:\n    main(['ui', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(','.join(m for m in ('starlette', 'uvicorn', 'jinja2') if m in sys.modules), "
+        "file=sys.stderr)"
+    )
+    out = subprocess.run([PYTHON, "-c", helped], capture_output=True, text=True, env=python_env())
+    assert out.returncode == 0 and "--read-only" in out.stdout
+    assert out.stderr.strip() == ""  # `mnemex ui --help` loads no web library either
 
 
 class _Terminal(io.StringIO):

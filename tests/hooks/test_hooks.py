@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mnemex
 from mnemex.hooks import transcript
@@ -1241,3 +1243,56 @@ def test_a_prompt_whose_query_is_embedded_too_late_is_answered_lexically_and_not
     assert " note: answered lexically: embedding the query took over 0.001 s" in line
     status = cli("hooks", "status", cwd=project, home=tmp_path).stdout
     assert "late        1 prompt(s) answered lexically" in status
+
+
+_FRAGMENTS = [
+    "<private>",
+    "</private>",
+    "<PRİVATE>",
+    "<prıvate>",
+    "sk-",
+    "ſk-",
+    "ghp_",
+    "AKIA",
+    "eyJ",
+    "xoxb-",
+    "sk_live_",
+    "://",
+    "user:",
+    "@",
+    "Bearer ",
+    "BASIC ",
+    "toKen",
+    "ToKeN ",
+    "api_key",
+    "API-KEY",
+    "pasſword",
+    "PASSWD",
+    "pwd",
+    "Kelvin K",
+    "credentials",
+    "secret",
+    "=",
+    ": ",
+    '"',
+    "'",
+    " ",
+    "\n",
+    ".",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----",
+    "abcdefghijABCDEFGHIJ0123456789",
+    "Z" * 16,
+    "x",
+    "é",
+    "数据",
+    "\u202e",
+]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_redaction_compiles_only_what_can_match_and_redacts_the_same(text: str) -> None:
+    from mnemex.hooks.redact import redact_eagerly
+
+    assert redact(text) == redact_eagerly(text)

@@ -193,3 +193,35 @@ def test_eval_reports_the_fusion_version_its_searches_used(hybrid: Store) -> Non
     _, _, modes, fusions = run_queries(hybrid, [("q", "deploy script", None)], 5, lexical, False)
     assert modes == {"lexical": 1} and fusions == set()
     assert "fusion" not in lexical.describe(hybrid, fusions)
+
+
+def test_the_floor_decision_and_each_hits_scores_are_reported(hybrid: Store) -> None:
+    from mnemex.search.floor import CALIBRATED, FLOOR_VERSION
+    from mnemex.search.background import Background
+    from mnemex.search.pipeline import Scores, floor_decision
+
+    found = hybrid.search("deploy script token", explain=True)
+    assert found.floor is None  # the fake embedder has no calibrated floor
+    for hit in found.hits:
+        assert hit.explain is not None
+        scores, lexical = hit.explain["scores"], hit.explain["lexical"]
+        assert scores["cosine"] is not None  # hybrid: every candidate's cosine is fetched
+        if lexical is not None:  # the lexical arm found it: the score it found it with
+            assert scores["text"] == lexical["score"]
+    assert any(h.explain and h.explain["lexical"] for h in found.hits)
+    floor = next(iter(CALIBRATED.values()))
+    scores = Scores({1: 0.2, 2: 0.5}, {1: 0.31, 2: -0.1})
+    decided = floor_decision(floor, Background(0.12, 0.08), False, 3, [], scores)
+    assert decided == {
+        "version": FLOOR_VERSION,
+        "passed": False,
+        "candidates": 3,
+        "kept": 0,
+        "level": 0.12,
+        "memory": 0.08,
+        "best_cosine": 0.31,
+        "best_text": 0.5,
+        **dataclasses.asdict(floor),
+    }
+    unread = floor_decision(floor, None, True, 2, [1], Scores({1: 0.2}, {}))
+    assert unread["level"] is None and unread["best_cosine"] is None and unread["kept"] == 1

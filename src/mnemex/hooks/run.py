@@ -26,10 +26,11 @@ from mnemex.hooks import CLAUDE_CODE, CODEX
 # its event to a running server imports little more than json and socket.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any
 
+    from mnemex.models import RecallResult
     from mnemex.store import Store
 
 SESSION_START = "SessionStart"
@@ -42,6 +43,7 @@ PROMPT_TIMEOUT = 2.0  # seconds, SessionStart and UserPromptSubmit
 ANSWER_MARGIN = 0.5
 NOTE = "note:"  # a line of hooks.log that is no error (the rest are)
 LATE = "answered lexically"  # how hooks.log notes a prompt whose query was embedded too late
+LOG_GRACE = 0.5  # seconds a prompt hook waits, after its answer, for the injection log
 CAPTURE_TIMEOUT = 30.0  # seconds, the capture events (asynchronous where the agent allows)
 MIN_TIMEOUT, MAX_TIMEOUT = 0.01, 3600.0  # the bounds of `hook --timeout`
 MAX_STDIN = 4 * 1024 * 1024
@@ -120,13 +122,26 @@ def main(
     start_server: bool = True,
     background: bool = False,
 ) -> None:
-    """Run one hook event from stdin; print the agent's context, if any; always exit 0."""
+    """Run one hook event from stdin; print the agent's context, if any; always exit 0.
+
+    A prompt event's answer is written as soon as it is known; the injection log is
+    written after it, within :data:`LOG_GRACE` seconds, or not at all.
+    """
     quiet_blas(threads="1")  # a hook's products are small
     limit = None if timeout is None else min(timeout, threading.TIMEOUT_MAX)  # --timeout 1e400
     deadline = time.monotonic() + (PROMPT_TIMEOUT if limit is None else limit)
     result: dict[str, Any] = {}
     event: dict[str, Any] = {}
     source = stdin if stdin is not None else sys.stdin.buffer
+    ready = threading.Event()  # the answer (or the error) is known
+    started: list[Path] = []  # the data folder of the background server this event started
+
+    def answered(out: str) -> None:
+        if started:
+            said = (agent or guess_agent(event)) == CLAUDE_CODE  # it shows systemMessage
+            out = announce(out, started[0], event, tell=said)
+        result["out"] = out
+        ready.set()
 
     def work() -> None:
         try:
@@ -143,30 +158,50 @@ def main(
                 result["out"] = forwarded
                 return
             prompt_event = event.get("hook_event_name") in (SESSION_START, USER_PROMPT)
-            started = None
             if start_server and namespace is None and prompt_event:
                 try:  # before answering: the next prompt gains even if this one runs late
-                    started = start_background_server(db, home)
+                    server = start_background_server(db, home)
+                    started.extend([server] if server is not None else [])
                 except Exception as exc:
                     log(home, event, f"could not start mnemex serve: {type(exc).__name__}: {exc}")
-            result["out"] = handle(
-                event, agent=agent, namespace=namespace, db=db, home=home, deadline=deadline
+            out = handle(
+                event,
+                agent=agent,
+                namespace=namespace,
+                db=db,
+                home=home,
+                deadline=deadline,
+                answer=answered,
             )
-            if started is not None:
-                said = (agent or guess_agent(event)) == CLAUDE_CODE  # it shows systemMessage
-                result["out"] = announce(result["out"], started, event, tell=said)
+            if not ready.is_set():
+                answered(out)
         except BaseException as exc:
-            result["error"] = exc
+            if not ready.is_set():
+                result["error"] = exc
+        finally:
+            ready.set()
 
     worker = threading.Thread(target=work, daemon=True, name="mnemex-hook")
     worker.start()
-    worker.join(PROMPT_TIMEOUT if limit is None else limit)
-    if limit is None and worker.is_alive() and event.get("hook_event_name") in CAPTURE_EVENTS:
-        worker.join(CAPTURE_TIMEOUT - PROMPT_TIMEOUT)
-    if worker.is_alive():
-        waited = limit or (
-            CAPTURE_TIMEOUT if event.get("hook_event_name") in CAPTURE_EVENTS else PROMPT_TIMEOUT
-        )
+    _answer(worker, ready, result, event, home, limit)
+
+
+def _answer(
+    worker: threading.Thread,
+    ready: threading.Event,
+    result: dict[str, Any],
+    event: Mapping[str, Any],
+    home: str | None,
+    limit: float | None,
+) -> None:
+    """Wait for the answer within the event's limit (else log and exit at once), write it,
+    then give the injection log :data:`LOG_GRACE` seconds."""
+    capture = event.get("hook_event_name") in CAPTURE_EVENTS
+    ready.wait(PROMPT_TIMEOUT if limit is None else limit)
+    if limit is None and not ready.is_set() and capture:
+        ready.wait(CAPTURE_TIMEOUT - PROMPT_TIMEOUT)
+    if not ready.is_set():
+        waited = limit or (CAPTURE_TIMEOUT if capture else PROMPT_TIMEOUT)
         log(home, event, f"timed out after {waited:g} s")
         os._exit(0)
     if "error" in result:
@@ -180,6 +215,9 @@ def main(
             sys.stdout.flush()
         except OSError as exc:  # the agent stopped reading
             log(home, event, f"could not write the answer: {exc}")
+    worker.join(LOG_GRACE)  # the injection log, written after the answer
+    if worker.is_alive():
+        log(home, event, f"the injection log was not written within {LOG_GRACE:g} s")
 
 
 _blas_defaults: dict[str, str] = {}  # what quiet_blas set (not the user)
@@ -306,13 +344,16 @@ def handle(
     home: str | None = None,
     store: Store | None = None,
     deadline: float | None = None,
+    answer: Callable[[str], None] | None = None,
 ) -> str:
     """What to print for ``event`` (``""`` for nothing); captures on the capture events.
 
     A prompt whose query is not embedded ``ANSWER_MARGIN`` seconds before the
     ``deadline`` (``time.monotonic()``; default: ``PROMPT_TIMEOUT`` from now) is
-    answered from the lexical arm, and ``hooks.log`` says so. A capture embeds what it
-    stored before it returns: the next prompt finds it by both arms.
+    answered from the lexical arm, and ``hooks.log`` says so. A prompt the store was
+    asked about is recorded in the injection log (:func:`record_injection`), after
+    ``answer`` is called with what to print. A capture embeds what it stored before it
+    returns: the next prompt finds it by both arms.
     """
     name = event.get("hook_event_name")
     if name not in (SESSION_START, USER_PROMPT, *CAPTURE_EVENTS):
@@ -332,10 +373,14 @@ def handle(
         ) - ANSWER_MARGIN
         with _opened(store, db, home, namespace, embedder=True, until=until) as opened:
             session = _text(event.get("session_id"))
-            block, late = prompt_context(opened, prompt, session, namespace, until)
-        if late:
-            log(home or str(opened.settings.home), event, f"{NOTE} {LATE}: {late}")
-        return _context(name, block)
+            decision = prompt_decision(opened, prompt, session, namespace, until)
+            out = _context(name, decision.block)
+            if answer is not None:
+                answer(out)
+            if decision.late:
+                log(home or str(opened.settings.home), event, f"{NOTE} {LATE}: {decision.late}")
+            record_injection(opened, event, agent, namespace, decision, home)
+        return out
     if name == SESSION_START:
         with _opened(store, db, home, namespace, embedder=False) as opened:
             block = session_context(opened, namespace)
@@ -374,6 +419,29 @@ def worth_recalling(prompt: str) -> bool:
     return not all(w in ACKNOWLEDGEMENTS for w in words)
 
 
+class Decision:
+    """What the prompt hook decided for a prompt: the block (``""``: nothing), the task
+    recalled for, the recall behind it, the ids that went into the block, the session's
+    own ids left out, the block's tokens, and why it was answered lexically (``""``: it
+    was not). (A plain class: a hook process that hands
+    its event to a server does not import typing.)"""
+
+    __slots__ = ("block", "found", "injected", "late", "own", "task", "tokens")
+
+    def __init__(
+        self,
+        block: str,
+        task: str,
+        found: RecallResult,
+        injected: tuple[str, ...],
+        own: frozenset[str],
+        tokens: int,
+        late: str = "",
+    ) -> None:
+        self.block, self.task, self.found = block, task, found
+        self.injected, self.own, self.tokens, self.late = injected, own, tokens, late
+
+
 def prompt_context(
     store: Store,
     prompt: str,
@@ -383,7 +451,19 @@ def prompt_context(
 ) -> tuple[str, str]:
     """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant),
     and why it was answered lexically (``""``: it was not) when the query was not embedded
-    by ``until`` (``time.monotonic()``; see :func:`handle`).
+    by ``until`` (``time.monotonic()``; see :func:`handle`)."""
+    decision = prompt_decision(store, prompt, session_id, namespace, until)
+    return decision.block, decision.late
+
+
+def prompt_decision(
+    store: Store,
+    prompt: str,
+    session_id: str | None,
+    namespace: str | None = None,
+    until: float | None = None,
+) -> Decision:
+    """The block for a prompt, and how it was decided (:class:`Decision`).
 
     The memories of the session itself are left out: they are in the
     conversation already.
@@ -396,7 +476,8 @@ def prompt_context(
     found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
     late = _late(store, found, until)
     if not found.memories or not _own(store, found, session_id, namespace):
-        return (found.markdown if found.memories else ""), late
+        block = found.markdown if found.memories else ""
+        return Decision(block, task, found, found.ids, frozenset(), found.tokens, late)
     # The session's own memories are in the conversation already: ask for more, leave them out.
     found = store.recall(
         task,
@@ -404,14 +485,15 @@ def prompt_context(
         namespace=namespace,
         mode="lexical" if late else None,  # no second wait for the model
     )
-    own = _own(store, found, session_id, namespace)
+    own = frozenset(_own(store, found, session_id, namespace))
     kept = [m for m in found.memories if m.id not in own]
     if not kept:
-        return "", late
+        return Decision("", task, found, (), own, 0, late)
     packed = packing.pack(
         [m.line for m in kept], settings.recall_budget, settings.recall_max, _counter(store)
     )
-    return packed.markdown, late
+    chosen = tuple(kept[i].id for i in packed.chosen)
+    return Decision(packed.markdown, task, found, chosen, own, packed.tokens, late)
 
 
 def _late(store: Store, found: Any, until: float | None) -> str:
@@ -423,20 +505,68 @@ def _late(store: Store, found: Any, until: float | None) -> str:
 
 
 def _own(store: Store, found: Any, session_id: str | None, namespace: str | None) -> set[str]:
-    """The ids of ``found``'s memories that the session ``session_id`` itself captured."""
-    from mnemex.storage import marks
-
+    """The ids of ``found``'s memories that the session ``session_id`` itself captured
+    (tagged ``session:<id>``, as :mod:`mnemex.hooks.capture` tags them)."""
     if not session_id:
         return set()
-    ids = [m.id for m in found.memories]
-    return {
-        row[0]
-        for row in store.session.conn.execute(
-            "SELECT m.id FROM memory_tags AS t JOIN memories AS m ON m.seq = t.seq "
-            f"WHERE t.tag = ? AND m.namespace = ? AND m.id IN ({marks(len(ids))})",
-            [f"session:{session_id}"[:64].lower(), namespace or store.namespace, *ids],
+    tag = f"session:{session_id}"[:64].lower()
+    return {m.id for m in found.memories if tag in m.tags}
+
+
+def record_injection(
+    store: Store,
+    event: Mapping[str, Any],
+    agent: str,
+    namespace: str,
+    decision: Decision,
+    home: str | None,
+) -> None:
+    """Write the prompt's entry in the injection log (:meth:`Store.log_injection`), its
+    texts redacted as captured turns are; never raises (a failure goes to ``hooks.log``).
+
+    Plain values all the way (no value classes to create): this runs on every prompt."""
+    if not store.settings.injection_log:
+        return
+    from mnemex.hooks.redact import redact
+
+    found, injected = decision.found, set(decision.injected)
+
+    def why(ident: str) -> str:
+        if ident in injected:
+            return ""
+        if ident in decision.own:
+            return "this session's own (in the conversation already)"
+        return "did not fit the budget"
+
+    weighed = [
+        {
+            "id": m.id,
+            "kind": m.kind,
+            "score": m.score,
+            "injected": m.id in injected,
+            "line": redact(m.line),
+            "reason": why(m.id),
+        }
+        for m in found.memories
+    ]
+    try:
+        store.log_injection(
+            redact(decision.task),
+            "injected" if decision.block else "nothing",
+            agent=agent,
+            session_id=_text(event.get("session_id")) or "",
+            event=USER_PROMPT,
+            block=redact(decision.block),
+            tokens=decision.tokens,
+            budget_tokens=found.budget_tokens,
+            mode_used=found.mode_used,
+            notes=found.notes,
+            memories=weighed,
+            floor=found.floor,
+            namespace=namespace,
         )
-    }
+    except Exception as exc:
+        log(home or str(store.settings.home), event, f"injection log: {type(exc).__name__}: {exc}")
 
 
 def session_context(store: Store, namespace: str | None = None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -77,6 +78,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         event: dict[str, Any] = {}
         out = ""
+        answered: list[bool] = []
+
+        def answer(text: str) -> None:
+            """Send the answer now: the injection log is written after it."""
+            self._answer(200, (text.strip() or "{}").encode())
+            answered.append(True)
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+
         try:
             length = int(self.headers.get("Content-Length") or 0)
             if not 0 < length <= MAX_STDIN:
@@ -94,11 +106,13 @@ class _Handler(BaseHTTPRequestHandler):
                     agent=agent if agent in AGENTS else self.server.agent,
                     namespace=self.server.namespace,
                     store=self.server.store,
+                    answer=answer,
                 )
         except Exception as exc:
             log(self.server.home, event, f"{type(exc).__name__}: {exc}")
             out = ""
-        self._answer(200, (out.strip() or "{}").encode())
+        if not answered:
+            self._answer(200, (out.strip() or "{}").encode())
 
     def do_GET(self) -> None:
         self._answer(404, b'{"error": "POST hook events to /hook"}')

@@ -12,13 +12,12 @@ burst of clients that never say goodbye cannot grow the server without bound.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from functools import partial
 
 from mnemex.config import Settings
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.errors import InvalidInput
+from mnemex.listen import bind, is_loopback
 from mnemex.mcp.server import build_server
 from mnemex.store import Store
 
@@ -27,15 +26,6 @@ MIN_TOKEN_CHARS = 16
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 PATH = "/mcp"
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, *, allow_remote: bool, token: str | None) -> None:
@@ -62,23 +52,7 @@ def check_bind(host: str, *, allow_remote: bool, token: str | None) -> None:
 def check_port(host: str, port: int) -> None:
     """Refuse a port that another process listens on, before anything is served (the
     server would otherwise start, then fail inside its event loop)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as exc:
-        raise InvalidInput(
-            f"cannot bind {host}: {exc.strerror}; give an address with --host"
-        ) from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise InvalidInput(
-                f"cannot listen on {host}:{port} ({exc.strerror}): another process may be "
-                "using it; stop it or choose another port with --port"
-            ) from None
+    bind(host, port).close()
 
 
 def url(host: str, port: int) -> str:

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import sqlite3
@@ -402,6 +403,7 @@ class Ranked(NamedTuple):
     candidates: int  # how many the fusion returned
     stages: dict[int, list[dict[str, Any]]]  # each candidate's ranking stages, for explain
     notes: tuple[str, ...] = ()
+    floor: dict[str, Any] | None = None  # the relevance floor's decision (None: it did not run)
 
 
 def run_search(engine: Retriever, request: Request) -> SearchResult:
@@ -425,6 +427,7 @@ def run_search(engine: Retriever, request: Request) -> SearchResult:
         fusion=fused.label,
         fusion_version=fused.version,
         notes=tuple(notes),
+        floor=ranked.floor,
     )
 
 
@@ -565,7 +568,7 @@ def rank_candidates(
     ranking = request.ranking
     notes: list[str] = []
     floor: dict[int, dict[str, Any]] = {}
-    order = _relevant(engine, request, arms, fused.order, scores, notes, floor)
+    order, decision = _relevant(engine, request, arms, fused.order, scores, notes, floor)
     threshold = {
         "stage": "threshold",
         "min_text_score": ranking.min_text_score,
@@ -578,7 +581,7 @@ def rank_candidates(
         seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
         for seq in order
     }
-    return Ranked(order, ranked, len(fused.order), trace, tuple(notes))
+    return Ranked(order, ranked, len(fused.order), trace, tuple(notes), decision)
 
 
 def build_hits(
@@ -694,24 +697,55 @@ def _relevant(
     scores: Scores,
     notes: list[str],
     trace: dict[int, dict[str, Any]],
-) -> list[int]:
-    """The fused order less what the query type, the relevance floor and the thresholds drop
-    (what the floor read of each hit in ``trace``)."""
+) -> tuple[list[int], dict[str, Any] | None]:
+    """The fused order less what the query type, the relevance floor and the thresholds
+    drop (what the floor read of each hit in ``trace``), and the floor's decision
+    (:func:`floor_decision`; ``None`` when no floor applies)."""
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
         order = [seq for seq in order if seq in text_scores]
     floor = None
     if ranking.floor and arms.query_vector is not None and engine.embedder is not None:
         floor = floor_for(engine.embedder.model_id)
+    decision = None
     if floor is not None and arms.mode != "lexical":
-        kept = _floor(engine, request, arms, floor, order, scores, trace)
+        candidates = len(order)
+        kept, found = _floor(engine, request, arms, floor, order, scores, trace)
         if kept is None:
             notes.append(NOTHING_RELEVANT)
         order = kept or []
+        decision = floor_decision(floor, found, kept is not None, candidates, order, scores)
     low_text, low_vector = ranking.min_text_score, ranking.min_vector_score
-    return [
+    passing = [
         s for s in order if rank.passes(text_scores.get(s), cosines.get(s), low_text, low_vector)
     ]
+    return passing, decision
+
+
+def floor_decision(
+    floor: Floor,
+    found: background.Background | None,
+    passed: bool,
+    candidates: int,
+    kept: list[int],
+    scores: Scores,
+) -> dict[str, Any]:
+    """What the relevance floor decided, for ``SearchResult.floor``: whether the query
+    passed, the store's background (``level``, ``memory``; ``None`` when no cosine was
+    read), the best cosine and text score among the candidates, the cut-offs, and how many
+    candidates it kept."""
+    best_cosine = max(scores.cosine.values(), default=None)
+    return {
+        "version": FLOOR_VERSION,
+        "passed": passed,
+        "candidates": candidates,
+        "kept": len(kept),
+        "level": None if found is None else round(found.level, 6),
+        "memory": None if found is None else round(found.memory, 6),
+        "best_cosine": None if best_cosine is None else round(best_cosine, 6),
+        "best_text": round(max(scores.text.values(), default=0.0), 6),
+        **dataclasses.asdict(floor),
+    }
 
 
 def _floor(
@@ -722,11 +756,11 @@ def _floor(
     order: list[int],
     scores: Scores,
     trace: dict[int, dict[str, Any]],
-) -> list[int] | None:
+) -> tuple[list[int] | None, background.Background | None]:
     """The candidates the relevance floor keeps (:mod:`mnemex.search.floor`), or ``None``
     when none answers the query (I/O: the store's background level, the text of the
     memories whose text score could let them in, the namespace's mean length); what it
-    read of each kept one in ``trace``."""
+    read of each kept one in ``trace``; and the background it read."""
     query_vector = arms.query_vector
     assert query_vector is not None
     vocabulary, first = model_words()
@@ -766,11 +800,11 @@ def _floor(
             if not readable(content, vocabulary):
                 evidence[seq] = Evidence(None, None, evidence[seq].text)
         if not relevant_query(floor, evidence.values(), lift):
-            return None
+            return None, found
     kept = [s for s in order if relevant_hit(floor, evidence[s])]
     for seq in kept:
         trace[seq] = _floor_stage(floor, found, evidence[seq])
-    return kept
+    return kept, found
 
 
 def _counts(floor: Floor, found: background.Background, cosine: float, text: float) -> bool:
@@ -894,9 +928,19 @@ def _explainer(
             "fused": round(fused.scores[seq], 6),
             "stages": [*ranked.stages[seq], {"stage": "top_k", **top_k}],
             "final": round(ranked.scores[seq], 6),
+            # Each arm's score for the hit, fetched when the arm did not return it: what
+            # the relevance floor and the thresholds read.
+            "scores": {
+                "text": _rounded(scores.text.get(seq)),
+                "cosine": _rounded(scores.cosine.get(seq)),
+            },
         }
 
     return explain
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _rerank(

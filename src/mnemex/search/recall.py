@@ -362,7 +362,7 @@ def recall(
         hit, cut = hits[index], packed.cut == index or index in packed.excerpts
         content, confidence = bodies[hit.id]
         made = (hit.id, hit.kind, content, confidence, hit.created_at, hit.score)
-        return Recalled(*made, text, count(text), cut)
+        return Recalled(*made, text, count(text), cut, hit.tags)
 
     chosen = tuple(map(recalled, packed.chosen, packed.lines))
     notes = found.notes
@@ -386,4 +386,5 @@ def recall(
         token_counter=counter_name,
         notes=notes,
         stale=found.stale,
+        floor=found.floor,
     )

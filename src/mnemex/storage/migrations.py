@@ -403,6 +403,29 @@ _THREADS: Final = (
     "CREATE INDEX IF NOT EXISTS memories_namespace_source ON memories (namespace, source)",
 )
 
+# The injection log (mnemex.injections): each prompt the hooks answered, the block
+# injected into it or why there was none, and the scores that decided it (``detail``,
+# JSON). Bounded by days and entries, pruned on every write. And memories by time across
+# namespaces: the timeline of every namespace (`mnemex ui`'s default) read 100,000 rows
+# and sorted them for each page without it (184 ms a page; benchmarks/bench_ui.py).
+_INJECTIONS: Final = (
+    "CREATE INDEX IF NOT EXISTS memories_created ON memories (created_at)",
+    """CREATE TABLE IF NOT EXISTS injections (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        block TEXT NOT NULL DEFAULT '',
+        detail TEXT NOT NULL DEFAULT '{}'
+    )""",
+    "CREATE INDEX IF NOT EXISTS injections_session ON injections (session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS injections_created ON injections (created_at)",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
@@ -412,6 +435,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (6, "memories by namespace and content hash", _CONTENT_HASH),
     (7, "a vector per window of a long memory", _WINDOWS),
     (8, "memories by namespace and source: threads", _THREADS),
+    (9, "the injection log: what the prompt hook injected, and why; memories by time", _INJECTIONS),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 

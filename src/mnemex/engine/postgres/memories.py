@@ -225,7 +225,8 @@ def check(session: PostgresSession) -> dict[str, Any]:
     return {"ok": not problems, "memories": rows, "problems": problems}
 
 
-_ENTRY = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namespace"
+ENTRY = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namespace"
+"""What a timeline entry is read from, in :func:`entry`'s order."""
 
 
 def timeline(
@@ -248,13 +249,13 @@ def timeline(
         if around is None:
             order = "ASC" if oldest_first else "DESC"
             rows = conn.execute(
-                f"SELECT {_ENTRY} FROM memories AS m WHERE true{where} "
+                f"SELECT {ENTRY} FROM memories AS m WHERE true{where} "
                 f"ORDER BY m.created_at {order}, m.seq {order} LIMIT %(limit)s".encode(),
                 {**params, "limit": limit},
             ).fetchall()
-            return [_entry(r) for r in rows]
+            return [entry(r) for r in rows]
         rows = _around(conn, filters.namespace, where, params, around)
-    return [_entry(r) for r in (rows if oldest_first else reversed(rows))]
+    return [entry(r) for r in (rows if oldest_first else reversed(rows))]
 
 
 def _around(
@@ -263,20 +264,20 @@ def _around(
     ident, before, after = around
     in_ns = "" if ns is None else " AND m.namespace = %(ns)s"
     anchor = conn.execute(
-        f"SELECT m.seq, {_ENTRY} FROM memories AS m WHERE m.id = %(id)s{in_ns}".encode(),
+        f"SELECT m.seq, {ENTRY} FROM memories AS m WHERE m.id = %(id)s{in_ns}".encode(),
         {"id": ident, "ns": ns},
     ).fetchone()
     if anchor is None:
         raise UnknownMemory([ident], ns or "*")
     at = {**params, "seq": anchor[0], "at": anchor[2]}
     older = conn.execute(
-        f"""SELECT {_ENTRY} FROM memories AS m
+        f"""SELECT {ENTRY} FROM memories AS m
             WHERE (m.created_at, m.seq) < (%(at)s, %(seq)s){where}
             ORDER BY m.created_at DESC, m.seq DESC LIMIT %(n)s""".encode(),
         {**at, "n": before},
     ).fetchall()
     newer = conn.execute(
-        f"""SELECT {_ENTRY} FROM memories AS m
+        f"""SELECT {ENTRY} FROM memories AS m
             WHERE (m.created_at, m.seq) > (%(at)s, %(seq)s){where}
             ORDER BY m.created_at ASC, m.seq ASC LIMIT %(n)s""".encode(),
         {**at, "n": after},
@@ -284,7 +285,7 @@ def _around(
     return [*reversed(older), anchor[1:], *newer]
 
 
-def _entry(row: Sequence[Any]) -> TimelineEntry:
+def entry(row: Sequence[Any]) -> TimelineEntry:
     return TimelineEntry(
         id=row[0],
         created_at=row[1].astimezone(UTC),
@@ -293,3 +294,16 @@ def _entry(row: Sequence[Any]) -> TimelineEntry:
         summary=summarize(row[4]),
         namespace=row[5],
     )
+
+
+def kind_counts(session: PostgresSession, ns: str | None) -> list[Sequence[Any]]:
+    """(namespace, kind, count) of the namespace (``None``: of every namespace)."""
+    where, params = _where(ns)
+    with session.connection() as conn:
+        return list(
+            conn.execute(
+                f"SELECT namespace, kind, count(*) FROM memories WHERE true{where} "
+                "GROUP BY namespace, kind",
+                params,
+            ).fetchall()
+        )

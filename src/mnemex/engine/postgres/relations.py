@@ -101,6 +101,19 @@ def page(conn: Any, namespace: str | None, after: int, limit: int) -> list[tuple
     return [(int(r[0]), _row(r[1:])) for r in rows]
 
 
+def read_from(conn: Any, memory_id: str, namespace: str) -> list[Row]:
+    """The relations of the namespace whose ``source_memory`` is ``memory_id``, most
+    confident then newest first."""
+    from mnemex.config import MAX_SEARCH_LIMIT
+
+    rows = conn.execute(
+        f"""SELECT {COLUMNS} FROM relations WHERE source_memory = %s AND namespace = %s
+            ORDER BY confidence DESC, updated_at DESC, seq DESC LIMIT %s""",
+        (memory_id, namespace, MAX_SEARCH_LIMIT),
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
 def neighbors(conn: Any, key: str, namespace: str | None, limit: int) -> list[Row]:
     """Relations with the entity ``key`` as subject or object, most confident then newest
     first."""

@@ -379,6 +379,26 @@ _THREADS: Final = (
     "CREATE INDEX IF NOT EXISTS memories_namespace_source ON memories (namespace, source, seq)",
 )
 
+# The injection log (mnemex.injections), and memories by time across namespaces: as
+# SQLite's migration 9.
+_INJECTIONS: Final = (
+    "CREATE INDEX IF NOT EXISTS memories_created ON memories (created_at, seq)",
+    """CREATE TABLE IF NOT EXISTS injections (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        created_at timestamptz NOT NULL,
+        namespace text NOT NULL,
+        agent text NOT NULL,
+        session_id text NOT NULL,
+        event text NOT NULL,
+        prompt text NOT NULL,
+        outcome text NOT NULL,
+        block text NOT NULL DEFAULT '',
+        detail jsonb NOT NULL DEFAULT '{}'
+    )""",
+    "CREATE INDEX IF NOT EXISTS injections_session ON injections (session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS injections_created ON injections (created_at)",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories with their index terms (tsvector)", _INIT),
     (2, "postings and per-namespace bm25 statistics kept by statement triggers", _STATS),
@@ -393,6 +413,11 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (7, "a vector per window of a memory's text (embeddings.window_no)", _WINDOWS),
     (8, "markdown workspaces: files and the place of each chunk", _WORKSPACES),
     (9, "memories by namespace and source: threads", _THREADS),
+    (
+        10,
+        "the injection log: what the prompt hook injected, and why; memories by time",
+        _INJECTIONS,
+    ),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 
