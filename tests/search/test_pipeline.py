@@ -196,8 +196,8 @@ def test_eval_reports_the_fusion_version_its_searches_used(hybrid: Store) -> Non
 
 
 def test_the_floor_decision_and_each_hits_scores_are_reported(hybrid: Store) -> None:
-    from mnemex.search.floor import CALIBRATED, FLOOR_VERSION
     from mnemex.search.background import Background
+    from mnemex.search.floor import CALIBRATED, FLOOR_VERSION
     from mnemex.search.pipeline import Scores, floor_decision
 
     found = hybrid.search("deploy script token", explain=True)
