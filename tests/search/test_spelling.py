@@ -15,7 +15,8 @@ def test_only_an_unknown_word_no_memory_holds_is_worth_correcting() -> None:
     assert worth_correcting("carolinn", 0, vocabulary)
     assert not worth_correcting("carolinn", 3, vocabulary)  # the store holds it as written
     assert not worth_correcting("andrew", 0, vocabulary)  # a word: someone else, maybe
-    assert not worth_correcting("jhn", 0, vocabulary)  # too short to tell
+    assert worth_correcting("jhn", 0, vocabulary)  # "john" with a letter dropped
+    assert not worth_correcting("jn", 0, vocabulary)  # too short to tell
     assert not worth_correcting("covid19", 0, vocabulary)
 
 
@@ -30,6 +31,9 @@ def test_the_nearest_held_term_within_its_edits_wins() -> None:
         "caorlin", "caorlix", 1, 9
     )
     assert nearest("carolinn", [("carolinn", 4)]) is None  # itself: nothing to correct
+    # a short word is read as a longer one it misses, never as a word as short as itself
+    assert nearest("jhn", [("john", 7), ("jan", 9)]) == Correction("jhn", "john", 1, 7)
+    assert nearest("jhn", [("jan", 9)]) is None
 
 
 @pytest.mark.parametrize(
@@ -61,6 +65,23 @@ def test_a_misspelt_name_finds_the_memories_of_the_name(store: Store) -> None:
     andrew = store.search("what did andrew research?")
     assert not any(note.startswith("read ") for note in andrew.notes)
     assert store.search("anything about carolinn?", expand=False).hits == ()
+
+
+SESSIONS = [
+    "John: I started collecting vintage stamps.\nMaria: Nice! Any favourites?",
+    "John: We won the game on Friday.\nMaria: Congrats on the win!",
+    "Maria: The shelter needs volunteers.\nJohn: Count me in for Saturday.",
+]
+
+
+@both_engines
+def test_a_name_every_memory_holds_is_still_read_through_a_dropped_letter(store: Store) -> None:
+    """A speaker's name in every session says little to the lexical arm, but the query
+    means it: "Jhn" (three letters, a letter dropped) is read as "John"."""
+    store.add_many(SESSIONS)
+    found = store.search("What does Jhn collect?", mode="lexical")
+    assert any("'jhn' as 'john'" in note for note in found.notes)
+    assert found.hits and "stamps" in found.hits[0].snippet
 
 
 @both_engines

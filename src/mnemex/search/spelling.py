@@ -9,10 +9,12 @@ spell them in ways a question does not ("Fahim" / "Faheem"). A query word is a
 - it has at least :data:`MIN_LETTERS` letters and is not a word of the model's
   vocabulary (a real word, "Andrew", "join", is what it says, even if the store only
   knows "John");
-- a term the namespace holds is within :func:`allowed_edits` of it (Damerau-Levenshtein:
-  a letter added, dropped, changed, or two swapped), starts with the same letter, and is
-  characteristic of the store (its lift, :func:`mnemex.search.floor.lift`, at least
-  :data:`MIN_LIFT`: a name, a term of its trade; "name" is not what "Nate" misspells).
+- a term the namespace holds, of at least :data:`MIN_MEANT` letters, is within
+  :func:`allowed_edits` of it (Damerau-Levenshtein: a letter added, dropped, changed, or
+  two swapped), starts with the same letter, and the store uses it at least as often as
+  English does (its lift, :func:`mnemex.search.floor.lift`, at least :data:`MIN_LIFT`: a
+  name, a term of its trade, even one every memory holds, as a speaker's name in every
+  session of a chat; a word the store barely uses is not what a query misspells).
 
 The nearest such term wins (fewer edits, then more memories holding it). The search then
 runs on the corrected query in both arms, and says so in its notes. Letter case plays no
@@ -24,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-MIN_LETTERS = 4  # shorter words have too many neighbours one edit away ("tim", "time")
+MIN_LETTERS = 3  # a written word this short ("jhn") is still read as a longer one it misses
+MIN_MEANT = 4  # a shorter word meant has too many neighbours one edit away ("tim", "tom")
 LONG_WORD = 12  # a word this long may be two edits away
-MIN_LIFT = 1.0  # how characteristic of the store the word meant must be (floor.lift)
+MIN_LIFT = 0.0  # how much more the store uses the word meant than English does (floor.lift)
 MAX_CORRECTIONS = 2  # query words corrected at most
 
 
@@ -58,7 +61,7 @@ def nearest(term: str, held: Iterable[tuple[str, int]]) -> Correction | None:
 
     best: tuple[int, int, str] | None = None
     for candidate, df in held:
-        if df <= 0 or candidate == term or candidate[:1] != term[:1]:
+        if df <= 0 or candidate == term or candidate[:1] != term[:1] or len(candidate) < MIN_MEANT:
             continue
         limit = allowed_edits(term, candidate)
         if abs(len(candidate) - len(term)) > limit:
