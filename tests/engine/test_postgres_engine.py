@@ -219,6 +219,67 @@ def test_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
 
 
+def _ranked(scores: dict[str, float]) -> list[tuple[float, str]]:
+    return sorted((-round(score, 9), mid) for mid, score in scores.items())
+
+
+def _shaped_texts() -> list[str]:
+    """Rows where a query's common words fill far more than a small budget: every row
+    says "alpha", every other "beta", a few "zeta" or "omega"."""
+    out = []
+    for n in range(240):
+        words = ["alpha", f"item{n}"] + ["beta"] * (n % 2) + ["gamma"] * (n % 3 == 0)
+        words += ["zeta"] * (n % 37 == 0) + ["omega"] * (n % 41 == 0) + ["alpha"] * (n % 5 == 0)
+        out.append(" ".join(words))
+    return out
+
+
+@postgres
+@pytest.mark.parametrize("query", ["alpha beta zeta", "zeta omega gamma alpha", "beta gamma"])
+def test_shaped_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -> None:
+    """With a small lexical budget both engines shape the query alike: the same rows, in
+    the same order, with the same scores (each candidate scored with every term), in a
+    namespace beside another and in the whole store; fewer candidates than the pool:
+    every matching row."""
+    texts = _shaped_texts()
+    rows = rows_of(texts) + rows_of(texts[::3], "other", "o")
+    pg.insert_rows(conn, rows)
+    with mnemex.open(tmp_path / "m.db") as store:
+        for namespace in ("ns", "other"):
+            store.add_many(
+                [
+                    {"id": r.id, "content": r.content, "tags": list(r.tags)}
+                    for r in rows
+                    if r.namespace == namespace
+                ],
+                namespace=namespace,
+            )
+    lite = sqlite_connect(tmp_path / "m.db", busy_timeout=5.0)
+    lexicon = fts.Lexicon(lite)
+    lite_ids = dict(lite.execute("SELECT seq, id FROM memories").fetchall())
+    pg_ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
+    try:
+        shaped = []
+        for namespace, pool in (("ns", 12), ("other", 12), (None, 12), ("ns", 200)):
+            plan = fts.plan(lexicon, query, namespace=namespace)
+            expected = fts.retrieve(lite, plan, fts.Filters(namespace), pool, 30)
+            got = bm25.retrieve(conn, list(plan.terms), namespace, pool, 30)
+            assert (got.shaped, got.fallback) == (expected.shaped, expected.fallback)
+            shaped.append(got.shaped)
+            # Ranked alike up to the last bits of a score (SQLite's shaped score is a
+            # difference of two sums): rows compared in order of their rounded scores.
+            assert _ranked({pg_ids[c.seq]: c.raw for c in got.candidates}) == _ranked(
+                {lite_ids[c.seq]: c.raw for c in expected.candidates}
+            ), (query, namespace, pool)
+            exact = dict(
+                (c.seq, c.raw) for c in bm25.lexical(conn, list(plan.terms), namespace, 10_000)
+            )
+            assert all(exact[c.seq] == pytest.approx(c.raw, rel=1e-12) for c in got.candidates)
+    finally:
+        lite.close()
+    assert shaped[0] and not shaped[3]  # a pool of 200: every matching row scored
+
+
 @postgres
 @pytest.mark.parametrize(
     ("query", "expected"),

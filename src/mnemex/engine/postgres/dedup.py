@@ -68,11 +68,11 @@ def scores(
 ) -> list[tuple[int, float]]:
     """(seq, BM25) of the namespace's best ``limit`` rows for the terms (only ``seqs``,
     when given)."""
-    where: tuple[str, dict[str, Any]] = ("", {})
     if seqs:
-        where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
-    found = bm25.lexical(conn, terms, namespace, limit, where)
-    return [(c.seq, c.raw) for c in found]
+        found = bm25.scores_of(conn, terms, namespace, seqs)
+        found.sort(key=lambda c: (-c.raw, c.seq))
+        return [(c.seq, c.raw) for c in found[:limit]]
+    return [(c.seq, c.raw) for c in bm25.lexical(conn, terms, namespace, limit)]
 
 
 def beside(

@@ -5,9 +5,10 @@ The pipeline's planning, fusion, ranking and hits are shared; here are only the
 reads. The lexical plan is the SQLite arm's (the same tokenizer, expansion, stop
 words and rarest-terms cut, see :mod:`mnemex.index.fts`), with the statistics of
 the namespace searched (every namespace's with ``ALL``), and its candidates are
-scored by :func:`mnemex.engine.postgres.bm25.lexical` (always exact: no query
-shaping). A raw FTS5 expression is answered by :mod:`mnemex.engine.postgres.raw`
-(the expression decides which memories match, as on SQLite). The vector arm is
+scored by :func:`mnemex.engine.postgres.bm25.retrieve` (shaped by
+``lexical_budget``, as on SQLite). A raw FTS5 expression is answered by
+:mod:`mnemex.engine.postgres.raw` (the expression decides which memories match,
+as on SQLite). The vector arm is
 pgvector (:func:`mnemex.engine.postgres.vectors.vector`; an exact scan when
 filters beyond the namespace apply). Snippets are FTS5's
 ``snippet()`` over the hits' text, in an in-memory SQLite table on the client.
@@ -148,8 +149,8 @@ class PostgresEngine:
             return Retrieval(self._raw(lexical.raw, request.filters, pool))
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
         where = filter_sql(request.filters, "p")
-        found = bm25.lexical(self.conn, terms, request.filters.namespace, pool, where)
-        return Retrieval(found)
+        budget = self.settings.lexical_budget
+        return bm25.retrieve(self.conn, terms, request.filters.namespace, pool, budget, where)
 
     def warm(self, dim: int) -> None:
         return None
@@ -196,8 +197,7 @@ class PostgresEngine:
             found = self._raw(lexical.raw, Filters(self.namespace), len(seqs), seqs)
             return {c.seq: c.raw for c in found}
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
-        where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
-        found = bm25.lexical(self.conn, terms, self.namespace, len(seqs), where)
+        found = bm25.scores_of(self.conn, terms, self.namespace, seqs)
         return {c.seq: c.raw for c in found}
 
     def _raw(
