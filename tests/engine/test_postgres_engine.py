@@ -24,7 +24,7 @@ from mnemex.engine import postgres as pg
 from mnemex.engine.postgres import bm25, tokens
 from mnemex.engine.postgres import schema as pg_schema
 from mnemex.engine.postgres import vectors as pg_vectors
-from mnemex.errors import IndexMismatch, MissingExtra
+from mnemex.errors import IndexMismatch, InvalidInput, MissingExtra
 from mnemex.index import fts
 from mnemex.storage import connect as sqlite_connect
 from mnemex.text import content_hash
@@ -381,6 +381,23 @@ def test_vector_search_is_cosine_nearest_per_model_and_namespace(
     with pytest.raises(IndexMismatch):
         pg.insert_vectors(conn, "model-a", [(int(seqs[0]), "h", query[:8])])
     assert pg.vector(conn, query, "ns", "no-such-model", 5) == []
+
+
+@postgres
+def test_vectors_are_written_and_read_in_binary_exactly(conn: Any) -> None:
+    """float32 values pass unchanged both ways (COPY in pgvector's binary form, binary
+    parameters and reads); a memory that is gone is skipped; NaN is refused."""
+    written = pg.insert_rows(conn, rows_of(["one", "two", "three"]))
+    vecs = _vectors(3, 8, 4) * np.float32(1 / 3)  # values with every bit of float32 used
+    items = [(w.seq, f"h{i}", v, i % 2) for i, (w, v) in enumerate(zip(written, vecs, strict=True))]
+    assert pg.insert_vectors(conn, "m", [*items, (10**9, "gone", vecs[0])]) == 3
+    stored = pg_vectors.stored_windows(conn, "m", ["h0", "h2"])
+    assert [w for w, _ in stored["h0"]] == [0] and stored["h0"][0][1].tobytes() == vecs[0].tobytes()
+    hits = pg.vector(conn, vecs[1], "ns", "m", 1)
+    assert hits[0].seq == written[1].seq and hits[0].cosine == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(InvalidInput, match="NaN"):
+        pg.insert_vectors(conn, "m", [(written[0].seq, "h", np.full(8, np.nan, np.float32))])
+    assert len(pg_vectors.stored_windows(conn, "m", ["h0"])["h0"]) == 1  # nothing lost
 
 
 @postgres

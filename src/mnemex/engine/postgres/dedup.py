@@ -22,7 +22,7 @@ from typing import Any
 
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
-from mnemex.engine.postgres.vectors import literal, model_dim
+from mnemex.engine.postgres.vectors import model_dim, param
 from mnemex.index.fts import BM25_B, BM25_K1
 from mnemex.index.query import Term, Token, idf
 from mnemex.text import parse_stored_time, tags_columns
@@ -116,10 +116,10 @@ def nearest(
     if dim is None or len(vector) != dim:
         return []
     rows = conn.execute(
-        f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)s::vector({dim})) AS c
+        f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)b::vector({dim})) AS c
             FROM embeddings WHERE model = %(model)s AND namespace = %(ns)s AND window_no = 0
             ORDER BY c DESC, seq LIMIT %(limit)s""".encode(),
-        {"q": literal(vector), "model": model, "ns": namespace, "limit": limit},
+        {"q": param(vector), "model": model, "ns": namespace, "limit": limit},
     ).fetchall()
     return [(int(seq), float(c)) for seq, c in rows]
 

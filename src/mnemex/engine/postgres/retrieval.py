@@ -29,7 +29,15 @@ from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import SENTENCE_BASE, Embedder
 from mnemex.engine.postgres import bm25, raw
 from mnemex.engine.postgres.tokens import lexicon, query_key
-from mnemex.engine.postgres.vectors import EXACT_MAX, counts, literal, model_dim, vector
+from mnemex.engine.postgres.vectors import (
+    EXACT_MAX,
+    counts,
+    from_binary,
+    literal,
+    model_dim,
+    param,
+    vector,
+)
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Retrieval, raw_plan, raw_terms
@@ -182,10 +190,10 @@ class PostgresEngine:
         join, params = filter_sql(filters, "e")
         only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
         rows = self.conn.execute(
-            f"""SELECT e.seq, max(1 - (e.vector::vector({dim}) <=> %(q)s::vector({dim}))) AS c
+            f"""SELECT e.seq, max(1 - (e.vector::vector({dim}) <=> %(q)b::vector({dim}))) AS c
                 FROM embeddings AS e {join} AND e.model = %(model)s {only}
                 GROUP BY e.seq ORDER BY c DESC, e.seq LIMIT %(limit)s""".encode(),
-            {**params, "q": literal(qvec), "model": model, "ns": filters.namespace, "limit": limit},
+            {**params, "q": param(qvec), "model": model, "ns": filters.namespace, "limit": limit},
         ).fetchall()
         return [VectorHit(int(seq), float(c)) for seq, c in rows]
 
@@ -218,9 +226,9 @@ class PostgresEngine:
             return {}
         dim = int(qvec.shape[0])
         rows = self.conn.execute(
-            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) FROM embeddings "
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %b::vector({dim}))) FROM embeddings "
             "WHERE model = %s AND seq = ANY(%s) GROUP BY seq".encode(),
-            (literal(qvec), self.embedder.model_id, seqs),
+            (param(qvec), self.embedder.model_id, seqs),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows}
 
@@ -231,26 +239,26 @@ class PostgresEngine:
             return {}
         dim = int(qvec.shape[0])
         rows = self.conn.execute(
-            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) "
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %b::vector({dim}))) "
             "FILTER (WHERE window_no < %s) FROM embeddings "
             "WHERE model = %s AND seq = ANY(%s) GROUP BY seq "
             "HAVING max(window_no) >= %s".encode(),
-            (literal(qvec), SENTENCE_BASE, self.embedder.model_id, seqs, SENTENCE_BASE),
+            (param(qvec), SENTENCE_BASE, self.embedder.model_id, seqs, SENTENCE_BASE),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows if c is not None}
 
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
         """Each memory's first-window vector."""
-        import numpy as np
 
         if not seqs or self.embedder is None:
             return {}
-        rows = self.conn.execute(
-            "SELECT seq, vector::text FROM embeddings "
-            "WHERE model = %s AND seq = ANY(%s) AND window_no = 0",
-            (self.embedder.model_id, seqs),
-        ).fetchall()
-        return {int(s): np.asarray(json.loads(v), dtype=np.float32) for s, v in rows}
+        with self.conn.cursor(binary=True) as cursor:
+            rows = cursor.execute(
+                "SELECT seq, vector FROM embeddings "
+                "WHERE model = %s AND seq = ANY(%s) AND window_no = 0",
+                (self.embedder.model_id, seqs),
+            ).fetchall()
+        return {int(s): from_binary(v) for s, v in rows}
 
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
         """seq, id, kind, tags (JSON), created_at (text), the start of the content and the
