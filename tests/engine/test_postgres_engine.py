@@ -419,6 +419,18 @@ def _parsed(literal: str) -> dict[str, int]:
     }
 
 
+@postgres
+def test_lexeme_counts_read_a_literal_as_postgresql_does(conn: Any) -> None:
+    docs = [*TEXTS, "it's a 'quoted' \\ back\\slash \\' mix ''", "x " * 300, ""]
+    for literal, _ in tokens.document_lex([(d, "") for d in docs]):
+        server = dict(
+            conn.execute(
+                "SELECT lexeme, cardinality(positions) FROM unnest(%s::tsvector)", (literal,)
+            ).fetchall()
+        )
+        assert tokens.lexeme_counts(literal) == server, literal
+
+
 def test_sqlite_written_literals_equal_the_token_by_token_ones() -> None:
     """Rows without CJK text get their tsvector literal from SQL; it says what the
     token-by-token path (the one rows with CJK text take) says."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mnemex.engine.postgres import bm25
-from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
+from mnemex.engine.postgres.tokens import document_lex, lexeme_counts, lexicon, query_key
 from mnemex.engine.postgres.vectors import model_dim, param
 from mnemex.index.fts import BM25_B, BM25_K1
 from mnemex.index.query import Term, Token, idf
@@ -85,12 +85,7 @@ def beside(
     keys = [query_key(t) for t in terms]
     stats = bm25.statistics(conn, namespace, keys)
     lex, length = document_lex([new])[0]
-    freqs: dict[str, int] = {
-        str(term): int(tf)
-        for term, tf in conn.execute(
-            "SELECT lexeme, cardinality(positions) FROM unnest(%s::tsvector)", (lex,)
-        ).fetchall()
-    }
+    freqs = lexeme_counts(lex)
     counted = bm25.Statistics(stats.docs + 1, stats.tokens + length, {})
     weights: dict[str, float] = {}
     for term, key in zip(terms, keys, strict=True):
