@@ -222,10 +222,24 @@ def retrieve(
     if not terms or pool <= 0:
         return Retrieval([])
     stats, weights = term_weights(conn, terms, namespace)
-    if not weights:
+    return best(conn, stats, weights, namespace, pool, budget, where)
+
+
+def best(
+    conn: psycopg.Connection[Any],
+    stats: Statistics,
+    weights: dict[str, float],
+    namespace: str | None,
+    pool: int,
+    budget: int,
+    where: tuple[str, dict[str, Any]] = ("", {}),
+) -> Retrieval:
+    """:func:`retrieve` with the statistics and weights given (``stats.doc_freqs`` of
+    every weighted term decide the shaping)."""
+    if not weights or pool <= 0:
         return Retrieval([])
     keys = list(weights)
-    essential, rest = shape([stats.doc_freqs[k] for k in keys], budget, pool)
+    essential, rest = shape([stats.doc_freqs.get(k, 0) for k in keys], budget, pool)
     if rest:
         kept = {keys[i]: weights[keys[i]] for i in essential}
         others = {keys[i]: weights[keys[i]] for i in rest}
