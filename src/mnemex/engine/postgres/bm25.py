@@ -183,14 +183,32 @@ def term_weights(
 ) -> tuple[Statistics, dict[str, float]]:
     """The statistics, and each stored term key's BM25 weight: its IDF, once per time the
     query says it (terms no row holds left out)."""
-    keys = [query_key(t) for t in terms]
-    stats = statistics(conn, namespace, keys, index)
+    stats = statistics(conn, namespace, [query_key(t) for t in terms], index)
+    return stats, weights_of(stats, terms)
+
+
+def _weighed(
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    stats: Statistics | None,
+) -> tuple[Statistics, dict[str, float]]:
+    """:func:`term_weights`, with ``stats`` when they hold every term (else read anew)."""
+    if stats is None or any(query_key(t) not in stats.doc_freqs for t in terms):
+        return term_weights(conn, terms, namespace)
+    return stats, weights_of(stats, terms)
+
+
+def weights_of(stats: Statistics, terms: Sequence[Term]) -> dict[str, float]:
+    """Each stored term key's BM25 weight with ``stats`` (which hold the terms' document
+    frequencies): its IDF, once per time the query says it (terms no row holds left out)."""
     weights: dict[str, float] = {}
-    for term, key in zip(terms, keys, strict=True):
+    for term in terms:
+        key = query_key(term)
         df = stats.doc_freqs.get(key, 0)
         if df > 0:
             weights[key] = weights.get(key, 0.0) + term.count * idf(df, stats.docs)
-    return stats, weights
+    return weights
 
 
 def lexical(
@@ -214,14 +232,17 @@ def retrieve(
     pool: int,
     budget: int,
     where: tuple[str, dict[str, Any]] = ("", {}),
+    stats: Statistics | None = None,
 ) -> Retrieval:
     """:func:`lexical`, shaped as the SQLite arm shapes it (:func:`mnemex.index.query.shape`
     with ``budget``, 0 for none): when the terms' rows add up to more than the budget,
     the candidates are the rows holding the rarest terms, each scored with all of them;
-    when they are fewer than ``pool``, every matching row is scored."""
+    when they are fewer than ``pool``, every matching row is scored. ``stats``: the
+    namespace's, read in this snapshot with the terms' document frequencies (else read
+    here)."""
     if not terms or pool <= 0:
         return Retrieval([])
-    stats, weights = term_weights(conn, terms, namespace)
+    stats, weights = _weighed(conn, terms, namespace, stats)
     return best(conn, stats, weights, namespace, pool, budget, where)
 
 
@@ -256,13 +277,18 @@ def best(
 
 
 def scores_of(
-    conn: psycopg.Connection[Any], terms: Sequence[Term], namespace: str | None, seqs: Sequence[int]
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    seqs: Sequence[int],
+    stats: Statistics | None = None,
 ) -> list[Candidate]:
     """BM25 of the rows ``seqs`` of the namespace (``None``: any) that hold a term, as
-    :func:`lexical` scores them; each posting read by its key (no term's list is read)."""
+    :func:`lexical` scores them; each posting read by its key (no term's list is read).
+    ``stats`` as for :func:`retrieve`."""
     if not terms or not seqs:
         return []
-    stats, weights = term_weights(conn, terms, namespace)
+    stats, weights = _weighed(conn, terms, namespace, stats)
     if not weights:
         return []
     params = {

@@ -113,6 +113,9 @@ class PostgresEngine:
     settings: Settings
     embedder: Embedder | None
     namespace: str | None = None  # the namespace searched (None: all), set by plan()
+    # The namespace's statistics with the plan's terms, read by plan() in the search's
+    # snapshot: the arm and the scores of given rows weigh the terms with them.
+    stats: bm25.Statistics | None = None
     backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
 
     @contextlib.contextmanager
@@ -139,6 +142,7 @@ class PostgresEngine:
         kept, dropped = content_terms(terms)
         keys = [query_key(t) for t in [*kept, *dropped]]
         stats = bm25.statistics(self.conn, request.filters.namespace, keys)
+        self.stats = stats
         freqs = [stats.doc_freqs.get(k, 0) for k in keys]
         keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
         return LexicalPlan(
@@ -157,8 +161,8 @@ class PostgresEngine:
             return Retrieval(self._raw(lexical.raw, request.filters, pool))
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
         where = filter_sql(request.filters, "p")
-        budget = self.settings.lexical_budget
-        return bm25.retrieve(self.conn, terms, request.filters.namespace, pool, budget, where)
+        budget, namespace = self.settings.lexical_budget, request.filters.namespace
+        return bm25.retrieve(self.conn, terms, namespace, pool, budget, where, self.stats)
 
     def warm(self, dim: int) -> None:
         return None
@@ -205,7 +209,7 @@ class PostgresEngine:
             found = self._raw(lexical.raw, Filters(self.namespace), len(seqs), seqs)
             return {c.seq: c.raw for c in found}
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
-        found = bm25.scores_of(self.conn, terms, self.namespace, seqs)
+        found = bm25.scores_of(self.conn, terms, self.namespace, seqs, self.stats)
         return {c.seq: c.raw for c in found}
 
     def _raw(
