@@ -77,10 +77,13 @@ _SCORE = f"""
     ORDER BY score DESC, p.seq
     LIMIT %(limit)s"""
 # Shaped (see mnemex.index.query.shape): the candidates are the rows holding an
-# essential (rare) term, read from those terms' postings; each candidate's postings of
-# the other terms are then looked up by (namespace, term, seq), one index probe each,
-# instead of reading the common terms' long lists. Every candidate is scored with all
-# the terms, exactly.
+# essential (rare) term, read from those terms' postings; then the candidates'
+# postings of the other terms, joined by (namespace, term, seq), and only the
+# candidates are scored (with all the terms, exactly). The namespace is a constant
+# in that join when one is searched: the planner then chooses between a key probe
+# per candidate and reading a common term's postings from the key alone, and picks
+# well (at 100,000 memories the statement took 20-25 against 33-46 ms exact; with
+# the namespace taken from the candidates it probed always, 36 ms).
 _SHAPED = f"""
     WITH e AS MATERIALIZED (
         SELECT p.namespace, p.seq, p.tf, p.len, q.w
@@ -97,7 +100,7 @@ _SHAPED = f"""
         SELECT p.seq, p.tf, p.len, r.w
         FROM c CROSS JOIN unnest(%(rest)s::text[], %(rest_weights)s::float8[]) AS r (term, w)
         JOIN {{index}}postings AS p
-            ON p.namespace = c.namespace AND p.term = r.term AND p.seq = c.seq
+            ON p.namespace = {{probe_ns}} AND p.term = r.term AND p.seq = c.seq
     ) AS x
     GROUP BY x.seq
     ORDER BY score DESC, x.seq
@@ -319,6 +322,7 @@ def scores_sql(
     most ``limit`` (``None``: all). ``index`` names another index's tables. With ``rest``
     (more weighted terms), the rows holding the first terms, scored with both."""
     query = _SCORE if rest is None else _SHAPED
+    query = query.replace("{probe_ns}", "c.namespace" if namespace is None else "%(ns)s::text")
     query = query.replace("{namespaces}", _EVERY if namespace is None else _ONE)
     query = query.replace("{filters}", where[0]).replace("{index}", index)
     params = {
