@@ -23,8 +23,8 @@ A search is shaped as SQLite's arm shapes it (``lexical_budget``, see
 together than the budget, the candidates are the rows holding its rarest
 terms, and each candidate's postings of the common terms are looked up by
 key instead of reading those terms' long lists; every candidate is still
-scored with all the terms. A search's cost then follows the budget, not the
-store's size (benchmarks/RESULTS.md, bench_scale). The same rows and scores
+scored with all the terms. A search's cost then follows the budget more than the
+store's size (benchmarks/RESULTS.md, History, "PostgreSQL speed (issue 30)"). The same rows and scores
 as SQLite's arm; fewer candidates than the pool: every matching row scored.
 
 Public surface: :func:`plan` (query text to terms, stop words set aside),
