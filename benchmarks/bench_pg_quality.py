@@ -17,6 +17,7 @@ engines search the same vectors. The issue asks for numbers within 0.01.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -91,7 +92,9 @@ def report(rows: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> None:
     lines = [
         "## SciFact and LoCoMo-dev on SQLite and PostgreSQL (`benchmarks/bench_pg_quality.py`)",
         "",
-        f"{machine()}. `mnemex eval beir` and `mnemex eval locomo` on each engine with the",
+        f"{machine()}; 1-minute load average at the end {os.getloadavg()[0]:.1f} (the machine",
+        "is shared: the latencies are not a budget). `mnemex eval beir` and",
+        "`mnemex eval locomo` on each engine with the",
         "same settings; hybrid with the local model (the same cached corpus vectors, a",
         "vector per window of a long text on both engines). *difference*: of the first",
         "measure, which the issue asks within 0.01.",

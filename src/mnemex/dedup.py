@@ -623,17 +623,19 @@ def _pg_close_texts(
     new: NewMemory,
     threshold: float,
     stored: int | None = None,
+    budget: int = 0,
 ) -> list[tuple[float, int, str]]:
     """The namespace's rows whose text repeats ``new`` (not stored, or stored as row
-    ``stored``): (similarity, seq, "text"), as :func:`_close_texts` decides."""
+    ``stored``): (similarity, seq, "text"), as :func:`_close_texts` decides (the rows
+    found as a search shaped by ``budget`` finds them)."""
     terms = pg.query_terms(conn, new.content, new.namespace)
     if not terms:
         return []
     if stored is None:
-        own, found = pg.beside(conn, terms, new.namespace, new.indexed, CANDIDATES)
+        own, found = pg.beside(conn, terms, new.namespace, new.indexed, CANDIDATES, budget)
     else:
         own = dict(pg.scores(conn, terms, new.namespace, 1, [stored])).get(stored, 0.0)
-        found = pg.scores(conn, terms, new.namespace, CANDIDATES + 1)
+        found = pg.scores(conn, terms, new.namespace, CANDIDATES + 1, budget=budget)
     if own <= 0:
         return []
     close = [(seq, min(1.0, raw / own)) for seq, raw in found if seq != stored]
@@ -674,7 +676,7 @@ def _pg_lookup(
         return Match(int(same[0]), same[1], 1.0, "exact")
     if len(new.content) > NEAR_MAX_CHARS:
         return None
-    close = _pg_close_texts(pg, conn, new, settings.dedup_text)
+    close = _pg_close_texts(pg, conn, new, settings.dedup_text, budget=settings.lexical_budget)
     if vector is not None and model is not None:
         for seq, cosine in pg.nearest(conn, vector, new.namespace, model, CANDIDATES + 1):
             if cosine > settings.dedup_cosine:
@@ -748,7 +750,11 @@ def _pg_older_copy(
     if same is not None:
         return Match(int(same[0]), same[1], 1.0, "exact")
     new = NewMemory(namespace, content, digest, (content, ""))
-    found = [f for f in _pg_close_texts(pg, conn, new, settings.dedup_text, seq) if f[1] < seq]
+    found = [
+        f
+        for f in _pg_close_texts(pg, conn, new, settings.dedup_text, seq, settings.lexical_budget)
+        if f[1] < seq
+    ]
     vector = None if model is None else pg.stored_vector(conn, model, seq)
     if vector is not None:
         for other, cosine in pg.nearest(conn, vector, namespace, model, CANDIDATES + 1):

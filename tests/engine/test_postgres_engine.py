@@ -24,7 +24,7 @@ from mnemex.engine import postgres as pg
 from mnemex.engine.postgres import bm25, tokens
 from mnemex.engine.postgres import schema as pg_schema
 from mnemex.engine.postgres import vectors as pg_vectors
-from mnemex.errors import IndexMismatch, MissingExtra
+from mnemex.errors import IndexMismatch, InvalidInput, MissingExtra
 from mnemex.index import fts
 from mnemex.storage import connect as sqlite_connect
 from mnemex.text import content_hash
@@ -219,6 +219,67 @@ def test_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9)
 
 
+def _ranked(scores: dict[str, float]) -> list[tuple[float, str]]:
+    return sorted((-round(score, 9), mid) for mid, score in scores.items())
+
+
+def _shaped_texts() -> list[str]:
+    """Rows where a query's common words fill far more than a small budget: every row
+    says "alpha", every other "beta", a few "zeta" or "omega"."""
+    out = []
+    for n in range(240):
+        words = ["alpha", f"item{n}"] + ["beta"] * (n % 2) + ["gamma"] * (n % 3 == 0)
+        words += ["zeta"] * (n % 37 == 0) + ["omega"] * (n % 41 == 0) + ["alpha"] * (n % 5 == 0)
+        out.append(" ".join(words))
+    return out
+
+
+@postgres
+@pytest.mark.parametrize("query", ["alpha beta zeta", "zeta omega gamma alpha", "beta gamma"])
+def test_shaped_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query: str) -> None:
+    """With a small lexical budget both engines shape the query alike: the same rows, in
+    the same order, with the same scores (each candidate scored with every term), in a
+    namespace beside another and in the whole store; fewer candidates than the pool:
+    every matching row."""
+    texts = _shaped_texts()
+    rows = rows_of(texts) + rows_of(texts[::3], "other", "o")
+    pg.insert_rows(conn, rows)
+    with mnemex.open(tmp_path / "m.db") as store:
+        for namespace in ("ns", "other"):
+            store.add_many(
+                [
+                    {"id": r.id, "content": r.content, "tags": list(r.tags)}
+                    for r in rows
+                    if r.namespace == namespace
+                ],
+                namespace=namespace,
+            )
+    lite = sqlite_connect(tmp_path / "m.db", busy_timeout=5.0)
+    lexicon = fts.Lexicon(lite)
+    lite_ids = dict(lite.execute("SELECT seq, id FROM memories").fetchall())
+    pg_ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
+    try:
+        shaped = []
+        for namespace, pool in (("ns", 12), ("other", 12), (None, 12), ("ns", 200)):
+            plan = fts.plan(lexicon, query, namespace=namespace)
+            expected = fts.retrieve(lite, plan, fts.Filters(namespace), pool, 30)
+            got = bm25.retrieve(conn, list(plan.terms), namespace, pool, 30)
+            assert (got.shaped, got.fallback) == (expected.shaped, expected.fallback)
+            shaped.append(got.shaped)
+            # Ranked alike up to the last bits of a score (SQLite's shaped score is a
+            # difference of two sums): rows compared in order of their rounded scores.
+            assert _ranked({pg_ids[c.seq]: c.raw for c in got.candidates}) == _ranked(
+                {lite_ids[c.seq]: c.raw for c in expected.candidates}
+            ), (query, namespace, pool)
+            exact = dict(
+                (c.seq, c.raw) for c in bm25.lexical(conn, list(plan.terms), namespace, 10_000)
+            )
+            assert all(exact[c.seq] == pytest.approx(c.raw, rel=1e-12) for c in got.candidates)
+    finally:
+        lite.close()
+    assert shaped[0] and not shaped[3]  # a pool of 200: every matching row scored
+
+
 @postgres
 @pytest.mark.parametrize(
     ("query", "expected"),
@@ -323,6 +384,23 @@ def test_vector_search_is_cosine_nearest_per_model_and_namespace(
 
 
 @postgres
+def test_vectors_are_written_and_read_in_binary_exactly(conn: Any) -> None:
+    """float32 values pass unchanged both ways (COPY in pgvector's binary form, binary
+    parameters and reads); a memory that is gone is skipped; NaN is refused."""
+    written = pg.insert_rows(conn, rows_of(["one", "two", "three"]))
+    vecs = _vectors(3, 8, 4) * np.float32(1 / 3)  # values with every bit of float32 used
+    items = [(w.seq, f"h{i}", v, i % 2) for i, (w, v) in enumerate(zip(written, vecs, strict=True))]
+    assert pg.insert_vectors(conn, "m", [*items, (10**9, "gone", vecs[0])]) == 3
+    stored = pg_vectors.stored_windows(conn, "m", ["h0", "h2"])
+    assert [w for w, _ in stored["h0"]] == [0] and stored["h0"][0][1].tobytes() == vecs[0].tobytes()
+    hits = pg.vector(conn, vecs[1], "ns", "m", 1)
+    assert hits[0].seq == written[1].seq and hits[0].cosine == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(InvalidInput, match="NaN"):
+        pg.insert_vectors(conn, "m", [(written[0].seq, "h", np.full(8, np.nan, np.float32))])
+    assert len(pg_vectors.stored_windows(conn, "m", ["h0"])["h0"]) == 1  # nothing lost
+
+
+@postgres
 def test_vectors_go_with_their_memory_and_follow_its_namespace(conn: Any) -> None:
     written = pg.insert_rows(conn, rows_of(["one", "two"]))
     vecs = _vectors(2, 4, 3)
@@ -339,6 +417,18 @@ def _parsed(literal: str) -> dict[str, int]:
         m.group(1).replace("''", "'").replace("\\\\", "\\"): m.group(2).count(",") + 1
         for m in re.finditer(r"'((?:[^']|'')*)':([0-9,]+)", literal)
     }
+
+
+@postgres
+def test_lexeme_counts_read_a_literal_as_postgresql_does(conn: Any) -> None:
+    docs = [*TEXTS, "it's a 'quoted' \\ back\\slash \\' mix ''", "x " * 300, ""]
+    for literal, _ in tokens.document_lex([(d, "") for d in docs]):
+        server = dict(
+            conn.execute(
+                "SELECT lexeme, cardinality(positions) FROM unnest(%s::tsvector)", (literal,)
+            ).fetchall()
+        )
+        assert tokens.lexeme_counts(literal) == server, literal
 
 
 def test_sqlite_written_literals_equal_the_token_by_token_ones() -> None:

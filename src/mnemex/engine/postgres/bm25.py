@@ -18,9 +18,20 @@ ranks the same but is several times slower: a GIN match still reads and
 unpacks every matching row's whole tsvector, and a common term matches most
 rows (benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite").
 
-Public surface: :func:`plan` (query text to terms, stop words set aside) and
-:func:`lexical` (terms to scored rows), :func:`search` doing both with the
-SQLite pipeline's retry (stop words put back when nothing matched).
+A search is shaped as SQLite's arm shapes it (``lexical_budget``, see
+:func:`mnemex.index.query.shape`): when the query's terms occur in more rows
+together than the budget, the candidates are the rows holding its rarest
+terms, and each candidate's postings of the common terms are looked up by
+key instead of reading those terms' long lists; every candidate is still
+scored with all the terms. A search's cost then follows the budget more than the
+store's size (benchmarks/RESULTS.md, History, "PostgreSQL speed (issue 30)"). The same rows and scores
+as SQLite's arm; fewer candidates than the pool: every matching row scored.
+
+Public surface: :func:`plan` (query text to terms, stop words set aside),
+:func:`retrieve` (terms to scored rows, shaped) and :func:`lexical` (every
+matching row scored), :func:`scores_of` (given rows), :func:`search` doing
+plan and lexical with the SQLite pipeline's retry (stop words put back when
+nothing matched).
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres.tokens import lexicon, query_key
-from mnemex.index.fts import BM25_B, BM25_K1, Candidate
+from mnemex.index.fts import BM25_B, BM25_K1, Candidate, Retrieval
 from mnemex.index.query import (
     MAX_QUERY_TERMS,
     Term,
@@ -39,16 +50,25 @@ from mnemex.index.query import (
     expand_terms,
     idf,
     keep_rarest,
+    shape,
 )
 from mnemex.index.stopwords import STOPWORDS
 
 if TYPE_CHECKING:
     import psycopg
 
+# One posting's share of a row's score: ``w`` (the term's IDF, once per time the query
+# says it) times FTS5's tf part, in double precision (as FTS5 computes it; numeric
+# literals would make PostgreSQL do the arithmetic in ``numeric``, several times slower).
+_K1_PLUS_1, _K1, _ONE_LESS_B, _B = (
+    f"{v!r}::float8" for v in (BM25_K1 + 1.0, BM25_K1, 1 - BM25_B, BM25_B)
+)
+_PART = (
+    f"{{w}} * ({{tf}} * {_K1_PLUS_1}) / ({{tf}} + {_K1} * ({_ONE_LESS_B} + {_B} * {{len}} "
+    "/ %(avgdl)s::float8))"
+)
 _SCORE = f"""
-    SELECT p.seq, sum(q.w * (p.tf * {BM25_K1 + 1.0!r})
-                      / (p.tf + {BM25_K1!r} * (1 - {BM25_B!r} + {BM25_B!r} * p.len / %(avgdl)s)))
-        AS score
+    SELECT p.seq, sum({_PART.format(w="q.w", tf="p.tf", len="p.len")}) AS score
     FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
     {{namespaces}}
     JOIN {{index}}postings AS p ON p.namespace = n.namespace AND p.term = q.term
@@ -56,6 +76,45 @@ _SCORE = f"""
     GROUP BY p.seq
     ORDER BY score DESC, p.seq
     LIMIT %(limit)s"""
+# Shaped (see mnemex.index.query.shape): the candidates are the rows holding an
+# essential (rare) term, read from those terms' postings; then the candidates'
+# postings of the other terms, joined by (namespace, term, seq), and only the
+# candidates are scored (with all the terms, exactly). The namespace is a constant
+# in that join when one is searched: the planner then chooses between a key probe
+# per candidate and reading a common term's postings from the key alone, and picks
+# well (at 100,000 memories the statement took 20-25 against 33-46 ms exact; with
+# the namespace taken from the candidates it probed always, 36 ms).
+_SHAPED = f"""
+    WITH e AS MATERIALIZED (
+        SELECT p.namespace, p.seq, p.tf, p.len, q.w
+        FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
+        {{namespaces}}
+        JOIN {{index}}postings AS p ON p.namespace = n.namespace AND p.term = q.term
+        {{filters}}
+    ),
+    c AS (SELECT DISTINCT namespace, seq FROM e)
+    SELECT x.seq, sum({_PART.format(w="x.w", tf="x.tf", len="x.len")}) AS score
+    FROM (
+        SELECT seq, tf, len, w FROM e
+        UNION ALL
+        SELECT p.seq, p.tf, p.len, r.w
+        FROM c CROSS JOIN unnest(%(rest)s::text[], %(rest_weights)s::float8[]) AS r (term, w)
+        JOIN {{index}}postings AS p
+            ON p.namespace = {{probe_ns}} AND p.term = r.term AND p.seq = c.seq
+    ) AS x
+    GROUP BY x.seq
+    ORDER BY score DESC, x.seq
+    LIMIT %(limit)s"""
+# The rows ``seqs`` (of the namespace, or of any), each posting looked up by its key.
+_OF = f"""
+    SELECT p.seq, sum({_PART.format(w="q.w", tf="p.tf", len="p.len")}) AS score
+    FROM memories AS c
+    CROSS JOIN unnest(%(keys)s::text[], %(weights)s::float8[]) AS q (term, w)
+    JOIN postings AS p ON p.namespace = c.namespace AND p.term = q.term AND p.seq = c.seq
+    WHERE c.seq = ANY(%(seqs)s::bigint[]) AND (%(ns)s::text IS NULL OR c.namespace = %(ns)s)
+    GROUP BY p.seq"""
+# The note of a shaped search that found fewer candidates than asked (as on SQLite).
+FALLBACK = "shaped candidates < pool; scored every matching row"
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
 _EVERY = "CROSS JOIN {index}namespace_stats AS n"
 
@@ -127,14 +186,32 @@ def term_weights(
 ) -> tuple[Statistics, dict[str, float]]:
     """The statistics, and each stored term key's BM25 weight: its IDF, once per time the
     query says it (terms no row holds left out)."""
-    keys = [query_key(t) for t in terms]
-    stats = statistics(conn, namespace, keys, index)
+    stats = statistics(conn, namespace, [query_key(t) for t in terms], index)
+    return stats, weights_of(stats, terms)
+
+
+def _weighed(
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    stats: Statistics | None,
+) -> tuple[Statistics, dict[str, float]]:
+    """:func:`term_weights`, with ``stats`` when they hold every term (else read anew)."""
+    if stats is None or any(query_key(t) not in stats.doc_freqs for t in terms):
+        return term_weights(conn, terms, namespace)
+    return stats, weights_of(stats, terms)
+
+
+def weights_of(stats: Statistics, terms: Sequence[Term]) -> dict[str, float]:
+    """Each stored term key's BM25 weight with ``stats`` (which hold the terms' document
+    frequencies): its IDF, once per time the query says it (terms no row holds left out)."""
     weights: dict[str, float] = {}
-    for term, key in zip(terms, keys, strict=True):
+    for term in terms:
+        key = query_key(term)
         df = stats.doc_freqs.get(key, 0)
         if df > 0:
             weights[key] = weights.get(key, 0.0) + term.count * idf(df, stats.docs)
-    return stats, weights
+    return weights
 
 
 def lexical(
@@ -145,14 +222,89 @@ def lexical(
     where: tuple[str, dict[str, Any]] = ("", {}),
 ) -> list[Candidate]:
     """The best ``limit`` rows of the namespace (``None``: all) for the terms, by BM25,
-    best first (ties by seq). ``where``: SQL (``WHERE ...`` on ``postings AS p``, joining
-    what it needs) and its named parameters, to restrict the rows scored."""
-    if not terms or limit <= 0:
+    best first (ties by seq), every matching row scored. ``where``: SQL (``WHERE ...`` on
+    ``postings AS p``, joining what it needs) and its named parameters, to restrict the
+    rows scored."""
+    return retrieve(conn, terms, namespace, limit, 0, where).candidates
+
+
+def retrieve(
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    pool: int,
+    budget: int,
+    where: tuple[str, dict[str, Any]] = ("", {}),
+    stats: Statistics | None = None,
+) -> Retrieval:
+    """:func:`lexical`, shaped as the SQLite arm shapes it (:func:`mnemex.index.query.shape`
+    with ``budget``, 0 for none): when the terms' rows add up to more than the budget,
+    the candidates are the rows holding the rarest terms, each scored with all of them;
+    when they are fewer than ``pool``, every matching row is scored. ``stats``: the
+    namespace's, read in this snapshot with the terms' document frequencies (else read
+    here)."""
+    if not terms or pool <= 0:
+        return Retrieval([])
+    stats, weights = _weighed(conn, terms, namespace, stats)
+    return best(conn, stats, weights, namespace, pool, budget, where)
+
+
+def best(
+    conn: psycopg.Connection[Any],
+    stats: Statistics,
+    weights: dict[str, float],
+    namespace: str | None,
+    pool: int,
+    budget: int,
+    where: tuple[str, dict[str, Any]] = ("", {}),
+) -> Retrieval:
+    """:func:`retrieve` with the statistics and weights given (``stats.doc_freqs`` of
+    every weighted term decide the shaping)."""
+    if not weights or pool <= 0:
+        return Retrieval([])
+    keys = list(weights)
+    essential, rest = shape([stats.doc_freqs.get(k, 0) for k in keys], budget, pool)
+    if rest:
+        kept = {keys[i]: weights[keys[i]] for i in essential}
+        others = {keys[i]: weights[keys[i]] for i in rest}
+        query, params = scores_sql(stats, kept, namespace, pool, where, rest=others)
+        # Planned for these terms each time: a generic plan (psycopg prepares a statement
+        # run five times) reads the common terms' lists whole.
+        found = _candidates(conn.execute(query, params, prepare=False).fetchall())
+        if len(found) >= pool:
+            return Retrieval(found, shaped=True, essential=tuple(kept))
+    found = _candidates(
+        conn.execute(*scores_sql(stats, weights, namespace, pool, where)).fetchall()
+    )
+    return Retrieval(found, fallback=bool(rest), notes=[FALLBACK] if rest else [])
+
+
+def scores_of(
+    conn: psycopg.Connection[Any],
+    terms: Sequence[Term],
+    namespace: str | None,
+    seqs: Sequence[int],
+    stats: Statistics | None = None,
+) -> list[Candidate]:
+    """BM25 of the rows ``seqs`` of the namespace (``None``: any) that hold a term, as
+    :func:`lexical` scores them; each posting read by its key (no term's list is read).
+    ``stats`` as for :func:`retrieve`."""
+    if not terms or not seqs:
         return []
-    stats, weights = term_weights(conn, terms, namespace)
+    stats, weights = _weighed(conn, terms, namespace, stats)
     if not weights:
         return []
-    rows = conn.execute(*scores_sql(stats, weights, namespace, limit, where)).fetchall()
+    params = {
+        "avgdl": stats.avgdl,
+        "keys": list(weights),
+        "weights": list(weights.values()),
+        "ns": namespace,
+        "seqs": list(seqs),
+    }
+    return _candidates(conn.execute(_OF.encode(), params).fetchall())
+
+
+def _candidates(rows: Any) -> list[Candidate]:
     return [Candidate(int(seq), float(score)) for seq, score in rows]
 
 
@@ -163,17 +315,23 @@ def scores_sql(
     limit: int | None,
     where: tuple[str, dict[str, Any]] = ("", {}),
     index: str = "",
+    rest: dict[str, float] | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     """The query, and its parameters, that scores the rows of the namespace (``None``:
     all) holding the weighted terms by BM25 with ``stats``: (seq, score), best first, at
-    most ``limit`` (``None``: all). ``index`` names another index's tables."""
-    query = _SCORE.replace("{namespaces}", _EVERY if namespace is None else _ONE)
+    most ``limit`` (``None``: all). ``index`` names another index's tables. With ``rest``
+    (more weighted terms), the rows holding the first terms, scored with both."""
+    query = _SCORE if rest is None else _SHAPED
+    query = query.replace("{probe_ns}", "c.namespace" if namespace is None else "%(ns)s::text")
+    query = query.replace("{namespaces}", _EVERY if namespace is None else _ONE)
     query = query.replace("{filters}", where[0]).replace("{index}", index)
     params = {
         **where[1],
         "avgdl": stats.avgdl,
         "keys": list(weights),
         "weights": list(weights.values()),
+        "rest": list(rest or {}),
+        "rest_weights": list((rest or {}).values()),
         "ns": namespace,
         "limit": limit,
     }

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 APPLICATION = "mnemex"
+_TYPES = False  # whether psycopg knows the types of mnemex.engine.postgres.vectors
 
 
 def driver() -> ModuleType:
@@ -25,6 +26,12 @@ def driver() -> ModuleType:
         import psycopg
     except ImportError:
         raise MissingExtra("postgres", "the PostgreSQL engine", "psycopg") from None
+    global _TYPES
+    if not _TYPES:
+        from mnemex.engine.postgres.vectors import register_types
+
+        register_types(psycopg.adapters)
+        _TYPES = True
     return psycopg
 
 

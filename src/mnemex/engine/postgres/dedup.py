@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mnemex.engine.postgres import bm25
-from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
-from mnemex.engine.postgres.vectors import literal, model_dim
+from mnemex.engine.postgres.tokens import document_lex, lexeme_counts, lexicon, query_key
+from mnemex.engine.postgres.vectors import model_dim, param
 from mnemex.index.fts import BM25_B, BM25_K1
 from mnemex.index.query import Term, Token, idf
 from mnemex.text import parse_stored_time, tags_columns
@@ -64,34 +64,40 @@ def query_terms(conn: Conn, text: str, namespace: str) -> list[Term]:
 
 
 def scores(
-    conn: Conn, terms: Sequence[Term], namespace: str, limit: int, seqs: Sequence[int] = ()
+    conn: Conn,
+    terms: Sequence[Term],
+    namespace: str,
+    limit: int,
+    seqs: Sequence[int] = (),
+    budget: int = 0,
 ) -> list[tuple[int, float]]:
     """(seq, BM25) of the namespace's best ``limit`` rows for the terms (only ``seqs``,
-    when given)."""
-    where: tuple[str, dict[str, Any]] = ("", {})
+    when given), shaped by ``budget`` as a search is."""
     if seqs:
-        where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
-    found = bm25.lexical(conn, terms, namespace, limit, where)
-    return [(c.seq, c.raw) for c in found]
+        found = bm25.scores_of(conn, terms, namespace, seqs)
+        found.sort(key=lambda c: (-c.raw, c.seq))
+        return [(c.seq, c.raw) for c in found[:limit]]
+    return [(c.seq, c.raw) for c in bm25.retrieve(conn, terms, namespace, limit, budget).candidates]
 
 
 def beside(
-    conn: Conn, terms: Sequence[Term], namespace: str, new: tuple[str, str], limit: int
+    conn: Conn,
+    terms: Sequence[Term],
+    namespace: str,
+    new: tuple[str, str],
+    limit: int,
+    budget: int = 0,
 ) -> tuple[float, list[tuple[int, float]]]:
     """BM25 of a text not stored yet, ``new`` = (content, tags JSON), and (seq, BM25) of
     the namespace's best ``limit`` rows, for the terms; both scored as they would be once
     the text is stored (it counts in the rows, their average length and the document
-    frequency of each term it holds), as :func:`mnemex.index.fts.bm25_beside` does."""
+    frequency of each term it holds), as :func:`mnemex.index.fts.bm25_beside` does. The
+    rows are found as a search finds them, shaped by ``budget`` (on the rows stored)."""
     keys = [query_key(t) for t in terms]
     stats = bm25.statistics(conn, namespace, keys)
     lex, length = document_lex([new])[0]
-    freqs: dict[str, int] = {
-        str(term): int(tf)
-        for term, tf in conn.execute(
-            "SELECT lexeme, cardinality(positions) FROM unnest(%s::tsvector)", (lex,)
-        ).fetchall()
-    }
-    counted = bm25.Statistics(stats.docs + 1, stats.tokens + length, {})
+    freqs = lexeme_counts(lex)
+    counted = bm25.Statistics(stats.docs + 1, stats.tokens + length, stats.doc_freqs)
     weights: dict[str, float] = {}
     for term, key in zip(terms, keys, strict=True):
         df = stats.doc_freqs.get(key, 0) + (1 if key in freqs else 0)
@@ -103,8 +109,8 @@ def beside(
     own = sum(
         w * freqs[k] * (BM25_K1 + 1) / (freqs[k] + norm) for k, w in weights.items() if k in freqs
     )
-    rows = conn.execute(*bm25.scores_sql(counted, weights, namespace, limit)).fetchall()
-    return own, [(int(seq), float(score)) for seq, score in rows]
+    found = bm25.best(conn, counted, weights, namespace, limit, budget).candidates
+    return own, [(c.seq, c.raw) for c in found]
 
 
 def nearest(
@@ -116,10 +122,10 @@ def nearest(
     if dim is None or len(vector) != dim:
         return []
     rows = conn.execute(
-        f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)s::vector({dim})) AS c
+        f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)b::vector({dim})) AS c
             FROM embeddings WHERE model = %(model)s AND namespace = %(ns)s AND window_no = 0
             ORDER BY c DESC, seq LIMIT %(limit)s""".encode(),
-        {"q": literal(vector), "model": model, "ns": namespace, "limit": limit},
+        {"q": param(vector), "model": model, "ns": namespace, "limit": limit},
     ).fetchall()
     return [(int(seq), float(c)) for seq, c in rows]
 

@@ -5,9 +5,10 @@ The pipeline's planning, fusion, ranking and hits are shared; here are only the
 reads. The lexical plan is the SQLite arm's (the same tokenizer, expansion, stop
 words and rarest-terms cut, see :mod:`mnemex.index.fts`), with the statistics of
 the namespace searched (every namespace's with ``ALL``), and its candidates are
-scored by :func:`mnemex.engine.postgres.bm25.lexical` (always exact: no query
-shaping). A raw FTS5 expression is answered by :mod:`mnemex.engine.postgres.raw`
-(the expression decides which memories match, as on SQLite). The vector arm is
+scored by :func:`mnemex.engine.postgres.bm25.retrieve` (shaped by
+``lexical_budget``, as on SQLite). A raw FTS5 expression is answered by
+:mod:`mnemex.engine.postgres.raw` (the expression decides which memories match,
+as on SQLite). The vector arm is
 pgvector (:func:`mnemex.engine.postgres.vectors.vector`; an exact scan when
 filters beyond the namespace apply). Snippets are FTS5's
 ``snippet()`` over the hits' text, in an in-memory SQLite table on the client.
@@ -28,7 +29,15 @@ from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import SENTENCE_BASE, Embedder
 from mnemex.engine.postgres import bm25, raw
 from mnemex.engine.postgres.tokens import lexicon, query_key
-from mnemex.engine.postgres.vectors import EXACT_MAX, counts, literal, model_dim, vector
+from mnemex.engine.postgres.vectors import (
+    EXACT_MAX,
+    counts,
+    from_binary,
+    literal,
+    model_dim,
+    param,
+    vector,
+)
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch
 from mnemex.index.fts import Candidate, Filters, LexicalPlan, Retrieval, raw_plan, raw_terms
@@ -104,6 +113,9 @@ class PostgresEngine:
     settings: Settings
     embedder: Embedder | None
     namespace: str | None = None  # the namespace searched (None: all), set by plan()
+    # The namespace's statistics with the plan's terms, read by plan() in the search's
+    # snapshot: the arm and the scores of given rows weigh the terms with them.
+    stats: bm25.Statistics | None = None
     backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
 
     @contextlib.contextmanager
@@ -130,6 +142,7 @@ class PostgresEngine:
         kept, dropped = content_terms(terms)
         keys = [query_key(t) for t in [*kept, *dropped]]
         stats = bm25.statistics(self.conn, request.filters.namespace, keys)
+        self.stats = stats
         freqs = [stats.doc_freqs.get(k, 0) for k in keys]
         keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
         return LexicalPlan(
@@ -148,8 +161,8 @@ class PostgresEngine:
             return Retrieval(self._raw(lexical.raw, request.filters, pool))
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
         where = filter_sql(request.filters, "p")
-        found = bm25.lexical(self.conn, terms, request.filters.namespace, pool, where)
-        return Retrieval(found)
+        budget, namespace = self.settings.lexical_budget, request.filters.namespace
+        return bm25.retrieve(self.conn, terms, namespace, pool, budget, where, self.stats)
 
     def warm(self, dim: int) -> None:
         return None
@@ -181,10 +194,10 @@ class PostgresEngine:
         join, params = filter_sql(filters, "e")
         only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
         rows = self.conn.execute(
-            f"""SELECT e.seq, max(1 - (e.vector::vector({dim}) <=> %(q)s::vector({dim}))) AS c
+            f"""SELECT e.seq, max(1 - (e.vector::vector({dim}) <=> %(q)b::vector({dim}))) AS c
                 FROM embeddings AS e {join} AND e.model = %(model)s {only}
                 GROUP BY e.seq ORDER BY c DESC, e.seq LIMIT %(limit)s""".encode(),
-            {**params, "q": literal(qvec), "model": model, "ns": filters.namespace, "limit": limit},
+            {**params, "q": param(qvec), "model": model, "ns": filters.namespace, "limit": limit},
         ).fetchall()
         return [VectorHit(int(seq), float(c)) for seq, c in rows]
 
@@ -196,8 +209,7 @@ class PostgresEngine:
             found = self._raw(lexical.raw, Filters(self.namespace), len(seqs), seqs)
             return {c.seq: c.raw for c in found}
         terms = [t for t, df in zip(lexical.terms, lexical.doc_freqs, strict=True) if df]
-        where = ("WHERE p.seq = ANY(%(f_seqs)s)", {"f_seqs": list(seqs)})
-        found = bm25.lexical(self.conn, terms, self.namespace, len(seqs), where)
+        found = bm25.scores_of(self.conn, terms, self.namespace, seqs, self.stats)
         return {c.seq: c.raw for c in found}
 
     def _raw(
@@ -218,9 +230,9 @@ class PostgresEngine:
             return {}
         dim = int(qvec.shape[0])
         rows = self.conn.execute(
-            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) FROM embeddings "
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %b::vector({dim}))) FROM embeddings "
             "WHERE model = %s AND seq = ANY(%s) GROUP BY seq".encode(),
-            (literal(qvec), self.embedder.model_id, seqs),
+            (param(qvec), self.embedder.model_id, seqs),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows}
 
@@ -231,26 +243,26 @@ class PostgresEngine:
             return {}
         dim = int(qvec.shape[0])
         rows = self.conn.execute(
-            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %s::vector({dim}))) "
+            f"SELECT seq, max(1 - (vector::vector({dim}) <=> %b::vector({dim}))) "
             "FILTER (WHERE window_no < %s) FROM embeddings "
             "WHERE model = %s AND seq = ANY(%s) GROUP BY seq "
             "HAVING max(window_no) >= %s".encode(),
-            (literal(qvec), SENTENCE_BASE, self.embedder.model_id, seqs, SENTENCE_BASE),
+            (param(qvec), SENTENCE_BASE, self.embedder.model_id, seqs, SENTENCE_BASE),
         ).fetchall()
         return {int(seq): float(c) for seq, c in rows if c is not None}
 
     def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
         """Each memory's first-window vector."""
-        import numpy as np
 
         if not seqs or self.embedder is None:
             return {}
-        rows = self.conn.execute(
-            "SELECT seq, vector::text FROM embeddings "
-            "WHERE model = %s AND seq = ANY(%s) AND window_no = 0",
-            (self.embedder.model_id, seqs),
-        ).fetchall()
-        return {int(s): np.asarray(json.loads(v), dtype=np.float32) for s, v in rows}
+        with self.conn.cursor(binary=True) as cursor:
+            rows = cursor.execute(
+                "SELECT seq, vector FROM embeddings "
+                "WHERE model = %s AND seq = ANY(%s) AND window_no = 0",
+                (self.embedder.model_id, seqs),
+            ).fetchall()
+        return {int(s): from_binary(v) for s, v in rows}
 
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
         """seq, id, kind, tags (JSON), created_at (text), the start of the content and the

@@ -19,6 +19,7 @@ is its token count, as FTS5's ``docsize`` records it (pairs not counted).
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import threading
 from collections import Counter
@@ -101,6 +102,18 @@ def _connection() -> sqlite3.Connection:
 def lexeme(term: str) -> str:
     """A term as a quoted tsvector/tsquery lexeme (quotes and backslashes doubled)."""
     return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def lexeme_counts(literal: str) -> dict[str, int]:
+    """The lexemes of a tsvector literal written here (:func:`tsvector`,
+    :func:`document_lex`) with their counts of positions, as PostgreSQL reads them."""
+    return {
+        m.group(1).replace("''", "'").replace("\\\\", "\\"): m.group(2).count(",") + 1
+        for m in _LEXEME.finditer(literal)
+    }
+
+
+_LEXEME = re.compile(r"'((?:[^']|'')*)':([0-9,]+)")
 
 
 def tsvector(terms: Terms) -> str:

@@ -32,8 +32,8 @@ between 50,000 and 1M the index starts to pay on real embeddings is for
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,51 @@ WINDOWS_FETCHED = 2  # window rows asked of the index per memory wanted (doubled
 class VectorHit:
     seq: int
     cosine: float
+
+
+class Vector:
+    """A vector in pgvector's binary form (dimension, a reserved int16, big-endian
+    float32s), sent as a binary query parameter (``%b``) whose type, ``vector``, the
+    server takes from the statement's cast: no text to print or parse."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def param(vector: Any) -> Vector:
+    """A vector as a binary query parameter; float32 values pass exactly."""
+    return Vector(binary(vector))
+
+
+def binary(vector: Any) -> bytes:
+    """A vector in pgvector's binary form (a query parameter, or a ``COPY`` field)."""
+    values = np.asarray(vector, dtype=np.float32).ravel()
+    if not np.isfinite(values).all():
+        raise InvalidInput("a vector holds NaN or infinite values")
+    return struct.pack(">hh", values.size, 0) + values.astype(">f4").tobytes()
+
+
+def from_binary(data: bytes) -> Any:
+    """A vector read in pgvector's binary form (a binary cursor's ``vector`` column)."""
+    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
+
+
+def register_types(adapters: Any) -> None:
+    """Teach psycopg (its global ``adapters``, before any connection) to send a
+    :class:`Vector`."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+        oid = 0  # unknown: the type comes from the statement's cast (``%b::vector``)
+
+        def dump(self, obj: Any) -> bytes:
+            return bytes(obj.data)
+
+    adapters.register_dumper(Vector, VectorDumper)
 
 
 def literal(vector: Any) -> str:
@@ -128,27 +173,30 @@ def insert_vectors(
     if len(dims) != 1:
         raise InvalidInput(f"vectors of one model must share a dimension, got {sorted(dims)}")
     ensure_model(conn, model, dims.pop())
-    seqs = [v[0] for v in vectors]
+    by_seq = sorted((v[0], v[3] if len(v) > 3 else 0, v[1], binary(v[2])) for v in vectors)
     with conn.transaction():
-        conn.execute(
-            "DELETE FROM embeddings WHERE model = %s AND seq = ANY(%s)", (model, sorted(set(seqs)))
+        seqs = sorted({v[0] for v in by_seq})
+        conn.execute("DELETE FROM embeddings WHERE model = %s AND seq = ANY(%s)", (model, seqs))
+        # The memories' namespaces, each row held until the commit (a memory deleted
+        # meanwhile is skipped, as one deleted before).
+        namespaces = dict(
+            conn.execute(
+                "SELECT seq, namespace FROM memories WHERE seq = ANY(%s) ORDER BY seq FOR KEY SHARE",
+                (seqs,),
+            ).fetchall()
         )
-        cur = conn.execute(
-            """INSERT INTO embeddings (seq, namespace, model, content_hash, window_no, vector)
-               SELECT v.seq, m.namespace, %s, v.hash, v.window_no, v.vector::vector
-               FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::text[])
-                   AS v (seq, hash, window_no, vector)
-               JOIN memories AS m ON m.seq = v.seq
-               ORDER BY v.seq, v.window_no""",
-            (
-                model,
-                seqs,
-                [v[1] for v in vectors],
-                [v[3] if len(v) > 3 else 0 for v in vectors],
-                [literal(v[2]) for v in vectors],
-            ),
-        )
-        return cur.rowcount
+        written = [v for v in by_seq if v[0] in namespaces]
+        with conn.cursor() as cursor, cursor.copy(_COPY) as copy:
+            copy.set_types(["int8", "text", "text", "text", "int4", "bytea"])
+            for seq, window, digest, data in written:
+                copy.write_row((seq, namespaces[seq], model, digest, window, data))
+        return len(written)
+
+
+# Vectors in pgvector's binary form, written as they are (a bytea field's bytes are the
+# column's binary value).
+_COPY = """COPY embeddings (seq, namespace, model, content_hash, window_no, vector)
+    FROM STDIN (FORMAT BINARY)"""
 
 
 def stored_windows(
@@ -158,15 +206,17 @@ def stored_windows(
     text's windows in order with their numbers (a text whose stored windows are not
     numbered as a cut numbers them, :func:`mnemex.embed.window_numbers`, left out)."""
     found: dict[str, dict[int, Any]] = {}
-    for digest, window, text in conn.execute(
-        "SELECT DISTINCT ON (content_hash, window_no) content_hash, window_no, vector::text "
-        "FROM embeddings WHERE model = %s AND content_hash = ANY(%s) "
-        "ORDER BY content_hash, window_no, seq",
-        (model, sorted(set(digests))),
-    ):
-        found.setdefault(digest, {})[int(window)] = text
+    with conn.cursor(binary=True) as cursor:
+        rows = cursor.execute(
+            "SELECT DISTINCT ON (content_hash, window_no) content_hash, window_no, vector "
+            "FROM embeddings WHERE model = %s AND content_hash = ANY(%s) "
+            "ORDER BY content_hash, window_no, seq",
+            (model, sorted(set(digests))),
+        ).fetchall()
+    for digest, window, data in rows:
+        found.setdefault(digest, {})[int(window)] = data
     return {
-        digest: [(w, np.asarray(json.loads(by[w]), dtype=np.float32)) for w in sorted(by)]
+        digest: [(w, from_binary(by[w])) for w in sorted(by)]
         for digest, by in found.items()
         if sorted(by) == window_numbers(by)
     }
@@ -237,7 +287,7 @@ def ef_search(limit: int, wanted: int, total: int) -> int | None:
 
 
 def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> sql.Composed:
-    """The query (parameters ``q``, the vector's text, and ``limit``): through the model's
+    """The query (parameters ``q``, the vector (:func:`param`), and ``limit``): through the model's
     HNSW index (window rows nearest first), or exact (each memory once, at its best
     window; the ``OFFSET 0`` fence keeps the planner from the index)."""
     from psycopg import sql
@@ -245,7 +295,7 @@ def search_sql(namespace: str | None, model: str, dim: int, *, exact: bool) -> s
     where: sql.Composable = sql.SQL("model = {}").format(sql.Literal(model))
     if namespace is not None:
         where = sql.SQL("{} AND namespace = {}").format(where, sql.Literal(namespace))
-    distance = sql.SQL("(vector::vector({dim}) <=> %(q)s::vector({dim}))").format(
+    distance = sql.SQL("(vector::vector({dim}) <=> %(q)b::vector({dim}))").format(
         dim=sql.Literal(dim)
     )
     if exact:
@@ -301,4 +351,4 @@ def _run(
             conn.execute("SET LOCAL enable_sort = off")
         if explain:
             query = sql.SQL("EXPLAIN {}").format(query)
-        return conn.execute(query, {"q": literal(qvec), "limit": limit}).fetchall()
+        return conn.execute(query, {"q": param(qvec), "limit": limit}).fetchall()

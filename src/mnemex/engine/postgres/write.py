@@ -104,13 +104,16 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Writ
 def _retrying(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> list[Any]:
     from psycopg import errors, pq
 
-    retries = RETRIES if conn.info.transaction_status == pq.TransactionStatus.IDLE else 1
-    for attempt in range(retries):
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        # Inside the caller's transaction, which a failure ends whole: no savepoint (two
+        # more round trips) and no retry.
+        return conn.execute(query.encode(), params).fetchall()
+    for attempt in range(RETRIES):
         try:
             with conn.transaction():
                 return conn.execute(query.encode(), params).fetchall()
         except errors.DeadlockDetected:
-            if attempt == retries - 1:
+            if attempt == RETRIES - 1:
                 raise
     raise AssertionError("unreachable")
 
