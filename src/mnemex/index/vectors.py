@@ -174,6 +174,10 @@ class VectorIndex:
         self._last_log = 0
         self._version: int | None = None
         self._dirty = True
+        self._loads = 0  # refreshes that looked for changes (keys the cached size)
+        self._size: tuple[int, int] | None = None  # (_loads, size) when last counted
+        # (_loads, rows in seq order, their seqs) when last sorted (see _by_seq)
+        self._seq_order: tuple[int, np.ndarray, np.ndarray] | None = None
         self.corrupt = 0  # rows skipped because their BLOB is not a valid vector
         self.ann: HnswIndex | None = None  # optional approximate index (mnemex.index.ann)
         self.snapshot = snapshot  # the snapshot file (None: never read or written)
@@ -193,17 +197,21 @@ class VectorIndex:
 
     @property
     def size(self) -> int:
-        """Memories with searchable vectors (each has its window 0)."""
+        """Memories with searchable vectors (each has its window 0); counted again only
+        after a refresh that changed the index (a pass over every row: 1-2 ms at 1M)."""
         with self._lock:
             self.refresh()
-            n = self._n
-            return int((self._valid[:n] & (self._win[:n] == 0)).sum())
+            if self._size is None or self._size[0] != self._loads:
+                n = self._n
+                self._size = (self._loads, int((self._valid[:n] & (self._win[:n] == 0)).sum()))
+            return self._size[1]
 
     def refresh(self) -> None:
         with self._lock:
             version = int(self.conn.execute("PRAGMA data_version").fetchone()[0])
             if not self._dirty and version == self._version:
                 return
+            self._loads += 1
             in_tx = self.conn.in_transaction
             if not in_tx:
                 self.conn.execute("BEGIN")
@@ -703,12 +711,31 @@ class VectorIndex:
         return found
 
     def _rows_of(self, seqs: Sequence[int]) -> np.ndarray:
-        """The searchable rows (every window) of these memories."""
+        """The searchable rows (every window) of these memories, in row order: found in the
+        rows sorted by seq (:meth:`_by_seq`), not by a pass over every row (7 ms at 1M)."""
         numpy = self._np
-        n = self._n
-        wanted = numpy.asarray(list(seqs), dtype=numpy.int64)
-        rows: np.ndarray = numpy.flatnonzero(numpy.isin(self._seq[:n], wanted) & self._valid[:n])
-        return rows
+        wanted = numpy.unique(numpy.asarray(list(seqs), dtype=numpy.int64))
+        order, sorted_seqs = self._by_seq()
+        starts = numpy.searchsorted(sorted_seqs, wanted)
+        ends = numpy.searchsorted(sorted_seqs, wanted, side="right")
+        spans = [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if b > a]
+        if not spans:
+            none: np.ndarray = numpy.zeros(0, dtype=numpy.int64)
+            return none
+        rows = numpy.sort(numpy.concatenate(spans))
+        found: np.ndarray = rows[self._valid[rows]]
+        return found
+
+    def _by_seq(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows in seq order (stable: a memory's rows in row order) and their seqs, kept
+        until the next refresh that looks for changes (rows come mostly in seq order, so
+        sorting them again costs about 1 ms at 1M)."""
+        numpy = self._np
+        if self._seq_order is None or self._seq_order[0] != self._loads:
+            seqs = self._seq[: self._n]
+            order = numpy.argsort(seqs, kind="stable")
+            self._seq_order = (self._loads, order, seqs[order])
+        return self._seq_order[1], self._seq_order[2]
 
     def vectors_of(self, seqs: Sequence[int]) -> dict[int, np.ndarray]:
         """The vector of the first window of each memory that has one (rows of the
