@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 import re
 import sqlite3
@@ -76,6 +77,9 @@ _SNAPSHOT_ARRAYS = (
 # Every per-row array of the index, the matrix first.
 _ROW_ARRAYS = ("_matrix", *(name for name, _ in _SNAPSHOT_ARRAYS))
 LOAD_CHUNK = 8_192  # vectors read per step when loading
+# A filter allowing at least this share of the rows is applied to the graph's answers
+# (a search that asks for 1/share times more), not inside the graph search.
+ANN_POST_FILTER_SHARE = 0.75
 ANN_MIN_ALLOWED = 5_000  # fewer allowed rows than this: exact search over them is cheaper
 # float32 products are summed in an order that depends on the matrix (BLAS blocking), so
 # a row's float32 cosine may differ in the last bits between stores; rows within this of
@@ -663,15 +667,19 @@ class VectorIndex:
     ) -> list[VectorHit] | None:
         """Top ``k`` within ``mask`` from the HNSW graph, or ``None`` if it gives too few.
 
-        A filter that leaves out rows is applied inside the graph search (only the
+        A filter that leaves out many rows is applied inside the graph search (only the
         allowed embedding ids are candidates), so rows of other namespaces never take
-        the places of the k; the hits are rescored exactly."""
+        the places of the k. One that leaves out few (rows dropped since the graph was
+        built, a namespace holding most of the store) is applied to the answers of a
+        search that asks for more of them: a set of every allowed id costs more than
+        the search (50 ms for a million). The hits are rescored exactly."""
         assert self.ann is not None
         np = self._np
-        allowed_ids = None if allowed >= 1.0 else self._eid[: len(mask)][mask]
+        filtered = allowed < ANN_POST_FILTER_SHARE
+        allowed_ids = self._eid[: len(mask)][mask] if filtered else None
         found: list[VectorHit] = []
         for rows_k in row_steps(k, self._windows):  # rows that hold the k best memories
-            wanted = rows_k if allowed_ids is not None else min(self.ann.size, 3 * rows_k)
+            wanted = rows_k if filtered else min(self.ann.size, math.ceil(3 * rows_k / allowed))
             ids, _ = self.ann.search(q, wanted, allowed_ids)
             rows = self._rows_of_eids(ids.astype(np.int64))
             keep = rows >= 0  # deleted since the graph was built, or no answer (-1)
