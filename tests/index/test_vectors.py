@@ -604,3 +604,27 @@ def test_a_memory_s_rows_are_found_by_seq_after_edits_and_forgets(
     assert set(cosines) == set(stored)
     for seq, cosine in cosines.items():
         assert cosine == pytest.approx(float(stored[seq] @ query), abs=1e-6)
+
+
+def test_a_filter_s_rows_are_kept_until_the_index_changes(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    from mnemex.index.fts import Filters
+
+    vector_store.add_many(DOCS)
+    index = vector_store.session.vectors(fake_embedder.dim)
+    mine = Filters("default")
+    first = index.mask_for(mine)
+    assert first is not None and index.mask_for(mine) is first
+    with pytest.raises(ValueError):
+        first[0] = False  # shared by the searches that ask again: never changed in place
+    assert index.mask_for(Filters("other")) is None
+    assert index.mask_for(mine) is not first  # another filter was asked in between
+    again = index.mask_for(mine)
+    new = vector_store.add("a sixth memory about invoices")  # the index changes
+    grown = index.mask_for(mine)
+    assert grown is not again and int(grown.sum()) == len(DOCS) + 1
+    vector_store.forget(new)
+    assert int(index.mask_for(mine).sum()) == len(DOCS)
+    tagged = Filters("default", tags=("x",))
+    assert index.mask_for(tagged) is not index.mask_for(tagged)  # tags: read each time
