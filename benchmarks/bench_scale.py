@@ -30,8 +30,11 @@ each store in turn, with the same settings (the defaults; limit 10 with
 snippets, and hybrid also at the default limit of 6), **the query embedding
 excluded**: the queries are embedded first, and the store's embedder answers
 from that table, as in ``bench_hybrid.py``. SQLite runs twice: exact vectors
-(its default below ``ann_threshold``, 300,000) and through the HNSW index.
-The 1-minute load average is recorded with each figure: the machine is shared.
+(its default below ``ann_threshold``, 300,000) and through the HNSW index;
+the recall@10 of the HNSW store against the exact one (vector and hybrid) is
+reported beside. The queries a search corrects (spelling) are embedded once,
+before any timing. The 1-minute load average is recorded with each figure: the
+machine is shared.
 
 ``--sanity`` (SQLite at the first size) times what a hybrid search costs
 with parts of the pipeline turned off or on (relations, the thread stage, the
