@@ -137,3 +137,26 @@ def test_rows_dropped_since_the_build_are_skipped_after_the_graph_search(  # typ
         assert store.session.vectors(64).ann is not None
         assert sets == []
         assert np.mean(overlap) >= 0.9
+
+
+def test_the_graph_keeps_8_bit_codes_past_a_few_vectors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Trained on the vectors it is built from, the graph stores each as 8-bit codes; a
+    graph of too few vectors to train on keeps float32, and both take later vectors."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(3000, 64)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, 3001, dtype=np.int64)
+    kinds = {}
+    for label, count in (("small", ann.SQ8_MIN_VECTORS - 1), ("large", 2000)):
+        graph = ann.HnswIndex(tmp_path / f"{label}.hnsw", 64)
+        graph.build(vectors[:count], ids[:count])
+        graph.add(vectors[count:], ids[count:])
+        graph.save()
+        loaded = ann.HnswIndex.load(tmp_path / f"{label}.hnsw", 64)
+        assert loaded is not None and loaded.size == 3000
+        kinds[label] = type(faiss.downcast_index(loaded.index.index)).__name__
+        found, _ = loaded.search(vectors[2500], 5)
+        assert found[0] == ids[2500]
+    assert kinds == {"small": "IndexHNSWFlat", "large": "IndexHNSWSQ"}
+    saved = (tmp_path / "small.hnsw").stat().st_size - (tmp_path / "large.hnsw").stat().st_size
+    assert saved >= 0.9 * 3000 * 64 * 3  # a byte a dimension instead of four
