@@ -30,8 +30,11 @@ each store in turn, with the same settings (the defaults; limit 10 with
 snippets, and hybrid also at the default limit of 6), **the query embedding
 excluded**: the queries are embedded first, and the store's embedder answers
 from that table, as in ``bench_hybrid.py``. SQLite runs twice: exact vectors
-(its default below ``ann_threshold``, 300,000) and through the HNSW index.
-The 1-minute load average is recorded with each figure: the machine is shared.
+(its default below ``ann_threshold``, 300,000) and through the HNSW index;
+the recall@10 of the HNSW store against the exact one (vector and hybrid) is
+reported beside. The queries a search corrects (spelling) are embedded once,
+before any timing. The 1-minute load average is recorded with each figure: the
+machine is shared.
 
 ``--sanity`` (SQLite at the first size) times what a hybrid search costs
 with parts of the pipeline turned off or on (relations, the thread stage, the
@@ -239,10 +242,30 @@ def searcher(store: Any, mode: str, limit: int | None, **call: Any) -> Callable[
 def latencies(stores: dict[str, Any], qs: list[str]) -> dict[str, dict[str, Any]]:
     """Per store and mode, p50/p95 (ms) and the load average, the stores interleaved."""
     out: dict[str, dict[str, Any]] = {label: {} for label in stores}
+    for q in qs:  # the queries a search corrects get their vectors before any is timed
+        next(iter(stores.values())).search(q, LIMIT, mode="hybrid")
     for key, mode, limit in MODES:
         runs = {label: searcher(store, mode, limit) for label, store in stores.items()}
         for label, figures in interleaved(runs, qs).items():
             out[label][key] = figures
+    return out
+
+
+def ann_recall(stores: dict[str, Any], qs: list[str]) -> dict[str, float]:
+    """Recall@10 of the SQLite store searched through the HNSW index against the same
+    store searched exactly, per mode: the share of the exact top 10 it returns."""
+    exact = next((s for label, s in stores.items() if label.startswith("SQLite, exact")), None)
+    approx = next((s for label, s in stores.items() if label.startswith("SQLite, HNSW")), None)
+    if exact is None or approx is None:
+        return {}
+    out = {}
+    for mode in ("vector", "hybrid"):
+        shares = []
+        for q in qs:
+            truth = {h.id for h in exact.search(q, LIMIT, mode=mode).hits}
+            found = {h.id for h in approx.search(q, LIMIT, mode=mode).hits}
+            shares.append(len(truth & found) / len(truth) if truth else 1.0)
+        out[mode] = sum(shares) / len(shares)
     return out
 
 
@@ -385,6 +408,7 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
     stores = open_stores(size, path, url, Precomputed(model_id, table))
     try:
         measured = latencies(stores, qs)
+        results.setdefault("recall", {})[str(size)] = ann_recall(stores, qs)
     finally:
         for store in stores.values():
             store.close()
@@ -406,6 +430,7 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
         sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
     )
     out["sanity"] = now["sanity"] or before["sanity"]
+    out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
     out["runs"] = before["runs"] + now["runs"]
     return out
 
@@ -500,6 +525,19 @@ def report(results: dict[str, Any]) -> str:
             f"{cell(modes.get('hybrid'))} | {cell(modes.get('hybrid6'))} | "
             f"{low:.1f}-{high:.1f} |"
         )
+    recall = results.get("recall", {})
+    if recall:
+        lines += [
+            "",
+            "Recall@10 of the HNSW index (faiss, hits rescored exactly) against exact search "
+            "of the same SQLite store, over the same queries:",
+            "",
+            *(
+                f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
+                for size, r in sorted(recall.items(), key=lambda kv: int(kv[0]))
+                if r
+            ),
+        ]
     if results["sanity"]:
         lines += [
             "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import faiss  # noqa: F401  (the ann extra: make test installs it)
+import faiss  # the ann extra: make test installs it
 import numpy as np
 
 import mnemex
@@ -106,3 +106,57 @@ def test_a_namespace_gets_all_k_places_from_the_graph(tmp_path, monkeypatch) -> 
             overlap.append(len(set(found) & set(truth)) / 20)
         assert len(answered) == 20 and all(answered)  # the graph answered every query
         assert np.mean(overlap) >= 0.9
+
+
+def test_rows_dropped_since_the_build_are_skipped_after_the_graph_search(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:
+    """A few forgotten memories (still in the graph) are left out of the graph's answers,
+    not by a set of every other id inside the search (50 ms for a million ids); the hits
+    are still the best of what remains."""
+    path = tmp_path / "dropped.db"
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store:
+        ids = store.add_many(corpus(6000, seed=5), embed=False)
+        store.embed()
+    with (
+        mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store,
+        mnemex.open(path, embedder=FakeEmbedder(), ann="off") as exact,
+    ):
+        gone = set(ids[::50])
+        store.forget(sorted(gone))
+        sets = []
+        monkeypatch.setattr(
+            faiss, "IDSelectorBatch", lambda *a: sets.append(a) or faiss.IDSelectorAll()
+        )
+        overlap = []
+        for q in corpus(20, seed=6):
+            found = [h.id for h in store.search(q, 10, mode="vector").hits]
+            truth = [h.id for h in exact.search(q, 10, mode="vector").hits]
+            assert len(found) == 10 and not set(found) & gone
+            overlap.append(len(set(found) & set(truth)) / 10)
+        assert store.session.vectors(64).ann is not None
+        assert sets == []
+        assert np.mean(overlap) >= 0.9
+
+
+def test_the_graph_keeps_8_bit_codes_past_a_few_vectors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Trained on the vectors it is built from, the graph stores each as 8-bit codes; a
+    graph of too few vectors to train on keeps float32, and both take later vectors."""
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(3000, 64)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, 3001, dtype=np.int64)
+    kinds = {}
+    for label, count in (("small", ann.SQ8_MIN_VECTORS - 1), ("large", 2000)):
+        graph = ann.HnswIndex(tmp_path / f"{label}.hnsw", 64)
+        graph.build(vectors[:count], ids[:count])
+        graph.add(vectors[count:], ids[count:])
+        graph.save()
+        loaded = ann.HnswIndex.load(tmp_path / f"{label}.hnsw", 64)
+        assert loaded is not None and loaded.size == 3000
+        kinds[label] = type(faiss.downcast_index(loaded.index.index)).__name__
+        found, _ = loaded.search(vectors[2500], 5)
+        assert found[0] == ids[2500]
+    assert kinds == {"small": "IndexHNSWFlat", "large": "IndexHNSWSQ"}
+    saved = (tmp_path / "small.hnsw").stat().st_size - (tmp_path / "large.hnsw").stat().st_size
+    assert saved >= 0.9 * 3000 * 64 * 3  # a byte a dimension instead of four

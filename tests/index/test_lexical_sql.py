@@ -135,3 +135,23 @@ def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
     lexical = plan_raw(filled.session.lexicon, "titl* NOT articles")
     sql, params = lexical_sql(lexical, ALL, 10, 3)
     assert flat(sql) == EXACT.format(where="") and params == ["titl* NOT articles", 10]
+
+
+def test_surface_of_reads_the_term_rows_first(filled: Store) -> None:
+    """How a memory writes a term: the term's rows are read first, then their memories (the
+    other way round, a memory at a time, costs seconds in a large namespace)."""
+    from mnemex.index.fts import surface_of
+
+    session = filled.session
+    conn = session.conn
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        assert surface_of(conn, session.lexicon, "skinner", "default") == "skinner"
+        assert surface_of(conn, session.lexicon, "absent", "default") is None
+    finally:
+        conn.set_trace_callback(None)
+    sql = next(s for s in statements if "memories_fts MATCH" in s)
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+    assert plan[0].startswith("SCAN memories_fts VIRTUAL TABLE"), plan
+    assert "INTEGER PRIMARY KEY" in plan[1], plan

@@ -575,3 +575,56 @@ def test_a_snapshot_left_half_written_is_removed_by_the_next_writer(
         _vector_ids(store, "billing")
     assert snapshot.exists() and not old.exists()
     assert recent.exists()  # may be another process's, still being written
+
+
+def test_a_memory_s_rows_are_found_by_seq_after_edits_and_forgets(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    """The rows of a memory found through the rows sorted by seq are those a pass over
+    every row finds, once edits (new rows at the end, the old ones dropped) and forgets
+    have left the rows out of seq order; each memory's cosine is its own vector's."""
+    ids = vector_store.add_many([f"{doc} note {i}" for i, doc in enumerate(DOCS * 4)])
+    vector_store.update(ids[1], content="memcached holds the sessions now")
+    vector_store.update(ids[7], content="the invoices moved to a queue")
+    vector_store.forget(ids[3])
+    vector_store.search("sessions", mode="vector")  # brings the index up to date
+    index = vector_store.session.vectors(fake_embedder.dim)
+    n = index._n
+    seqs = [*sorted({int(s) for s in index._seq[:n]}), 10_000]  # the last has no vector
+    for wanted in (seqs, seqs[:3], [seqs[5], seqs[1]], []):
+        expected = np.flatnonzero(np.isin(index._seq[:n], wanted) & index._valid[:n])
+        assert index._rows_of(wanted).tolist() == expected.tolist()
+    query = fake_embedder.embed(["memcached sessions"])[0]
+    conn = vector_store.session.conn
+    stored = {
+        seq: np.frombuffer(blob, dtype=np.float32)
+        for seq, blob in conn.execute("SELECT seq, vector FROM embeddings")
+    }
+    cosines = index.cosines_of(seqs, query)
+    assert set(cosines) == set(stored)
+    for seq, cosine in cosines.items():
+        assert cosine == pytest.approx(float(stored[seq] @ query), abs=1e-6)
+
+
+def test_a_filter_s_rows_are_kept_until_the_index_changes(
+    vector_store: Store, fake_embedder: FakeEmbedder
+) -> None:
+    from mnemex.index.fts import Filters
+
+    vector_store.add_many(DOCS)
+    index = vector_store.session.vectors(fake_embedder.dim)
+    mine = Filters("default")
+    first = index.mask_for(mine)
+    assert first is not None and index.mask_for(mine) is first
+    with pytest.raises(ValueError):
+        first[0] = False  # shared by the searches that ask again: never changed in place
+    assert index.mask_for(Filters("other")) is None
+    assert index.mask_for(mine) is not first  # another filter was asked in between
+    again = index.mask_for(mine)
+    new = vector_store.add("a sixth memory about invoices")  # the index changes
+    grown = index.mask_for(mine)
+    assert grown is not again and int(grown.sum()) == len(DOCS) + 1
+    vector_store.forget(new)
+    assert int(index.mask_for(mine).sum()) == len(DOCS)
+    tagged = Filters("default", tags=("x",))
+    assert index.mask_for(tagged) is not index.mask_for(tagged)  # tags: read each time

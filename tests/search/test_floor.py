@@ -174,3 +174,35 @@ def test_a_search_that_finds_nothing_says_so(store: Store) -> None:
     store.add("Invoices are numbered per tenant")
     result = store.search("kubernetes autoscaling")
     assert result.hits == () and result.notes
+
+
+def _words_char_by_char(text: str) -> list[str]:
+    """words() as first written: every word through NFD, combining marks dropped."""
+    import re
+    import unicodedata
+
+    ideograph = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+    out: list[str] = []
+    for word in re.findall(r"\w+", text.lower()):
+        out.extend(ideograph.findall(word))
+        for piece in ideograph.split(word):
+            plain = "".join(
+                c for c in unicodedata.normalize("NFD", piece) if unicodedata.category(c) != "Mn"
+            )
+            if plain:
+                out.append(plain)
+    return out
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60) | st.text(max_size=60))
+def test_words_of_ascii_text_take_the_short_way_to_the_same_words(text: str) -> None:
+    assert words(text) == _words_char_by_char(text)
+
+
+def test_text_that_lower_case_makes_ascii_has_the_same_words() -> None:
+    text = "\u212a is the Kelvin sign, \u0130 a capital dotted I"
+    assert (
+        words(text)
+        == _words_char_by_char(text)
+        == ["k", "is", "the", "kelvin", "sign", "i", "a", "capital", "dotted", "i"]
+    )

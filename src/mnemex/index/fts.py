@@ -866,8 +866,11 @@ def surface_of(
     """How a memory of ``namespace`` writes the index term ``term`` (its first such word),
     or ``None`` when none holds it."""
     where, params = Filters(namespace).sql()
+    # CROSS JOIN: the term's rows first. Left to itself the planner walks the namespace's
+    # memories and probes FTS5 for each (100 ms to 2 s at 100,000 memories, against 0.1 ms).
     row = conn.execute(
-        "SELECT m.content FROM memories_fts JOIN memories AS m ON m.seq = memories_fts.rowid "
+        "SELECT m.content FROM memories_fts CROSS JOIN memories AS m "
+        "ON m.seq = memories_fts.rowid "
         f"WHERE memories_fts MATCH ?{where} LIMIT 1",
         [f'content: "{term}"', *params],
     ).fetchone()

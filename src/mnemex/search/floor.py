@@ -142,8 +142,11 @@ READABLE_SHARE = 0.5  # at least this share of the words must be words of the mo
 def words(text: str) -> list[str]:
     """The words of ``text``, lower case without diacritics; each CJK character a word of
     its own (as a WordPiece vocabulary holds them)."""
+    lowered = text.lower()
+    if lowered.isascii():  # no ideograph, nothing to strip: the words as they are
+        return _WORD.findall(lowered)
     out: list[str] = []
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(lowered):
         out.extend(_IDEOGRAPH.findall(word))
         for piece in _IDEOGRAPH.split(word):
             plain = "".join(

@@ -670,6 +670,9 @@ def _start_vector_arm(
     try:
         index = engine.vectors(int(query_vector.shape[0]))
         mask = index.mask_for(request.filters)
+        # Before the arm starts: the index's lock is then free (a worker holds it while it
+        # searches, and the lexical arm would wait for it here instead of running beside).
+        notes.extend(_coverage_notes(engine, index))
         if side_by_side and index.work(mask) <= PARALLEL_MAX_ROWS:
             limiter = _one_blas_thread()  # in force until the vector arm is done
             job = _query_pool().submit(index.top, query_vector, mask, planned.pool)
@@ -682,7 +685,6 @@ def _start_vector_arm(
             finally:
                 if limiter is not None:
                     limiter.restore_original_limits()
-        notes.extend(_coverage_notes(engine, index))
     except IndexMismatch as exc:
         notes.append(f"{exc}; answered from the lexical arm")
         return None
