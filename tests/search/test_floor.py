@@ -177,13 +177,13 @@ def test_a_search_that_finds_nothing_says_so(store: Store) -> None:
 
 
 def _words_char_by_char(text: str) -> list[str]:
-    """words() as first written: every word through NFD, combining marks dropped."""
+    """words() as first written, case-folded: every word through NFD, combining marks dropped."""
     import re
     import unicodedata
 
     ideograph = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
     out: list[str] = []
-    for word in re.findall(r"\w+", text.lower()):
+    for word in re.findall(r"\w+", text.casefold()):
         out.extend(ideograph.findall(word))
         for piece in ideograph.split(word):
             plain = "".join(

@@ -140,9 +140,10 @@ READABLE_SHARE = 0.5  # at least this share of the words must be words of the mo
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text``, lower case without diacritics; each CJK character a word of
-    its own (as a WordPiece vocabulary holds them)."""
-    lowered = text.lower()
+    """The words of ``text``, case-folded ("ß" as "ss", so that no case changes them)
+    without diacritics; each CJK character a word of its own (as a WordPiece vocabulary
+    holds them)."""
+    lowered = text.casefold()
     if lowered.isascii():  # no ideograph, nothing to strip: the words as they are
         return _WORD.findall(lowered)
     out: list[str] = []
