@@ -144,6 +144,9 @@ def words(text: str) -> list[str]:
     its own (as a WordPiece vocabulary holds them)."""
     out: list[str] = []
     for word in _WORD.findall(text.lower()):
+        if word.isascii():  # no diacritic, no ideograph: the word itself (most words)
+            out.append(word)
+            continue
         out.extend(_IDEOGRAPH.findall(word))
         for piece in _IDEOGRAPH.split(word):
             plain = "".join(
