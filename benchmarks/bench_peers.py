@@ -11,8 +11,7 @@ The memories: SciFact's 5,183 abstracts (title and text, one memory each) and
 ``common.memories`` up to ``--size`` (none holding a sentence of an abstract that
 a test claim names). The queries: SciFact's 300 test claims, after 20 train claims
 as warm-up. One vector per memory from the local model (all-MiniLM-L6-v2 int8,
-``common.real_embeddings``, cached for the 100,000, whose first memories every smaller
-size takes), given to every system: each one's embedding
+``common.real_embeddings``, cached), given to every system: each one's embedding
 function answers from this table, so no system loads a model and **the query
 embedding is excluded for every system alike** (its own cost, the same for all, is
 printed beside). Each system runs in a process of its own, a peer in its own venv
@@ -46,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-LIMIT, WARM, FULL = 10, 20, 100_000
+LIMIT, WARM = 10, 20
 SYSTEMS = {  # name: the venv that runs it
     "mnemex hybrid": ".venv",
     "mnemex lexical": ".venv",
@@ -317,9 +316,7 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from common import CACHE, data_dir, query_vectors, real_embeddings
 
     texts, doc_of, asked, relevant = corpus(data_dir(args.data), args.size)
-    full = corpus(data_dir(args.data), FULL)[0] if args.size < FULL else texts
-    assert full[: len(texts)] == texts  # a smaller size: the first memories of the 100,000
-    vectors = real_embeddings(full, "peers")[0][: len(texts)]
+    vectors, _ = real_embeddings(texts, "peers")
     model_id, table, embed_ms = query_vectors([q for _, q in asked])
     digest = hashlib.sha256("\n".join(texts + [q for _, q in asked]).encode()).hexdigest()[:12]
     work = CACHE / f"peers-{args.size}-{digest}"
@@ -334,7 +331,7 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=FULL)
+    parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--data", help="folder with beir/scifact and locomo (see common.py)")
     parser.add_argument("--no-write", action="store_true")
