@@ -134,7 +134,6 @@ dist-check:
 	PYTHON=$(PYTHON) scripts/check_dist.sh
 
 bench: $(VENV)/.bench
-	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
 	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_workspace.py --model-files 200
