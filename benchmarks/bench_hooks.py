@@ -6,13 +6,14 @@ the local model's vectors), each run starts, one after the other:
 - ``python -c pass``: the floor any new Python process pays;
 - ``mnemex hook`` fed a ``UserPromptSubmit`` event, lexical (``MNEMEX_EMBEDDER=none``);
 - the same, hybrid (the local model loads in the process);
-- ``mnemex hook`` fed a ``Stop`` event for a new one-turn session (capture).
+- ``mnemex hook`` fed a ``Stop`` event for a new one-turn session (capture);
+- ``mnemex search PROMPT`` and ``mnemex add TEXT`` typed in the project, hybrid.
 
 It prints the medians and their ratio to ``python -c pass``, and the modules
 that take the most import time on the hook's path (``python -X importtime``).
 
 With ``--against REF`` each run also starts the prompt hook (lexical and
-hybrid) of commit REF on the same store, and POSTs the event to REF's two
+hybrid) and the two commands of commit REF on the same store, and POSTs the event to REF's two
 servers too: a before/after measured side by side.
 
     python benchmarks/bench_hooks.py [--size 10000] [--runs 21] [--against main] [--no-write]
