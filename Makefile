@@ -6,18 +6,21 @@
 #   make test-ui      the browser tests of mnemex ui (Playwright, the system's Chromium), in .venv-ui
 #   make docs         build the documentation site (docs/ -> site/) in strict mode
 #   make dist-check   build the sdist and wheel, check them, install them as the README says
+#   make .venv-peers  the peers benchmarks/bench_peers.py compares against, a venv each
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 VENV_TORCH ?= .venv-torch
 VENV_UI ?= .venv-ui
 VENV_DOCS ?= .venv-docs
+# basic-memory needs Python >= 3.12.
+PYTHON312 ?= python3.12
 MNEMEX := $(BIN)/mnemex --db .demo/memories.db
 SAMPLE := src/mnemex/data/sample_memories.jsonl
 # The evaluation data (see README, "Evaluation"): beir/scifact/ and locomo/locomo10-dev.json.
 DATA ?= ../shared/data
 
-.PHONY: demo test lint typecheck pytest test-torch test-ui docs docs-reference dist-check bench eval clean
+.PHONY: .venv-peers demo test lint typecheck pytest test-torch test-ui docs docs-reference dist-check bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +50,28 @@ $(VENV_TORCH)/.torch: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TORCH)
 	$(VENV_TORCH)/bin/pip install --quiet torch==2.13.0
 	$(VENV_TORCH)/bin/pip install --quiet -e ".[embed,dev,reference]"
+	touch $@
+
+# The peers of benchmarks/bench_peers.py, pinned to the versions measured, a venv each (their
+# dependencies clash: basic-memory pins fastapi and litellm, txtai needs PyTorch). numpy for
+# the runner; torch first, pinned (unpinned, it resolves to a multi-GB CUDA build).
+.venv-peers: .venv-peers-memsearch/.peer .venv-peers-basic/.peer .venv-peers-txtai/.peer
+
+.venv-peers-memsearch/.peer:
+	$(PYTHON) -m venv .venv-peers-memsearch
+	.venv-peers-memsearch/bin/pip install --quiet memsearch==0.4.23 milvus-lite==3.2.2 numpy
+	touch $@
+
+# basic-memory's sqlite-vec needs an sqlite3 that loads extensions: pysqlite3-binary.
+.venv-peers-basic/.peer:
+	$(PYTHON312) -m venv .venv-peers-basic
+	.venv-peers-basic/bin/pip install --quiet basic-memory==0.24.1 pysqlite3-binary numpy
+	touch $@
+
+.venv-peers-txtai/.peer:
+	$(PYTHON) -m venv .venv-peers-txtai
+	.venv-peers-txtai/bin/pip install --quiet torch==2.13.0
+	.venv-peers-txtai/bin/pip install --quiet txtai==9.14.0 faiss-cpu numpy
 	touch $@
 
 demo: $(VENV)/.core
@@ -109,7 +134,6 @@ dist-check:
 	PYTHON=$(PYTHON) scripts/check_dist.sh
 
 bench: $(VENV)/.bench
-	$(BIN)/python benchmarks/bench_lexical.py
 	$(BIN)/python benchmarks/bench_hybrid.py
 	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_workspace.py --model-files 200
@@ -120,4 +144,4 @@ eval: $(VENV)/.dev
 	$(BIN)/mnemex eval locomo $(DATA)/locomo/locomo10-dev.json
 
 clean:
-	rm -rf $(VENV) $(VENV_TORCH) $(VENV_UI) $(VENV_DOCS) .demo .pytest_cache .mypy_cache .ruff_cache build dist site
+	rm -rf $(VENV) $(VENV_TORCH) $(VENV_UI) $(VENV_DOCS) .venv-peers-* .demo .pytest_cache .mypy_cache .ruff_cache build dist site

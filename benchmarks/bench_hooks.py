@@ -6,13 +6,14 @@ the local model's vectors), each run starts, one after the other:
 - ``python -c pass``: the floor any new Python process pays;
 - ``mnemex hook`` fed a ``UserPromptSubmit`` event, lexical (``MNEMEX_EMBEDDER=none``);
 - the same, hybrid (the local model loads in the process);
-- ``mnemex hook`` fed a ``Stop`` event for a new one-turn session (capture).
+- ``mnemex hook`` fed a ``Stop`` event for a new one-turn session (capture);
+- ``mnemex search PROMPT`` and ``mnemex add TEXT`` typed in the project, hybrid.
 
 It prints the medians and their ratio to ``python -c pass``, and the modules
 that take the most import time on the hook's path (``python -X importtime``).
 
 With ``--against REF`` each run also starts the prompt hook (lexical and
-hybrid) of commit REF on the same store, and POSTs the event to REF's two
+hybrid) and the two commands of commit REF on the same store, and POSTs the event to REF's two
 servers too: a before/after measured side by side.
 
     python benchmarks/bench_hooks.py [--size 10000] [--runs 21] [--against main] [--no-write]
@@ -89,9 +90,11 @@ def checkout(ref: str, folder: Path) -> Path:
     return folder / "src"
 
 
-def timed(command: list[str], env: dict[str, str], payload: bytes = b"") -> tuple[float, bytes]:
+def timed(
+    command: list[str], env: dict[str, str], payload: bytes = b"", cwd: Path | None = None
+) -> tuple[float, bytes]:
     started = time.perf_counter()
-    done = subprocess.run(command, input=payload, capture_output=True, env=env)
+    done = subprocess.run(command, input=payload, capture_output=True, env=env, cwd=cwd)
     elapsed = (time.perf_counter() - started) * 1000
     if done.returncode != 0:
         sys.exit(f"{command} failed: {done.stderr.decode()}")
@@ -252,6 +255,58 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     return out
 
 
+def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  # type: ignore[no-untyped-def]
+    """`mnemex search` and `mnemex add` as a person types them in the project, timed with
+    the code of each hybrid mode (this checkout's, and the commit before's)."""
+    for mode, env in modes:
+        if mode.startswith("hybrid"):
+            for command, args in (("search", [prompt]), ("add", [f"{text} ({mode})"])):
+                key = mode.replace("hybrid", f"cli {command}")
+                samples.setdefault(key, []).append(
+                    timed([*SCRIPT, command, *args], env, cwd=cwd)[0]
+                )
+
+
+def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
+    """The table's rows: what each is, and the key of its samples."""
+    prompt, served = "`UserPromptSubmit`", "`UserPromptSubmit` POSTed to a running `mnemex serve`"
+    return [
+        *(
+            (f"{prompt}, {m}, before: commit {before}", f"{m} ({against})")
+            for m in ("lexical", "hybrid")
+            if against
+        ),
+        (f"{prompt}, lexical", "lexical"),
+        (f"{prompt}, hybrid (loads the model)", "hybrid"),
+        ("`Stop`: capture of a one-turn session", "capture"),
+        (
+            "`Stop` with `--background` (as installed for Codex): hands the capture to a new "
+            "process and returns",
+            "background",
+        ),
+        *(
+            (f"{served}, {m}, before: commit {before}", f"serve {m} ({against})")
+            for m in ("lexical", "hybrid")
+            if against
+        ),
+        (f"{served}, lexical", "serve lexical"),
+        (f"{served}, hybrid", "serve hybrid"),
+        (
+            f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid "
+            "`mnemex serve`",
+            "forwarded",
+        ),
+        (f"{prompt}, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`)", "lexical, no log"),
+        *(
+            (f"`mnemex {c} ...` typed in the project, hybrid{b}", f"cli {c}{k}")
+            for c in ("search", "add")
+            for b, k in (
+                ([(f", before: commit {before}", f" ({against})")] if against else []) + [("", "")]
+            )
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -267,7 +322,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     folder = data_dir(args.data)
-    texts = memories(folder, args.size)
+    texts = memories(folder, args.size + args.runs)
+    texts, typed = texts[: args.size], texts[args.size :]  # typed: what `mnemex add` adds
     prompts = [q for q in queries(folder) if len(q) >= 20][: args.runs]
 
     with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp_name:
@@ -380,12 +436,14 @@ def main() -> None:
                     injected[key] = injected.get(key, 0) + bool(answer)
                 ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
                 same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
-                if ageless["serve lexical"] != ageless["lexical"]:
+                # An empty answer may be a hook stopped at its time limit (counted below).
+                if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
                     failure = (
                         f"serve lexical and hook lexical answer differently for {prompt!r}:\n"
                         f"{answers['serve lexical'].decode()}\n{answers['lexical'].decode()}"
                     )
                     break
+                typed_commands(samples, modes, prompt, typed[i], project)
                 session, path = transcript(tmp, str(project))
                 stop = {
                     "session_id": session,
@@ -439,27 +497,9 @@ def main() -> None:
         ).stdout.strip()
         before = f"`{short}`" + (f" (`{args.against}`)" if args.against != short else "")
     base = med["pass"]
-    print(f"python -c pass        {base:7.1f} ms")
-    for key, label in (
-        *(
-            (f"{m} ({args.against})", f"{m}, {args.against}")
-            for m in ("lexical", "hybrid")
-            if args.against
-        ),
-        ("lexical", "hook, lexical"),
-        ("hybrid", "hook, hybrid"),
-        ("capture", "capture (Stop)"),
-        ("background", "capture --background"),
-        *(
-            (f"serve {m} ({args.against})", f"serve {m}, {args.against}")
-            for m in ("lexical", "hybrid")
-            if args.against
-        ),
-        ("serve lexical", "serve, lexical"),
-        ("serve hybrid", "serve, hybrid"),
-        ("forwarded", "hook -> serve, hybrid"),
-    ):
-        print(f"{label:20}  {med[key]:7.1f} ms  ({med[key] / base:.1f}x python -c pass)")
+    rows = table_rows(args.against, before)
+    for label, key in [("`python -c pass`", "pass"), *rows]:
+        print(f"{med[key]:7.1f} ms  ({med[key] / base:4.1f}x python -c pass)  {label}")
     print(
         "prompts with a block injected:",
         ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items()),
@@ -496,39 +536,7 @@ def main() -> None:
         "| process | median | × `python -c pass` |",
         "| --- | ---: | ---: |",
         f"| `python -c pass` | {base:.1f} ms | 1.0 |",
-        *(
-            [
-                f"| `UserPromptSubmit`, {mode}, before: commit {before} | "
-                f"{med[f'{mode} ({args.against})']:.1f} ms | "
-                f"{med[f'{mode} ({args.against})'] / base:.1f} |"
-                for mode in ("lexical", "hybrid")
-            ]
-            if args.against
-            else []
-        ),
-        f"| `UserPromptSubmit`, lexical | {med['lexical']:.1f} ms | {med['lexical'] / base:.1f} |",
-        f"| `UserPromptSubmit`, hybrid (loads the model) | {med['hybrid']:.1f} ms | {med['hybrid'] / base:.1f} |",
-        f"| `Stop`: capture of a one-turn session | {med['capture']:.1f} ms | {med['capture'] / base:.1f} |",
-        f"| `Stop` with `--background` (as installed for Codex): hands the capture to a new "
-        f"process and returns | {med['background']:.1f} ms | {med['background'] / base:.1f} |",
-        *(
-            [
-                f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, {mode}, before: "
-                f"commit {before} | {med[f'serve {mode} ({args.against})']:.1f} ms | "
-                f"{med[f'serve {mode} ({args.against})'] / base:.2f} |"
-                for mode in ("lexical", "hybrid")
-            ]
-            if args.against
-            else []
-        ),
-        f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, lexical | "
-        f"{med['serve lexical']:.1f} ms | {med['serve lexical'] / base:.2f} |",
-        f"| `UserPromptSubmit` POSTed to a running `mnemex serve`, hybrid | "
-        f"{med['serve hybrid']:.1f} ms | {med['serve hybrid'] / base:.2f} |",
-        f"| `UserPromptSubmit` in a new `mnemex hook` process that hands it to the running "
-        f"hybrid `mnemex serve` | {med['forwarded']:.1f} ms | {med['forwarded'] / base:.1f} |",
-        f"| `UserPromptSubmit`, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`) | "
-        f"{med['lexical, no log']:.1f} ms | {med['lexical, no log'] / base:.1f} |",
+        *(f"| {label} | {med[key]:.1f} ms | {med[key] / base:.2f} |" for label, key in rows),
         "",
         f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
         "paired differences between the lexical hook with the log, the default, and "

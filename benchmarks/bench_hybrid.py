@@ -1,4 +1,4 @@
-"""Vector and hybrid search at 10k / 100k / 1M memories, the local model's costs, memory.
+"""Search at 10k / 100k / 1M memories per mode, lexical ingest, the local model's costs, memory.
 
     python benchmarks/bench_hybrid.py [--data DIR] [--sizes 10000,100000,1000000]
 
@@ -11,7 +11,12 @@ What it measures (medians over the queries of one run; baselines in the same run
 - a cold ``mnemex search`` in a new process (hybrid, with the real model) vs
   a cold lexical one;
 - ingest with the local model vs the model's raw throughput on the same texts;
-- memory: the vector matrix, the HNSW file and the process's peak RSS.
+- memory: the vector matrix, the HNSW file and the process's peak RSS;
+- up to 100k (section bench_lexical): add_many's rate beside a bare FTS5 table with one
+  trigger (no validation, ids, tags or metadata); lexical search beside exact scoring
+  (``lexical_budget=0``, with the agreement of the two top-10 lists) and beside FTS5
+  alone (the query's words OR-joined, stop words removed, ``ORDER BY rank LIMIT 10``, no
+  snippets); then with ``RELATIONS`` relations in the store, with and without ranking them.
 
 Vectors: at 10k and 100k, the real embeddings of the texts (computed once
 and cached under benchmarks/.cache). At 1M, each of the 100k real vectors
@@ -24,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -52,14 +59,17 @@ from common import (
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
 from mnemex.index import ann
+from mnemex.index.stopwords import STOPWORDS
 
 LIMIT = 10
+RELATIONS = 10_000
+PREDICATES = ("works_on", "owns", "uses", "depends_on", "mentions", "fixed", "prefers", "runs")
 
 
 def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
     path = tmp / f"hybrid-{size}.db"
-    build_s = sum(build_sqlite(path, texts[:size], vectors[:size], model_id).values())
-    row: dict[str, object] = {"size": size, "build_s": build_s}
+    took = build_sqlite(path, texts[:size], vectors[:size], model_id)
+    row: dict[str, object] = {"size": size, "build_s": sum(took.values()), "rows_s": took["rows_s"]}
     with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
         started = time.perf_counter()
         index = store.session.vectors(384)
@@ -101,6 +111,94 @@ def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann:
     if "ann_recall" in row:
         row["rss_ann_mb"] = process_memory(path, qs[0], "on")["rss_mb"]
     return row, path
+
+
+def baseline_ingest(texts: list[str], path: Path) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE m (seq INTEGER PRIMARY KEY, content TEXT)")
+    conn.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(content, content='m', content_rowid='seq', "
+        "tokenize='porter unicode61 remove_diacritics 2')"
+    )
+    conn.execute(
+        "CREATE TRIGGER m_ai AFTER INSERT ON m BEGIN "
+        "INSERT INTO f (rowid, content) VALUES (new.seq, new.content); END"
+    )
+    started = time.perf_counter()
+    for start in range(0, len(texts), 10_000):
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO m (content) VALUES (?)", [(t,) for t in texts[start : start + 10_000]]
+        )
+        conn.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    conn.close()
+    return seconds
+
+
+def fts5_alone(conn: sqlite3.Connection, query: str) -> list[int]:
+    words = [w for w in re.findall(r"\w+", query.lower()) if w not in STOPWORDS]
+    if not words:
+        return []
+    match = " OR ".join(f'"{w}"' for w in words)
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+            (match, LIMIT),
+        )
+    ]
+
+
+def add_relations(store: mnemex.Store, texts: list[str]) -> None:
+    """``RELATIONS`` relations between words of the memories, in one transaction."""
+    from mnemex import relations
+    from mnemex.storage import write_transaction
+
+    words = [w for t in texts[:RELATIONS] for w in re.findall(r"[A-Za-z]{5,}", t)][: 4 * RELATIONS]
+    rows = [
+        relations.relation_row(
+            store.namespace,
+            words[(2 * i) % len(words)],
+            PREDICATES[i % len(PREDICATES)],
+            words[(2 * i + 1) % len(words)] + f" {i}",
+        )
+        for i in range(RELATIONS)
+    ]
+    with write_transaction(store.session.conn) as conn:
+        relations.upsert(conn, rows)
+
+
+def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: float, tmp: Path):  # type: ignore[no-untyped-def]
+    """The lexical measures of a store of ``size`` (section bench_lexical); relations are
+    added to it last."""
+    row: dict[str, object] = {"size": size, "ingest_per_s": size / rows_s}
+    row["baseline_ingest_per_s"] = size / baseline_ingest(texts[:size], tmp / f"bare-{size}.db")
+    with (
+        mnemex.open(path, embedder=None) as shaped,
+        mnemex.open(path, embedder=None, lexical_budget=0) as exact,
+    ):
+        for q in qs[:30]:
+            shaped.search(q, LIMIT)
+            exact.search(q, LIMIT)
+            fts5_alone(shaped.session.conn, q)
+        row["fts"] = percentiles(timed(lambda q: fts5_alone(shaped.session.conn, q), qs))
+        row["shaped"] = percentiles(timed(lambda q: shaped.search(q, LIMIT), qs))
+        row["exact"] = percentiles(timed(lambda q: exact.search(q, LIMIT), qs))
+        agree = []
+        for q in qs:
+            a, b = ([h.id for h in s.search(q, LIMIT).hits] for s in (shaped, exact))
+            agree.append(len(set(a) & set(b)) / len(b) if b else 1.0)
+        row["agreement"] = sum(agree) / len(agree)
+        row["identical"] = sum(a == 1.0 for a in agree) / len(agree)
+        add_relations(shaped, texts[:size])
+        row["with_relations"] = percentiles(timed(lambda q: shaped.search(q, LIMIT), qs))
+        row["relations_off"] = percentiles(
+            timed(lambda q: shaped.search(q, LIMIT, relations=0), qs)
+        )
+    return row
 
 
 _RSS_PROBE = """
@@ -178,6 +276,50 @@ def ingest_ratio(texts: list[str], tmp: Path) -> dict[str, float]:
     return {"raw": raw, "add_many": ours, "ratio": ours / raw}
 
 
+def lexical_section(lexical: list[dict], texts: list[str], qs: list[str]) -> str:  # type: ignore[type-arg]
+    lexical_lines = [
+        "## Lexical store: ingest and search (`benchmarks/bench_hybrid.py`)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Memories: distinct SciFact sentences and sentence pairs plus LoCoMo turns "
+        f"(avg {sum(map(len, texts)) / len(texts):.0f} chars). Queries: {len(qs)} "
+        "SciFact claims and LoCoMo questions of 5-10 words. Search: limit 10, with snippets.",
+        "",
+        "| memories | add_many /s (no vectors) | bare FTS5 insert /s | mnemex p50 | mnemex p95 | exact p50 | exact p95 | FTS5 alone p50 | FTS5 alone p95 | p50 vs FTS5 alone | top-10 = exact |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in lexical:
+        lexical_lines.append(
+            f"| {r['size']:,} | {r['ingest_per_s']:,.0f} | {r['baseline_ingest_per_s']:,.0f} | "
+            f"{r['shaped']['p50']:.2f} ms | {r['shaped']['p95']:.2f} ms | "
+            f"{r['exact']['p50']:.2f} ms | {r['exact']['p95']:.2f} ms | "
+            f"{r['fts']['p50']:.2f} ms | {r['fts']['p95']:.2f} ms | "
+            f"{r['shaped']['p50'] / r['fts']['p50']:.2f}× | "
+            f"{r['agreement']:.3f} ({r['identical']:.0%} identical) |"
+        )
+    lexical_lines += [
+        "",
+        "*mnemex* is the default (query shaping: when the terms' postings exceed "
+        "`lexical_budget` = 2,000 rows, candidates are the rows holding the rarest terms, each "
+        "scored exactly with all terms); *exact* scores every matching row (`lexical_budget=0`). "
+        "*top-10 = exact* is the mean overlap of the two top-10 lists.",
+        "",
+        f"With {RELATIONS:,} relations in the store, each search also ranks them "
+        "(up to 5 returned beside the hits), measured in the same run:",
+        "",
+        "| memories | search p50 / p95, relations on | relations off (`relations=0`) | cost of relations (p50) |",
+        "| ---: | ---: | ---: | ---: |",
+        *(
+            f"| {r['size']:,} | {r['with_relations']['p50']:.2f} / {r['with_relations']['p95']:.2f} ms | "
+            f"{r['relations_off']['p50']:.2f} / {r['relations_off']['p95']:.2f} ms | "
+            f"{r['with_relations']['p50'] - r['relations_off']['p50']:+.2f} ms |"
+            for r in lexical
+        ),
+    ]
+    return "\n".join(lexical_lines)
+
+
 def plot(rows: list[dict[str, object]], out: Path) -> None:
     import matplotlib
 
@@ -239,6 +381,11 @@ def main() -> None:
             f"cold search at {cold_size:,}: hybrid {cold_hybrid:.2f} s, lexical {cold_lexical:.2f} s"
         )
         ingest = ingest_ratio(base_texts[:3000], tmp)
+        lexical = [  # last: relations are added to the stores
+            lexical_row(r["size"], texts, qs, paths[r["size"]], r["rows_s"], tmp)  # type: ignore[arg-type]
+            for r in rows
+            if r["size"] <= 100_000  # type: ignore[operator]
+        ]
         print(
             f"ingest: model alone {ingest['raw']:.0f}/s, add_many {ingest['add_many']:.0f}/s "
             f"({ingest['ratio']:.0%})"
@@ -305,8 +452,10 @@ def main() -> None:
         "At 1M the vectors are the 100k real ones repeated with noise (see the script). "
         "![latency vs store size](latency_vs_size.png)",
     ]
+    print(lexical_section(lexical, texts[: max(sizes)], qs))
     if not args.no_write:
         write_section("bench_hybrid", "\n".join(lines))
+        write_section("bench_lexical", lexical_section(lexical, texts[: max(sizes)], qs))
         print("wrote benchmarks/RESULTS.md")
 
 

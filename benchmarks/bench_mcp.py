@@ -276,7 +276,7 @@ def main() -> None:
         "",
         f"Latency: `memory_search` through a real `mnemex mcp` subprocess over stdio (the SDK's "
         f"stdio client), {args.size:,} memories (SciFact sentences and LoCoMo turns, as in "
-        f"`bench_lexical.py`), {len(qs)} queries of 5-10 words, after 30 warm-up calls; "
+        f"`bench_hybrid.py`), {len(qs)} queries of 5-10 words, after 30 warm-up calls; "
         "default arguments (limit 6, snippets, up to 5 relations). Baseline: `Store.search` with "
         "the same arguments on the same file, in-process, alternating with the MCP calls query by "
         "query. Hybrid includes embedding the query with the local model in both. The MCP "

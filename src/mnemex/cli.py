@@ -52,12 +52,12 @@ class Context:
 
         return load_settings(self.db, namespace=self.where().namespace, home=self.home)
 
-    def store(self, *, create: bool = False) -> Store:
+    def store(self, *, create: bool = False, few_queries: bool = False) -> Store:
         """The store, opened once. Only commands that write pass ``create``: a read
-        on a path with no store fails instead of creating one (a mistyped --db)."""
+        on a path with no store fails instead of creating one (a mistyped --db).
+        ``few_queries``: the command embeds a text or two (a search, one memory), so the
+        local model loads fast rather than runs fast, as in a hook."""
         if self._store is None:
-            from mnemex.store import Store
-
             settings = self.settings()
             path = Path(settings.db_path)
             if settings.db_url is None and str(path) != ":memory:" and not path.exists():
@@ -65,7 +65,7 @@ class Context:
                     _no_store(path, given=self.db is not None)
                 missing = [p for p in path.absolute().parents if not p.exists()]
                 self._created = [path.absolute(), *missing]
-            self._store = Store(settings)
+            self._store = _open_store(settings, few_queries)
         return self._store
 
     def close(self, *, keep: bool = False) -> None:
@@ -110,6 +110,34 @@ def _holds_nothing(store: Store) -> bool:
         return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]) == "delete"
     except Exception:  # a store that cannot be read is kept, to be looked at
         return False
+
+
+# The longest memory `mnemex add` embeds with the model loaded for a text or two (a few
+# windows); a longer one loads it optimized: a thousand windows run faster and in less memory.
+FEW_QUERIES_CHARS = 8_000
+
+
+def _open_store(settings: Settings, few_queries: bool) -> Store:
+    """A store with the embedder its settings give; with ``few_queries``, the local model
+    loaded fast (:func:`mnemex.embed.resolve`) when the store would use it anyway."""
+    from mnemex.store import Store
+
+    if not few_queries or settings.embedder not in ("auto", "local"):
+        return Store(settings)
+    from mnemex.embed import Unavailable, resolve
+    from mnemex.errors import MnemexError
+
+    try:
+        chosen = resolve(settings, few_queries=True, fold=False)
+    except MnemexError:
+        chosen = None
+    if chosen is None:  # no local model: the store's own embedder, or why there is none
+        return Store(settings)
+    store = Store(settings, embedder=chosen)
+    if isinstance(store.embedder, Unavailable):
+        store.close()  # indexed with another model: the store's own, as without the option
+        return Store(settings)
+    return store
 
 
 def _no_store(path: Path, *, given: bool) -> None:
@@ -436,8 +464,10 @@ def add(
         if not sep or not key:
             fail(f"--meta expects KEY=VALUE, got {pair!r}", 2)
         metadata[key] = value
-    added = obj.store(create=True).remember(
-        _read_text(content),
+    text = _read_text(content)
+    # A memory of a few windows is embedded by the model loaded fast, as a search's query.
+    added = obj.store(create=True, few_queries=len(text) <= FEW_QUERIES_CHARS).remember(
+        text,
         kind=kind or config.DEFAULT_KIND,
         tags=_split(tags),
         confidence=config.DEFAULT_CONFIDENCE if confidence is None else confidence,
@@ -534,7 +564,7 @@ def search(
             "the query is empty: give a few words to look for, or use `mnemex timeline` to "
             "browse memories by time"
         )
-    store = obj.store()
+    store = obj.store(few_queries=True)
     result = store.search(
         text,
         kinds=_split(kinds),
@@ -689,7 +719,7 @@ def recall(
     text = _read_text(task)
     if not text.strip():
         fail("the task is empty: describe the task to recall memories for")
-    store = obj.store()
+    store = obj.store(few_queries=True)
     result = store.recall(
         text,
         max_memories=max_memories_n if max_memories is None else max_memories,

@@ -348,6 +348,37 @@ def test_hybrid_cli_with_the_local_model(run, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.model
+def test_add_and_search_load_the_local_model_fast(  # type: ignore[no-untyped-def]
+    run, monkeypatch: pytest.MonkeyPatch, fake_embedder, tmp_path: Path
+) -> None:
+    """A command that embeds a text or two loads the local model unoptimized, or the folded
+    copy a hook keeps in the data folder (never making it: seconds the first time), unless
+    the store is indexed with another model: then the store's."""
+    import os
+
+    import mnemex
+    from mnemex.embed import _local_models
+    from mnemex.embed.local import LocalEmbedder
+
+    monkeypatch.setenv("MNEMEX_EMBEDDER", "auto")
+    _local_models.clear()
+    run("add", "Users now sign in through the company OIDC provider")
+    folded = Path(os.environ["MNEMEX_HOME"]) / "models"
+    assert not folded.exists()
+    assert [(m.optimize, m.folded_cache) for m in _local_models.values()] == [(False, None)]
+    LocalEmbedder(optimize=False, folded_cache=folded).load()  # as the first hook does
+    found = json.loads(run("search", "how do people log in?", "--json").stdout)
+    assert found["mode_used"] == "hybrid" and found["hits"][0]["snippet"].startswith("Users")
+    assert [m.folded_cache for m in _local_models.values()] == [None, folded]
+    other = tmp_path / "other.db"
+    with mnemex.open(other, embedder=fake_embedder) as store:
+        store.add("Deploys go through Fly.io")
+    result = CliRunner().invoke(cli, ["--db", str(other), "search", "deploys", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["mode_used"] == "lexical"
+    assert any("fake:bow-64" in note for note in json.loads(result.stdout)["notes"])
+
+
+@pytest.mark.model
 def test_pending_vectors_are_announced(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     run("add", "written before any model was configured")
     monkeypatch.setenv("MNEMEX_EMBEDDER", "local")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
@@ -30,6 +34,22 @@ def test_the_level_is_the_median_best_and_the_memory_a_high_pair() -> None:
     pairs = [i / 100 for i in range(100)]
     assert measure([0.1, 0.3, 0.2, -1.0], pairs) == Background(0.2, 0.95)
     assert measure([-1.0], pairs) is None and measure([0.2], []) is None
+
+
+cosines = st.floats(min_value=-1.0, max_value=1.0, allow_nan=False)
+
+
+@given(st.lists(cosines, max_size=50), st.lists(cosines, max_size=300))
+def test_the_measures_are_a_sorts_median_and_quantile(
+    best: list[float], pairs: list[float]
+) -> None:
+    found = [b for b in best if b > -1.0]
+    expected = None
+    if found and pairs:
+        ordered = sorted(pairs)
+        at = min(len(ordered) - 1, int(background.PAIR_QUANTILE * len(ordered)))
+        expected = Background(statistics.median(found), ordered[at])
+    assert measure(best, pairs) == expected
 
 
 def test_the_background_is_measured_again_once_the_vectors_move_by_a_tenth() -> None:

@@ -132,14 +132,15 @@ _local_models: dict[tuple[Any, ...], Embedder] = {}
 _local_lock = threading.Lock()
 
 
-def _local(settings: Settings, few_queries: bool) -> Embedder:
+def _local(settings: Settings, few_queries: bool, fold: bool = True) -> Embedder:
     """The local model, one per process and configuration: every store a process opens
     shares it (each would otherwise hold its own copy of the model, about 110 MB, kept
     after the store is closed)."""
     from mnemex.embed.local import LocalEmbedder
 
     checksums = settings.home / CHECKSUM_FILE
-    folded = settings.home / FOLDED_FOLDER if few_queries else None
+    kept = settings.home / FOLDED_FOLDER
+    folded = kept if few_queries and (fold or kept.is_dir()) else None
     key = (settings.embed_threads, settings.embed_batch_size, few_queries, checksums, folded)
     with _local_lock:
         found = _local_models.get(key)
@@ -154,11 +155,13 @@ def _local(settings: Settings, few_queries: bool) -> Embedder:
         return found
 
 
-def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None:
+def resolve(settings: Settings, *, few_queries: bool = False, fold: bool = True) -> Embedder | None:
     """The embedder the settings ask for (``None`` means lexical only).
 
     ``few_queries``: for a process that embeds a query or two and exits (a
-    hook), load fast rather than run fast.
+    hook), load fast rather than run fast. ``fold=False``: the local model's
+    folded copy (:func:`mnemex.embed.local.folded_session`) is read when the data
+    folder has one, never made (its first making costs seconds).
     """
     name = settings.embedder
     if name == "auto":
@@ -166,7 +169,7 @@ def resolve(settings: Settings, *, few_queries: bool = False) -> Embedder | None
     if name == "none":
         return None
     if name == "local":
-        return _local(settings, few_queries)
+        return _local(settings, few_queries, fold)
     if name == "sentence-transformers":
         if not settings.embed_model:
             raise EmbeddingError(

@@ -16,6 +16,7 @@ only what the hook path needs, and the rest inside the functions that use it.
 CLAUDE_CODE = "claude-code"
 CODEX = "codex"
 AGENTS = (CLAUDE_CODE, CODEX)
+MIN_TIMEOUT, MAX_TIMEOUT = 0.01, 3600.0  # the bounds of `hook --timeout`
 
 # The kinds of the memories a capture writes.
 PROMPT = "prompt"

@@ -15,8 +15,7 @@ from typing import Any
 
 import click
 
-from mnemex.hooks.run import MAX_TIMEOUT, MIN_TIMEOUT
-from mnemex.hooks.transcript import AGENTS
+from mnemex.hooks import AGENTS, MAX_TIMEOUT, MIN_TIMEOUT
 
 agent_argument = click.argument("agent", type=click.Choice(AGENTS))
 

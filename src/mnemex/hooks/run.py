@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from mnemex.hooks import CLAUDE_CODE, CODEX
+from mnemex.hooks import CLAUDE_CODE, CODEX, MAX_TIMEOUT, MIN_TIMEOUT
 
 # Not typing's TYPE_CHECKING, and pathlib only where needed: a hook process that hands
 # its event to a running server imports little more than json and socket.
@@ -45,7 +45,6 @@ NOTE = "note:"  # a line of hooks.log that is no error (the rest are)
 LATE = "answered lexically"  # how hooks.log notes a prompt whose query was embedded too late
 LOG_GRACE = 0.5  # seconds a prompt hook waits, after its answer, for the injection log
 CAPTURE_TIMEOUT = 30.0  # seconds, the capture events (asynchronous where the agent allows)
-MIN_TIMEOUT, MAX_TIMEOUT = 0.01, 3600.0  # the bounds of `hook --timeout`
 MAX_STDIN = 4 * 1024 * 1024
 MAX_PROMPT_CHARS = 4_000  # of a prompt, for the recall query
 MIN_PROMPT_CHARS = 8

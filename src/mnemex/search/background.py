@@ -18,7 +18,6 @@ computed again when the number of those vectors has moved by more than a tenth.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Hashable, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -89,13 +88,18 @@ PAIR_ROWS = 2_000  # vectors the pairs are sampled from
 
 
 def measure(best: Sequence[float], pairs: Sequence[float]) -> Background | None:
-    """The background of these best cosines and pair cosines (``None``: nothing to compare)."""
-    found = [b for b in best if b > -1.0]
-    if not found or not pairs:
+    """The background of these best cosines and pair cosines (``None``: nothing to compare).
+    The pair quantile is the element a sort would put at its rank, found without sorting
+    (a new process measures 200,000 pairs: 39 ms sorted in Python)."""
+    import numpy as np
+
+    found = np.asarray(best, dtype=np.float64)
+    found = found[found > -1.0]
+    values = np.asarray(pairs, dtype=np.float64)
+    if not found.size or not values.size:
         return None
-    ordered = sorted(pairs)
-    at = min(len(ordered) - 1, int(PAIR_QUANTILE * len(ordered)))
-    return Background(statistics.median(found), ordered[at])
+    at = min(values.size - 1, int(PAIR_QUANTILE * values.size))
+    return Background(float(np.median(found)), float(np.partition(values, at)[at]))
 
 
 def cached(

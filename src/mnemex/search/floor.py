@@ -148,6 +148,9 @@ def words(text: str) -> list[str]:
         return _WORD.findall(lowered)
     out: list[str] = []
     for word in _WORD.findall(lowered):
+        if word.isascii():  # no diacritic, no ideograph: the word itself (most words)
+            out.append(word)
+            continue
         out.extend(_IDEOGRAPH.findall(word))
         for piece in _IDEOGRAPH.split(word):
             plain = "".join(

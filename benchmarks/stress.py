@@ -1,0 +1,979 @@
+"""The reliability campaigns, each writing its section of RELIABILITY.md with the machine
+and its load; lexical only (``MNEMEX_EMBEDDER=none``):
+
+    python benchmarks/stress.py writers [--seconds 60] [--seed-rows 20000] [--no-write]
+    python benchmarks/stress.py kill [--runs 100] [--no-write]
+    python benchmarks/stress.py fuzz [--calls 200000] [--imports 200] [--jobs 2] [--no-write]
+
+``writers`` (section stress_writers): eight processes write one store while two search it: do writers take turns?
+
+Seeds a store with ``--seed-rows`` real memories (SciFact sentences, LoCoMo
+turns), then for ``--seconds`` runs, each in its own process:
+
+- 2 ``add`` writers (``Store.add``, duplicate check on, the default),
+- 2 ``remember`` writers (``Store.remember``),
+- 2 ``add_many`` writers (batches of ``--batch`` rows, ``--bulk-rows`` each, then they stop),
+- 2 ``mnemex add`` CLI writers (a new process per memory),
+- 2 searchers (``Store.search`` with real queries).
+
+Each writer records every acknowledged id, its latency and any error. At the
+end every acknowledged id must be in the store (lost = acknowledged and
+missing). The contention is about the write lock, not the model.
+
+``kill`` (section stress_kill): SIGKILL a writer at a random moment, again and again: nothing committed is lost.
+
+``--runs`` times, a child process opens a store and writes to it in a loop,
+one of (in turn):
+
+- ``add_many``: batches of ``--batch`` real memories; after each batch is
+  committed the child prints its ids;
+- ``import``: JSONL files of ``--batch`` lines each through ``import_jsonl``;
+  after each file the child prints the imported ids;
+- ``reindex --force``: ``Store.reindex(force=True)`` over the seeded rows;
+- ``sync``: a markdown workspace whose files the child edits and adds to
+  between ``Store.sync`` calls.
+
+The parent kills it with SIGKILL at a random moment (uniform in
+``0..--max-delay`` s after the child has opened the store), then opens the
+store, runs ``Store.check()`` and looks up every id acknowledged so far, in
+this run and all earlier ones on the same store (lost = acknowledged and
+missing). For ``sync`` it also syncs the workspace again (recovery).
+
+``fuzz`` (section stress_fuzz): fuzz the public API at scale: only ``MnemexError`` ever escapes, and imports lose nothing.
+
+The fuzzing of ``tests/test_hostile.py`` scaled up, without Hypothesis (plain
+``random`` with a seed, so that a run can be repeated):
+
+- ``--calls`` random calls of the public ``Store`` methods, each parameter
+  either a value of the right type (often valid, so later checks are reached)
+  or a hostile one (the test's specials: huge and NaN numbers, lone
+  surrogates, NUL bytes, 70,000-character text, dates of year 1 and 9999,
+  bytes, objects, nested lists and dicts). Any exception that is not a
+  ``mnemex.MnemexError`` is counted as undocumented and the first ones are
+  printed with the call. After every call that raised, the store must still
+  search.
+- ``--imports`` JSONL files of good lines with hostile lines (the test's
+  ``HOSTILE_LINES``, truncated JSON, invalid UTF-8, wrong types) at random
+  places, across import batch boundaries: every good line must be stored,
+  every bad one reported with its line number, and no import aborted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from common import ROOT, data_dir, machine, memories, percentiles, queries, write_section
+
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MNEMEX_EMBEDDER", "none")  # every campaign is lexical only
+
+import mnemex
+from mnemex.store import ALL
+from mnemex.transfer import IMPORT_BATCH, import_jsonl
+
+RELIABILITY = ROOT / "RELIABILITY.md"
+SRC = ROOT / "src"
+
+# -- writers: eight processes write one store while two search it ----------------------
+
+ROLES = ("add", "add", "remember", "remember", "add_many", "add_many", "cli", "cli")
+SEARCHERS = 2
+
+
+def writers_worker(args: argparse.Namespace) -> None:
+    """One process of the campaign: writes (or searches) until the deadline."""
+    import mnemex
+
+    spec = json.loads(Path(args.worker).read_text(encoding="utf-8"))
+    role, texts, deadline = spec["role"], spec["texts"], spec["deadline"]
+    latencies: list[float] = []
+    ids: list[str] = []
+    merged = 0
+    errors: list[str] = []
+    store = mnemex.open(spec["db"])
+    while time.time() < spec["start"]:
+        time.sleep(0.001)
+    position = 0
+    while time.time() < deadline and position < len(texts):
+        began = time.perf_counter()
+        try:
+            if role == "add_many":
+                batch = texts[position : position + spec["batch"]]
+                ids.extend(store.add_many(batch))
+                position += len(batch)
+            elif role == "search":
+                store.search(texts[position % len(texts)])
+                position += 1
+                if position >= len(texts):
+                    position = 0
+            elif role == "cli":  # a new process per memory, as an agent's shell would
+                text = texts[position]
+                position += 1
+                done = subprocess.run(
+                    [sys.executable, "-m", "mnemex", "--db", spec["db"], "add", text],
+                    capture_output=True,
+                    text=True,
+                    env=os.environ,
+                )
+                if done.returncode != 0:
+                    errors.append(done.stderr.strip()[-300:])
+                    continue
+                ids.append(done.stdout.strip())
+                merged += "deduplicated" in done.stderr
+            else:
+                text = texts[position]
+                position += 1
+                if role == "add":
+                    ids.append(store.add(text))
+                else:
+                    added = store.remember(text)
+                    ids.append(added.id)
+                    merged += added.deduplicated
+        except mnemex.MnemexError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            continue
+        latencies.append((time.perf_counter() - began) * 1000)
+    store.close()
+    Path(spec["out"]).write_text(
+        json.dumps({"latencies": latencies, "ids": ids, "merged": merged, "errors": errors}),
+        encoding="utf-8",
+    )
+
+
+WRITERS_SEED = """
+import json, sys, mnemex
+texts = json.loads(open(sys.argv[2], encoding="utf-8").read())
+with mnemex.open(sys.argv[1]) as store:
+    for start in range(0, len(texts), 5_000):
+        store.add_many(texts[start : start + 5_000])
+"""
+
+WRITERS_VERIFY = """
+import json, sys, mnemex
+ids = json.loads(open(sys.argv[2], encoding="utf-8").read())
+with mnemex.open(sys.argv[1]) as store:
+    found = {m.id for m in store.get(ids).memories}
+    print(json.dumps({"found": len(found), "count": store.count(), "check": store.check()}))
+"""
+
+
+def writers_run(args: argparse.Namespace, folder: Path, tmp: Path, src: Path) -> dict[str, object]:
+    """One campaign with the mnemex of ``src`` (this checkout's, or a baseline's)."""
+    per_writer = args.bulk_rows
+    texts = memories(folder, args.seed_rows + 8 * per_writer)
+    db = tmp / "stress.db"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "MNEMEX_EMBEDDER": "none",
+    }
+    (tmp / "seed.json").write_text(json.dumps(texts[: args.seed_rows]), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-c", WRITERS_SEED, str(db), str(tmp / "seed.json")], env=env, check=True
+    )
+    pool = texts[args.seed_rows :]
+    start = time.time() + 3.0
+    deadline = start + args.seconds
+    specs = []
+    for n, role in enumerate((*ROLES, *("search",) * SEARCHERS)):
+        own = (
+            queries(folder)[n::SEARCHERS]
+            if role == "search"
+            else pool[n * per_writer : (n + 1) * per_writer]
+        )
+        spec = {
+            "role": role,
+            "texts": own,
+            "db": str(db),
+            "start": start,
+            "deadline": deadline,
+            "batch": args.batch,
+            "out": str(tmp / f"out-{n}.json"),
+        }
+        path = tmp / f"spec-{n}.json"
+        path.write_text(json.dumps(spec), encoding="utf-8")
+        specs.append((role, path, spec["out"]))
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "writers", "--worker", str(path)], env=env)
+        for _, path, _ in specs
+    ]
+    load_before = os.getloadavg()
+    loads = []
+    while any(p.poll() is None for p in procs):
+        time.sleep(1.0)
+        if time.time() > start:
+            loads.append(os.getloadavg()[0])
+    took = time.time() - start
+    results = []
+    for (role, _, out), proc in zip(specs, procs, strict=True):
+        data = json.loads(Path(out).read_text(encoding="utf-8")) if Path(out).exists() else None
+        results.append((role, proc.returncode, data))
+    acknowledged = [i for role, _, d in results if d and role != "search" for i in d["ids"]]
+    (tmp / "acknowledged.json").write_text(json.dumps(acknowledged), encoding="utf-8")
+    verified = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", WRITERS_VERIFY, str(db), str(tmp / "acknowledged.json")],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    return {
+        "results": results,
+        "acknowledged": len(acknowledged),
+        "unique": len(set(acknowledged)),
+        "found": verified["found"],
+        "count": verified["count"],
+        "seed": args.seed_rows,
+        "check": verified["check"],
+        "took": took,
+        "load_before": load_before,
+        "load_max": max(loads, default=float("nan")),
+        "load_mean": sum(loads) / len(loads) if loads else float("nan"),
+    }
+
+
+def _latency(samples: list[float]) -> str:
+    if not samples:
+        return "none"
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return (
+        f"p50 {percentiles(ordered)['p50']:.0f} ms, p99 {p99:.0f} ms, max {ordered[-1]:.0f} ms "
+        f"({len(ordered):,} calls)"
+    )
+
+
+def measures(run: dict[str, object]) -> list[tuple[str, str]]:
+    """The table's rows for one campaign."""
+    results: list[tuple[str, int, dict[str, object] | None]] = run["results"]  # type: ignore[assignment]
+    by_role: dict[str, list[dict[str, object] | None]] = {}
+    for role, _, data in results:
+        by_role.setdefault(role, []).append(data)
+
+    def samples(*roles: str) -> list[float]:
+        return [x for r in roles for d in by_role.get(r, []) if d for x in d["latencies"]]  # type: ignore[attr-defined]
+
+    def writes(role: str) -> str:
+        counts = [len(d["ids"]) if d else 0 for d in by_role[role]]  # type: ignore[arg-type]
+        return " / ".join(f"{c:,}" for c in counts)
+
+    errors = [e for _, _, d in results if d for e in d["errors"]]  # type: ignore[attr-defined]
+    crashed = sum(1 for _, code, d in results if code != 0 or d is None)
+    merged = sum(int(d["merged"]) for _, _, d in results if d)  # type: ignore[call-overload]
+    single = samples("add", "remember")
+    per_second = len(single) / 4 / max(float(run["took"]), 1e-9)  # type: ignore[arg-type]
+    check = run["check"]
+    rows = [
+        ("acknowledged writes (memories)", f"{run['acknowledged']:,}"),
+        ("lost (acknowledged, not in the store)", f"{int(run['unique']) - int(run['found']):,}"),
+        (
+            "memories in the store after the run (seed + new)",
+            f"{run['count']:,} ({run['seed']:,} + {int(run['count']) - int(run['seed']):,}; "
+            f"{merged:,} writes merged as duplicates by remember or mnemex add)",
+        ),
+        (
+            "errors (any writer or searcher)",
+            f"{len(errors):,}" + (f": {errors[0]}" if errors else ""),
+        ),
+        ("processes that crashed", str(crashed)),
+        ("writes per process: add / remember", f"{writes('add')} / {writes('remember')}"),
+        ("single writes per second per process (API)", f"{per_second:.1f}"),
+        ("add_many rows per process", writes("add_many")),
+        ("mnemex add (CLI) writes per process", writes("cli")),
+        ("single add latency (API add + remember)", _latency(single)),
+        ("add_many latency per batch", _latency(samples("add_many"))),
+        ("mnemex add latency (new process each)", _latency(samples("cli"))),
+        ("search latency during the writes", _latency(samples("search"))),
+        ("campaign time (until the last process stopped)", f"{float(run['took']):.0f} s"),  # type: ignore[arg-type]
+        ("`check` after the run", "ok" if check["ok"] else f"PROBLEMS {check['problems']}"),  # type: ignore[index]
+        (
+            "load average (1 min) before / mean / max during",
+            f"{run['load_before'][0]:.1f} / {run['load_mean']:.1f} / {run['load_max']:.1f} "  # type: ignore[index]
+            f"on {os.cpu_count()} cores",
+        ),
+    ]
+    return rows
+
+
+def writers_report(
+    args: argparse.Namespace, runs: list[tuple[str, dict[str, object]]], took: float
+) -> str:
+    tables = [measures(r) for _, r in runs]
+    header = " | ".join(name for name, _ in runs)
+    lines = [
+        f"| {name} | " + " | ".join(t[i][1] for t in tables) + " |"
+        for i, (name, _) in enumerate(tables[0])
+    ]
+    baseline = f" --baseline-src {args.baseline_src}" if args.baseline_src else ""
+    return "\n".join(
+        [
+            "## Writers side by side: 8 processes write, 2 search",
+            "",
+            f"`python benchmarks/stress.py writers --seconds {args.seconds:g} --seed-rows "
+            f"{args.seed_rows} --bulk-rows {args.bulk_rows} --batch {args.batch}{baseline}` "
+            f"on {machine()}.",
+            f"A store seeded with {args.seed_rows:,} memories; for {args.seconds:g} s, 2 `add`, "
+            f"2 `remember`, 2 `add_many` (batches of {args.batch}, {args.bulk_rows:,} rows "
+            "each at most) and 2 `mnemex add` processes write while 2 processes search; "
+            "lexical only, duplicate check on, default `busy_timeout` (each version's own). "
+            f"{took:.0f} s in all. The machine is shared with other work: its load is in "
+            "the table. The baseline column, when there is one, is the same campaign run "
+            "just before with the mnemex of `--baseline-src`.",
+            "Target (issue 15): 0 errors, 0 lost, every writer finishes, single add p99 "
+            "≤ 250 ms, search p99 ≤ 100 ms. Measured when the issue was filed: 367 errors, "
+            "single add p50 132 ms, p99 7.5 s, max 25.7 s.",
+            "",
+            f"| measure | {header} |",
+            "| --- |" + " --- |" * len(runs),
+            *lines,
+        ]
+    )
+
+
+def writers_main(args: argparse.Namespace) -> None:
+    if args.worker:
+        return writers_worker(args)
+    folder = data_dir(args.data)
+    began = time.time()
+    runs = []
+    if args.baseline_src:
+        with tempfile.TemporaryDirectory(prefix="mnemex-stress-") as tmp:
+            runs.append(("baseline", writers_run(args, folder, Path(tmp), Path(args.baseline_src))))
+    with tempfile.TemporaryDirectory(prefix="mnemex-stress-") as tmp:
+        runs.append(("this checkout", writers_run(args, folder, Path(tmp), SRC)))
+    body = writers_report(args, runs, time.time() - began)
+    print(body)
+    if not args.no_write:
+        write_section("stress_writers", body, RELIABILITY)
+
+
+# -- kill: SIGKILL a writer at a random moment -----------------------------------------
+
+
+OPERATIONS = ("add_many", "import", "reindex", "sync")
+
+CHILD = """
+import json, os, sys, mnemex
+from pathlib import Path
+from mnemex.transfer import import_jsonl
+op, db, pool_path, batch, start, folder = sys.argv[1:7]
+batch, start = int(batch), int(start)
+texts = json.loads(Path(pool_path).read_text(encoding="utf-8"))
+store = mnemex.open(db, embedder=None)
+print("ready", flush=True)
+n = 0
+while True:
+    if op == "add_many":
+        chunk = texts[start + n * batch : start + (n + 1) * batch]
+        if not chunk:
+            break
+        ids = store.add_many(chunk)
+        print("ids " + json.dumps(list(ids)), flush=True)
+    elif op == "import":
+        lines = [
+            json.dumps({"id": f"k{start}-{n}-{i}", "content": t})
+            for i, t in enumerate(texts[start + n * batch : start + (n + 1) * batch])
+        ]
+        if not lines:
+            break
+        report = import_jsonl(store, lines, namespace="imported")
+        print("ids " + json.dumps(list(report.ids)), flush=True)
+    elif op == "reindex":
+        store.reindex(force=True)
+        print("reindexed", flush=True)
+    else:
+        page = Path(folder) / "memory" / f"page-{start}-{n % 20}.md"
+        body = "\\n\\n".join(f"## Note {j}\\n\\n{texts[(start + n * 7 + j) % len(texts)]}" for j in range(8))
+        page.write_text(f"# Page {n}\\n\\n{body}\\n", encoding="utf-8")
+        store.sync(folder, namespace="ws")
+        print("synced", flush=True)
+    n += 1
+"""
+
+
+def kill_seed(db: Path, texts: list[str], workspace: Path, env: dict[str, str]) -> None:
+    (workspace / "memory").mkdir(parents=True)
+    for i in range(20):
+        (workspace / "memory" / f"seed-{i}.md").write_text(
+            f"# Seed {i}\n\n" + "\n\n".join(texts[i * 10 : i * 10 + 10]) + "\n", encoding="utf-8"
+        )
+    script = (
+        "import json, sys, mnemex\n"
+        "texts = json.load(open(sys.argv[2], encoding='utf-8'))\n"
+        "with mnemex.open(sys.argv[1], embedder=None) as store:\n"
+        "    store.add_many(texts)\n"
+        "    store.sync(sys.argv[3], namespace='ws')\n"
+    )
+    seed_file = db.parent / "seed.json"
+    seed_file.write_text(json.dumps(texts), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-c", script, str(db), str(seed_file), str(workspace)],
+        env=env,
+        check=True,
+    )
+
+
+def one_kill(
+    op: str,
+    db: Path,
+    pool: Path,
+    workspace: Path,
+    start: int,
+    args: argparse.Namespace,
+    rng: random.Random,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """Start the child, kill it after a random delay, return what it acknowledged."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            op,
+            str(db),
+            str(pool),
+            str(args.batch),
+            str(start),
+            str(workspace),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    ready = child.stdout.readline().strip() == "ready"
+    delay = rng.uniform(0, args.max_delay)
+    time.sleep(delay)
+    child.send_signal(signal.SIGKILL)
+    out, err = child.communicate()
+    ids: list[str] = []
+    steps = 0
+    for line in out.splitlines():
+        if line.startswith("ids "):
+            try:
+                ids.extend(json.loads(line[4:]))
+            except json.JSONDecodeError:  # a line cut by the kill was not acknowledged
+                continue
+        steps += 1
+    return {
+        "ready": ready,
+        "delay": delay,
+        "ids": ids,
+        "steps": steps,
+        "finished": child.returncode != -signal.SIGKILL,
+        "stderr": err.strip()[-300:],
+    }
+
+
+def verify(db: Path, op: str, acknowledged: list[str], workspace: Path) -> dict[str, Any]:
+    import mnemex
+
+    with mnemex.open(db, embedder=None) as store:
+        check = store.check()
+        namespace = "imported" if op == "import" else None
+        missing = store.get(acknowledged, namespace=namespace).missing if acknowledged else ()
+        recovery = ""
+        if op == "sync":
+            try:
+                report = store.sync(workspace, namespace="ws")
+                if report.problems:
+                    recovery = f"problems: {report.problems}"[:200]
+            except mnemex.MnemexError as exc:
+                recovery = f"{type(exc).__name__}: {exc}"[:200]
+        return {"check": check, "missing": len(missing), "recovery": recovery}
+
+
+def campaign(args: argparse.Namespace, texts: list[str], tmp: Path) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "MNEMEX_EMBEDDER": "none",
+    }
+    sys.path.insert(0, str(SRC))
+    rng = random.Random(args.seed)
+    seeded = texts[: args.seed_rows]
+    pool = tmp / "pool.json"
+    pool.write_text(json.dumps(texts[args.seed_rows :]), encoding="utf-8")
+    stores = {}
+    for op in OPERATIONS:
+        folder = tmp / op
+        folder.mkdir()
+        db, workspace = folder / "kill.db", folder / "workspace"
+        kill_seed(db, seeded, workspace, env)
+        stores[op] = (db, workspace)
+    acknowledged: dict[str, list[str]] = {op: [] for op in OPERATIONS}
+    per_op: dict[str, dict[str, int]] = {
+        op: {"runs": 0, "problems": 0, "lost": 0, "acknowledged": 0, "steps": 0, "unrecovered": 0}
+        for op in OPERATIONS
+    }
+    findings: list[str] = []
+    next_start = 0
+    began = time.time()
+    runs = 0
+    while runs < args.runs and time.time() - began < args.seconds:
+        op = OPERATIONS[runs % len(OPERATIONS)]
+        db, workspace = stores[op]
+        result = one_kill(op, db, pool, workspace, next_start, args, rng, env)
+        next_start += args.batch * 40  # fresh texts (and ids) for every run
+        if next_start + args.batch * 40 > len(texts) - args.seed_rows:
+            next_start = 0
+        acknowledged[op].extend(result["ids"])
+        checked = verify(db, op, acknowledged[op], workspace)
+        stats = per_op[op]
+        stats["runs"] += 1
+        stats["steps"] += result["steps"]
+        stats["acknowledged"] += len(result["ids"])
+        stats["lost"] += checked["missing"]
+        problems = checked["check"]["problems"]
+        stats["problems"] += len(problems)
+        stats["unrecovered"] += bool(checked["recovery"])
+        for message in (
+            *(f"run {runs} ({op}): check: {p}" for p in problems),
+            *(
+                [f"run {runs} ({op}): {checked['missing']} acknowledged ids missing"]
+                if checked["missing"]
+                else []
+            ),
+            *(
+                [f"run {runs} ({op}): sync after the kill: {checked['recovery']}"]
+                if checked["recovery"]
+                else []
+            ),
+            *(
+                [f"run {runs} ({op}): child failed before the kill: {result['stderr']}"]
+                if result["finished"] or not result["ready"]
+                else []
+            ),
+        ):
+            findings.append(message)
+            print(message, flush=True)
+        runs += 1
+        if runs % 10 == 0:
+            print(f"{runs} kills, {time.time() - began:.0f} s", flush=True)
+    return {"per_op": per_op, "findings": findings, "runs": runs, "took": time.time() - began}
+
+
+def kill_report(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    per_op = result["per_op"]
+    rows = [
+        f"| {op} | {s['runs']} | {s['steps']:,} | {s['acknowledged']:,} | {s['problems']} | "
+        f"{s['lost']} | {s['unrecovered'] if op == 'sync' else '-'} |"
+        for op, s in per_op.items()
+    ]
+    total = {
+        k: sum(s[k] for s in per_op.values())
+        for k in ("runs", "steps", "acknowledged", "problems", "lost")
+    }
+    lines = [
+        "## SIGKILL during writes",
+        "",
+        f"`python benchmarks/stress.py kill --runs {args.runs} --seconds {args.seconds:g} "
+        f"--max-delay {args.max_delay:g} --batch {args.batch} --seed-rows {args.seed_rows} "
+        f"--seed {args.seed}` on {machine()}.",
+        f"{result['runs']} runs in {result['took']:.0f} s: each starts a process that writes a store "
+        f"seeded with {args.seed_rows:,} real memories and a 20-file markdown workspace "
+        f"(`add_many` / `import_jsonl` of {args.batch} rows at a time, `reindex(force=True)`, "
+        "or edit-a-page-then-`sync`), SIGKILLs it at a random moment "
+        f"(0-{args.max_delay:g} s after it opened the store), then runs `check()` and looks up "
+        "every id acknowledged (printed by the child after its commit) so far on that store. "
+        "Target: 0 problems, 0 lost, every sync after a kill succeeds.",
+        "",
+        "| operation | kills | steps completed before the kills | ids acknowledged | "
+        "`check` problems | acknowledged ids lost | sync after the kill failed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        f"| all | {total['runs']} | {total['steps']:,} | {total['acknowledged']:,} | "
+        f"{total['problems']} | {total['lost']} | {per_op['sync']['unrecovered']} |",
+    ]
+    if result["findings"]:
+        lines += ["", "Found:", "", *(f"- {f}" for f in result["findings"][:20])]
+    return "\n".join(lines)
+
+
+def kill_main(args: argparse.Namespace) -> None:
+    texts = memories(data_dir(args.data), args.seed_rows + 40_000)
+    with tempfile.TemporaryDirectory(prefix="mnemex-kill-") as tmp:
+        result = campaign(args, texts, Path(tmp))
+    body = kill_report(args, result)
+    print(body)
+    if not args.no_write:
+        write_section("stress_kill", body, RELIABILITY)
+
+
+# -- fuzz: the public API and imports with hostile input --------------------------------
+
+
+SHOWN = 5
+
+_TEXTS = ["deploy", "NEAR(a b)", '"', "*", "memory 1", "the deploy to production", "x"]
+_IDS = ["m0", "m1", "o1", "nope"]
+_TIMES = ["2025-01-01", "7d", "1700000000", "0999-01-01", datetime(2020, 5, 1, tzinfo=UTC)]
+_LABELS: list[Any] = [["fact"], ["t"], ["fact", "t"], [], "fact", "t"]
+
+
+_API: list[Any] = []  # the generators of tests/test_hostile.py: _load_hostile()
+_SPECIALS: list[Any] = []
+HOSTILE_LINES: list[Any] = []
+
+
+def _load_hostile() -> None:
+    """The fuzz campaign's generators (imported for it alone: hypothesis is slow to import,
+    and the writers' processes must start within their seconds)."""
+    global _API, _SPECIALS, HOSTILE_LINES
+    from tests.test_hostile import _API, _SPECIALS, HOSTILE_LINES
+
+
+def _text(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return rng.choice(_TEXTS)
+    return "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 20)))
+
+
+_PLAUSIBLE: dict[str, Any] = {  # name -> rng -> a value of the right type
+    **dict.fromkeys(
+        ("content", "query", "task", "subject", "predicate", "object", "entity", "source"), _text
+    ),
+    **dict.fromkeys(("id", "around", "source_memory"), lambda r: r.choice(_IDS)),
+    "ids": lambda r: r.sample(_IDS, r.randint(1, 3)) if r.random() < 0.7 else r.choice(_IDS),
+    **dict.fromkeys(
+        ("limit", "before", "after", "max_memories", "relations", "batch"),
+        lambda r: r.randint(0, 60),
+    ),
+    "budget_tokens": lambda r: r.randint(0, 2_000),
+    **dict.fromkeys(
+        ("since", "until", "start", "end", "created_at", "now"), lambda r: r.choice(_TIMES)
+    ),
+    **dict.fromkeys(("kinds", "tags"), lambda r: r.choice(_LABELS)),
+    "kind": lambda r: r.choice(["fact", "note"]),
+    "namespace": lambda r: r.choice(["default", "other", ALL, None]),
+    "mode": lambda r: r.choice(["lexical", "vector", "hybrid", None]),
+    "fusion": lambda r: r.choice(["rrf", "weighted", None]),
+    "token_counter": lambda r: r.choice(["chars", None]),
+    "weights": lambda r: (r.random(), r.random()),
+    "confidence": lambda r: r.choice([r.random(), True, False]),
+    "pinned": lambda r: r.random() < 0.5,
+    "metadata": lambda r: {_text(r)[:3]: r.randint(-5, 5) for _ in range(r.randint(0, 2))},
+    "items": lambda r: [
+        _text(r) if r.random() < 0.5 else {"content": _text(r)} for _ in range(r.randint(0, 3))
+    ],
+}
+
+
+def hostile(rng: random.Random, depth: int = 0) -> Any:
+    """A scalar of any type (often a special) or a small list, dict or tuple of them."""
+    roll = rng.random()
+    if roll < 0.7 or depth > 2:
+        return rng.choice(
+            [
+                None,
+                rng.random() < 0.5,
+                rng.randint(-(2**70), 2**70),
+                rng.choice([rng.uniform(-1e9, 1e9), math.nan, -math.inf, 0.0, 1e308]),
+                "".join(chr(rng.randint(1, 0x10FFFF)) for _ in range(rng.randint(0, 12))),
+                rng.randbytes(rng.randint(0, 6)),
+                rng.choice(_SPECIALS),
+                rng.choice(_SPECIALS),
+            ]
+        )
+    if roll < 0.8:
+        return [hostile(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if roll < 0.9:
+        return {str(hostile(rng, depth + 1))[:3]: hostile(rng, depth + 1) for _ in range(2)}
+    return (hostile(rng, depth + 1), hostile(rng, depth + 1))
+
+
+def fuzz_seed(store: mnemex.Store) -> None:
+    for i in range(3):
+        store.add(f"memory {i} about deploys", id=f"m{i}", tags=["t"], kind="fact")
+    store.add("another namespace's memory", id="o1", namespace="other")
+    store.relate("api", "uses", "postgres", source_memory="m0")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def fuzz_calls(
+    store: mnemex.Store, rng: random.Random, calls: int, seconds: float
+) -> dict[str, Any]:
+    signatures = {
+        m: [
+            (name, p)
+            for name, p in inspect.signature(getattr(store, m)).parameters.items()
+            if name != "embed"
+        ]
+        for m in _API
+    }
+    undocumented: list[str] = []
+    kinds: dict[str, int] = {}
+    mnemex_errors = done = broken = 0
+    deadline = time.time() + seconds
+    while done < calls and time.time() < deadline:
+        method = rng.choice(_API)
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for name, parameter in signatures[method]:
+            required = parameter.default is inspect.Parameter.empty
+            if not required and rng.random() < 0.5:
+                continue
+            plausible = name in _PLAUSIBLE and rng.random() < 0.75
+            value = _PLAUSIBLE[name](rng) if plausible else hostile(rng)
+            if required and parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+                args.append(value)
+            else:
+                kwargs[name] = value
+        done += 1
+        try:
+            result = getattr(store, method)(*args, **kwargs)
+            if inspect.isgenerator(result):
+                for _ in result:
+                    pass
+            continue
+        except mnemex.MnemexError:
+            mnemex_errors += 1
+        except Exception as exc:
+            key = f"{method}: {type(exc).__name__}: {str(exc)[:100]}"
+            kinds[key] = kinds.get(key, 0) + 1
+            if len(undocumented) < SHOWN * 4:
+                frame = traceback.extract_tb(exc.__traceback__)[-1]
+                undocumented.append(
+                    f"store.{method}(*{_short(args)}, **{_short(kwargs)}) -> "
+                    f"{type(exc).__name__}: {str(exc)[:160]} "
+                    f"(at {Path(frame.filename).name}:{frame.lineno})"
+                )
+        try:  # after any error the store must still work
+            store.search("memory deploys", namespace=ALL)
+        except Exception:
+            broken += 1
+    return {
+        "calls": done,
+        "mnemex_errors": mnemex_errors,
+        "undocumented": sum(kinds.values()),
+        "kinds": kinds,
+        "examples": undocumented,
+        "broken": broken,
+    }
+
+
+def calls_in_own_store(seed_value: int, calls: int, seconds: float) -> dict[str, Any]:
+    """:func:`fuzz_calls` on a fresh store of its own, with its own seed."""
+    _load_hostile()
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-fuzz-") as tmp,
+        mnemex.open(Path(tmp) / "fuzz.db", embedder=None) as store,
+    ):
+        fuzz_seed(store)
+        return fuzz_calls(store, random.Random(seed_value), calls, seconds)
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several :func:`fuzz_calls` runs, added up."""
+    total: dict[str, Any] = {"kinds": {}, "examples": []}
+    for part in parts:
+        for key in ("calls", "mnemex_errors", "undocumented", "broken"):
+            total[key] = total.get(key, 0) + part[key]
+        for kind, count in part["kinds"].items():
+            total["kinds"][kind] = total["kinds"].get(kind, 0) + count
+        total["examples"] += part["examples"]
+    return total
+
+
+def _bad_line(rng: random.Random, good: str) -> str | bytes:
+    roll = rng.randrange(5)
+    if roll == 0:
+        return rng.choice(HOSTILE_LINES)
+    if roll == 1:
+        return good[: rng.randint(1, len(good) - 1)]  # truncated JSON
+    if roll == 2:
+        return b'{"content": "' + rng.randbytes(4) + b'\xff\xfe"}'  # invalid UTF-8
+    if roll == 3:
+        return json.dumps({"content": rng.choice([5, None, ["a"], {"a": 1}, True, ""])})
+    field = rng.choice(["confidence", "tags", "created_at"])  # a single tag text is valid
+    value = rng.choice([math.inf, {"x": 1}, 10**30])  # and so are negative epoch seconds
+    return json.dumps({"content": "bad field", field: value})
+
+
+def fuzz_imports(store: mnemex.Store, rng: random.Random, files: int) -> dict[str, Any]:
+    aborted = lost = unreported = misreported = good_total = bad_total = 0
+    examples: list[str] = []
+    for f in range(files):
+        n_good = rng.choice(
+            [rng.randint(1, 300), rng.randint(IMPORT_BATCH - 50, IMPORT_BATCH + 500)]
+        )
+        good = [
+            json.dumps({"id": f"f{f}-{i}", "content": f"file {f} good memory {i} {rng.random()}"})
+            for i in range(n_good)
+        ]
+        lines: list[str | bytes] = list(good)
+        for _ in range(rng.randint(1, 12)):
+            lines.insert(rng.randint(0, len(lines)), _bad_line(rng, rng.choice(good)))
+        good_set = set(good)
+        bad_at = [n for n, line in enumerate(lines, 1) if line not in good_set]
+        good_total += n_good
+        bad_total += len(bad_at)
+        payload = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
+        try:
+            report = import_jsonl(store, payload, namespace=f"imp{f % 7}")
+        except Exception as exc:
+            aborted += 1
+            if len(examples) < SHOWN:
+                examples.append(f"file {f}: {type(exc).__name__}: {str(exc)[:160]}")
+        else:
+            reported = sorted(e.line for e in report.errors)
+            unreported += len(set(bad_at) - set(reported))
+            misreported += len(set(reported) - set(bad_at))
+            if reported != bad_at and len(examples) < SHOWN:
+                examples.append(f"file {f}: bad lines {bad_at[:12]}, reported {reported[:12]}")
+        ids = [f"f{f}-{i}" for i in range(n_good)]
+        lost += len(store.get(ids, namespace=f"imp{f % 7}").missing)
+    return {
+        "files": files,
+        "good": good_total,
+        "bad": bad_total,
+        "aborted": aborted,
+        "lost": lost,
+        "unreported": unreported,
+        "misreported": misreported,
+        "examples": examples,
+    }
+
+
+def fuzz_report(
+    args: argparse.Namespace, calls: dict[str, Any], imports: dict[str, Any], took: float
+) -> str:
+    kinds = sorted(calls["kinds"].items(), key=lambda kv: -kv[1])
+    rows = [
+        ("random API calls", f"{calls['calls']:,}"),
+        ("answered with a MnemexError", f"{calls['mnemex_errors']:,}"),
+        ("undocumented exceptions (not a MnemexError)", f"{calls['undocumented']:,}"),
+        ("distinct undocumented (method, exception, message)", f"{len(kinds):,}"),
+        ("calls after which the store could not search", f"{calls['broken']:,}"),
+        ("import files", f"{imports['files']:,}"),
+        ("good / hostile lines in them", f"{imports['good']:,} / {imports['bad']:,}"),
+        ("imports aborted", f"{imports['aborted']:,}"),
+        ("good lines lost", f"{imports['lost']:,}"),
+        (
+            "bad lines not reported / good lines reported bad",
+            f"{imports['unreported']:,} / {imports['misreported']:,}",
+        ),
+        ("time", f"{took:.0f} s"),
+    ]
+    lines = [
+        "## Fuzzed API calls and imports",
+        "",
+        f"`python benchmarks/stress.py fuzz --calls {args.calls} --seconds {args.seconds:g} "
+        f"--imports {args.imports} --seed {args.seed} --jobs {args.jobs}` on {machine()}.",
+        "Random calls of the public `Store` methods (the generators of "
+        "`tests/test_hostile.py`, plain `random`, lexical only), each parameter of the right "
+        "type 3 times in 4 and hostile otherwise; import files of good lines with 1-12 "
+        "hostile ones at random places (some files span two import batches). "
+        "Target: 0 undocumented exceptions, 0 aborted imports, 0 good lines lost, every bad "
+        "line reported.",
+        "",
+        "| measure | value |",
+        "| --- | --- |",
+        *(f"| {name} | {value} |" for name, value in rows),
+    ]
+    if kinds:
+        lines += ["", "Undocumented exceptions (count, method: exception):", ""]
+        lines += [f"- {count:,} × `{key}`" for key, count in kinds[:20]]
+        lines += ["", "First calls that raised them:", ""]
+        lines += [f"- `{example}`" for example in calls["examples"][:SHOWN]]
+    if imports["examples"]:
+        lines += ["", "Imports that went wrong:", ""]
+        lines += [f"- {example}" for example in imports["examples"]]
+    return "\n".join(lines)
+
+
+def fuzz_main(args: argparse.Namespace) -> None:
+    _load_hostile()
+    began = time.time()
+    jobs = max(1, args.jobs)
+    shares = [
+        (args.seed + i, args.calls // jobs + (i < args.calls % jobs), args.seconds)
+        for i in range(jobs)
+    ]
+    if jobs == 1:
+        calls = calls_in_own_store(*shares[0])
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            calls = merged(list(pool.map(calls_in_own_store, *zip(*shares, strict=True))))
+    rng = random.Random(args.seed)
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-fuzz-") as tmp,
+        mnemex.open(Path(tmp) / "import.db", embedder=None) as store,
+    ):
+        imports = fuzz_imports(store, rng, args.imports)
+    body = fuzz_report(args, calls, imports, time.time() - began)
+    print(body)
+    if not args.no_write:
+        write_section("stress_fuzz", body, RELIABILITY)
+
+
+def _writers_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seed-rows", type=int, default=20_000)
+    parser.add_argument("--bulk-rows", type=int, default=10_000, help="rows per writer at most")
+    parser.add_argument("--batch", type=int, default=500, help="rows per add_many call")
+    parser.add_argument("--data", help="benchmark data folder (see common.py)")
+    parser.add_argument(
+        "--baseline-src", help="also run the campaign with the mnemex of this src folder, first"
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def _kill_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=3600.0, help="stop after this")
+    parser.add_argument("--max-delay", type=float, default=2.0, help="kill within this")
+    parser.add_argument("--batch", type=int, default=200, help="rows per add_many / import")
+    parser.add_argument("--seed-rows", type=int, default=5_000)
+    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--data", help="benchmark data folder (see common.py)")
+
+
+def _fuzz_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--seconds", type=float, default=3600.0, help="stop the calls after this")
+    parser.add_argument("--imports", type=int, default=200, help="import files")
+    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes, each with its own store and seed"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    campaigns = parser.add_subparsers(dest="campaign", required=True)
+    for name, add in (("writers", _writers_args), ("kill", _kill_args), ("fuzz", _fuzz_args)):
+        sub = campaigns.add_parser(name)
+        sub.add_argument(
+            "--no-write", action="store_true", help="print, do not touch RELIABILITY.md"
+        )
+        add(sub)
+    args = parser.parse_args()
+    {"writers": writers_main, "kill": kill_main, "fuzz": fuzz_main}[args.campaign](args)
+
+
+if __name__ == "__main__":
+    main()
