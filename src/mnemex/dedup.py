@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mnemex.embed import Embedder
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
     from mnemex.index.vectors import VectorIndex
 
 NEGATIONS = frozenset(

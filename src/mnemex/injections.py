@@ -21,7 +21,7 @@ from mnemex.errors import InvalidInput
 from mnemex.text import clean_namespace, format_time, parse_stored_time, parse_time, utcnow
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
     from mnemex.results import Injection, InjectionSession
 
 OUTCOMES: Final = ("injected", "nothing")

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine import engine_of
-from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
+from mnemex.engine.sqlite import memories as sqlite_memories
+from mnemex.engine.sqlite.session import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import Memory
@@ -38,7 +39,7 @@ from mnemex.text import (
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 
 def id_list(ids: Iterable[str] | str) -> list[str]:
@@ -365,6 +366,25 @@ def kind_counts(session: SqliteSession, ns: str | None) -> dict[str, dict[str, i
     for namespace, kind, n in sorted(rows, key=lambda r: (r[0], -int(r[2]), r[1])):
         out.setdefault(str(namespace), {})[str(kind)] = int(n)
     return out
+
+
+def _reads(session: SqliteSession) -> Any:
+    """The engine's module of memory reads (SQLite's, or PostgreSQL's)."""
+    return postgres(session) or sqlite_memories
+
+
+def last_thread(session: SqliteSession, ns: str, kind: str, limit: int) -> list[Memory]:
+    """The newest ``limit`` memories of ``kind`` from the thread (``source``) of the newest
+    one of that kind, newest first."""
+    wanted = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return list(_reads(session).last_thread(session, ns, kind, wanted))
+
+
+def notable(session: SqliteSession, ns: str, skip: Iterable[str], limit: int) -> list[Memory]:
+    """Up to ``limit`` memories of kinds other than ``skip``: pinned first, then the most
+    confident, the newest first."""
+    wanted = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return list(_reads(session).notable(session, ns, list(dict.fromkeys(skip)), wanted))
 
 
 def thread(

@@ -56,7 +56,7 @@ from mnemex.text import (
 )
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 MAX_ENTITY_CHARS: Final = 256
 MAX_PREDICATE_CHARS: Final = 64

@@ -40,11 +40,14 @@ from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
 from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import Conflict
+from mnemex.engine.sqlite.session import Conflict
+from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters
 from mnemex.models import Memory, RecallResult, SearchResult
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
+
+STATE_PREFIX = "hooks"  # of the meta keys tools keep state under (Store.set_state)
 
 
 def open_store(
@@ -82,7 +85,7 @@ class Store:
         self.namespace = self.session.namespace
         self.path = self.session.path
 
-    # -- lifecycle (the session: mnemex.engine.sqlite) ---------------------------------
+    # -- lifecycle (the session: mnemex.engine.sqlite.session) ------------------------
 
     def close(self) -> None:
         self.session.close()
@@ -617,6 +620,41 @@ class Store:
 
         return memories.thread(self.session, self._own(namespace), id, before, after)
 
+    def last_thread(
+        self, kind: str, *, limit: int = 5, namespace: str | None = None
+    ) -> list[Memory]:
+        """The newest ``limit`` memories of ``kind`` from the thread (``source``) of the
+        newest one of that kind (the last captured session's prompts), newest first."""
+        from mnemex import memories
+
+        return memories.last_thread(self.session, self._own(namespace), kind, limit)
+
+    def notable(
+        self, *, limit: int = 20, skip_kinds: Iterable[str] = (), namespace: str | None = None
+    ) -> list[Memory]:
+        """Up to ``limit`` memories of kinds other than ``skip_kinds``: pinned first, then
+        the most confident, the newest first."""
+        from mnemex import memories
+
+        return memories.notable(self.session, self._own(namespace), skip_kinds, limit)
+
+    # -- state kept for tools built on the store (the hooks) ---------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value a tool keeps under ``key`` (see :meth:`set_state`), or ``None``."""
+        return self.session.state(_state_key(key))
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the store's ``meta`` table. Keys start with
+        ``hooks`` (the hooks' capture offsets, ``hooks doctor``'s mark): the store's own
+        records are not to be written this way."""
+        self.session.set_state(_state_key(key), value)
+
+    def release_if_empty(self) -> bool:
+        """Whether the store holds no memory, relation or workspace and no other process
+        has it open (a SQLite file then leaves WAL mode: it can be deleted)."""
+        return self.session.release_if_empty()
+
     def relations_of(self, memory_id: str, *, namespace: str | None = None) -> list[Relation]:
         """The relations read from a memory (their ``source_memory``), most confident first."""
         from mnemex import relations as relations_db
@@ -803,6 +841,12 @@ class Store:
         from mnemex.ingest import workspace as spaces
 
         return spaces.freshen(self, namespace)
+
+
+def _state_key(key: str) -> str:
+    if not isinstance(key, str) or not key.startswith(STATE_PREFIX):
+        raise InvalidInput(f"a state key starts with {STATE_PREFIX!r}, got {key!r}")
+    return key
 
 
 def _lexically(options: SearchOptions, mode: str | None) -> tuple[SearchOptions, list[str]]:

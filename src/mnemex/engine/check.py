@@ -7,7 +7,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 from mnemex.embed import SENTENCE_BASE
 from mnemex.engine import logger

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
     from mnemex.index.embeddings import Cut, EmbedReport, Pending
 
 from mnemex import embed as embedders

@@ -26,7 +26,7 @@ from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import batched
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
 

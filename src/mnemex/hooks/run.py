@@ -574,34 +574,20 @@ def session_context(store: Store, namespace: str | None = None) -> str:
     from mnemex.hooks import KINDS, PROMPT
     from mnemex.search import recall as packing
     from mnemex.search.rank import age_days
-    from mnemex.storage import marks
-    from mnemex.text import parse_stored_time, utcnow
+    from mnemex.text import format_time, utcnow
 
-    conn, ns = store.session.conn, namespace or store.namespace
     lines: list[str] = []
-    last = conn.execute(
-        "SELECT source FROM memories WHERE namespace = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
-        (ns, PROMPT),
-    ).fetchone()
-    if last is not None and last[0]:
-        prompts = conn.execute(
-            "SELECT content, created_at FROM memories WHERE namespace = ? AND kind = ? "
-            "AND source = ? ORDER BY seq DESC LIMIT ?",
-            (ns, PROMPT, last[0], GIST_PROMPTS),
-        ).fetchall()
+    prompts = store.last_thread(PROMPT, limit=GIST_PROMPTS, namespace=namespace)
+    if prompts:
         asked = "; ".join(
-            _clip(" ".join(content.split()), GIST_PROMPT_CHARS) for content, _ in reversed(prompts)
+            _clip(" ".join(m.content.split()), GIST_PROMPT_CHARS) for m in reversed(prompts)
         )
-        lines.append(f"- [last session, {prompts[0][1][:10]}] asked: {asked}")
+        lines.append(f"- [last session, {format_time(prompts[0].created_at)[:10]}] asked: {asked}")
     now = utcnow()
-    for kind, content, confidence, created in conn.execute(
-        "SELECT kind, content, confidence, created_at FROM memories "
-        f"WHERE namespace = ? AND kind NOT IN ({marks(len(KINDS))}, 'chunk') "
-        "ORDER BY pinned DESC, confidence DESC, seq DESC LIMIT ?",
-        (ns, *KINDS, NOTABLE_CANDIDATES),
-    ):
-        age = packing.format_age(age_days(parse_stored_time(created), now))
-        lines.append(packing.render_line(kind, content, confidence, age))
+    skip = (*KINDS, "chunk")
+    for m in store.notable(limit=NOTABLE_CANDIDATES, skip_kinds=skip, namespace=namespace):
+        age = packing.format_age(age_days(m.created_at, now))
+        lines.append(packing.render_line(m.kind, m.content, m.confidence, age))
     settings = store.settings
     packed = packing.pack(lines, settings.recall_budget, settings.recall_max, _counter(store))
     return packed.markdown

@@ -307,3 +307,34 @@ def kind_counts(session: PostgresSession, ns: str | None) -> list[Sequence[Any]]
                 params,
             ).fetchall()
         )
+
+
+def last_thread(session: PostgresSession, ns: str, kind: str, limit: int) -> list[Memory]:
+    """The newest ``limit`` memories of ``kind`` with the source of the newest one of
+    that kind (its thread), newest first; none when that source is empty."""
+    with session.read() as conn:
+        last = conn.execute(
+            "SELECT source FROM memories WHERE namespace = %s AND kind = %s "
+            "ORDER BY seq DESC LIMIT 1",
+            (ns, kind),
+        ).fetchone()
+        if last is None or not last[0]:
+            return []
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND kind = %s "
+            "AND source = %s ORDER BY seq DESC LIMIT %s",
+            (ns, kind, last[0], limit),
+        ).fetchall()
+    return [memory(row) for row in rows]
+
+
+def notable(session: PostgresSession, ns: str, skip: Sequence[str], limit: int) -> list[Memory]:
+    """Up to ``limit`` memories of kinds other than ``skip``: pinned first, then by
+    confidence, the newest first."""
+    with session.connection() as conn:
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND kind <> ALL(%s) "
+            "ORDER BY pinned DESC, confidence DESC, seq DESC LIMIT %s",
+            (ns, list(skip), limit),
+        ).fetchall()
+    return [memory(row) for row in rows]

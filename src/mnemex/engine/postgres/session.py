@@ -73,6 +73,27 @@ class PostgresSession:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
         return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
 
+    # -- the meta record: tools' state, emptiness ----------------------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value kept under ``key`` in the ``meta`` table, or ``None``."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the ``meta`` table (replacing what was there)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (key, value),
+            )
+
+    def release_if_empty(self) -> bool:
+        """Never: a database on a server is not a file to delete."""
+        return False
+
     # -- connections, errors, transactions ---------------------------------------------
 
     @contextlib.contextmanager

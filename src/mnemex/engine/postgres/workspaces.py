@@ -24,7 +24,7 @@ from mnemex.errors import StoreError
 from mnemex.text import format_time
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 _COPY_VECTORS = """INSERT INTO embeddings (seq, namespace, model, content_hash, vector)
     SELECT m.seq, m.namespace, e.model, e.content_hash, e.vector

@@ -103,6 +103,30 @@ class SqliteSession:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
         return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
 
+    # -- the meta record: tools' state, emptiness ----------------------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value kept under ``key`` in the ``meta`` table, or ``None``."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the ``meta`` table (replacing what was there)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def release_if_empty(self) -> bool:
+        """Whether the store holds no memory, relation or workspace and this is its only
+        connection, which then leaves WAL mode (it needs the only one): its files can go."""
+        with self.connection() as conn:
+            if conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM relations) "
+                "OR EXISTS (SELECT 1 FROM workspaces)"
+            ).fetchone()[0]:
+                return False
+            return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]) == "delete"
+
     # -- locks, errors, transactions -------------------------------------------------
 
     @contextlib.contextmanager
