@@ -1,0 +1,90 @@
+"""What a session of any engine offers the code written over it (:class:`Session`), and
+the part of SQLite's session its own modules use besides (:class:`SqliteSurface`).
+
+The operations of an engine take a session typed by these protocols rather than by
+the session class that owns them, so that a session and its parts (its embedding
+lifecycle, its check) import each other in one direction only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from mnemex.config import Settings
+    from mnemex.embed import Embedder
+    from mnemex.engine.workspaces import WorkspaceTables
+    from mnemex.index.embeddings import EmbedReport
+    from mnemex.progress import Progress
+
+
+class Embeddings(Protocol):
+    """A session's embedding lifecycle: its embedder, and giving memories vectors."""
+
+    last_error: str | None
+
+    @property
+    def embedder(self) -> Embedder | None: ...
+
+    def first(self, text: str) -> str: ...
+
+    def embed(
+        self, *, progress: Callable[[int], None] | None = None, force: bool = False
+    ) -> EmbedReport: ...
+
+    def reindex(
+        self, *, progress: Progress | None = None, force: bool = False, prune: bool = False
+    ) -> EmbedReport | None: ...
+
+    def embed_new(
+        self,
+        seqs: Sequence[int],
+        primed: dict[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> EmbedReport | None: ...
+
+    def catch_up(self, most: int) -> int: ...
+
+
+class Session(Protocol):
+    """One store's session: its settings, lock, connections and transactions."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]: ...
+
+    @property
+    def workspaces(self) -> WorkspaceTables: ...
+
+    @property
+    def embedding(self) -> Embeddings: ...
+
+    def connection(self) -> AbstractContextManager[Any]: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def read(self) -> AbstractContextManager[Any]: ...
+
+    def after_write(self) -> None: ...
+
+
+class SqliteSurface(Session, Protocol):
+    """What SQLite's embedding lifecycle and check use of its session besides."""
+
+    @property
+    def conn(self) -> sqlite3.Connection: ...
+
+    def update_ann(self, embedder: Embedder) -> None: ...
+
+    def drop_ann(self, model_id: str) -> None: ...
