@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import mnemex
 from common import ROOT, machine, write_section
 from mnemex.ingest.workspace import freshen
-from mnemex.models import SyncReport
+from mnemex.results import SyncReport
 from mnemex.store import Store
 
 SEED = 2025

@@ -67,18 +67,18 @@ _LAZY = {
     "StoreError": "mnemex.errors",
     "StoreLocked": "mnemex.errors",
     "UnknownMemory": "mnemex.errors",
-    "ForgetResult": "mnemex.models",
-    "GetResult": "mnemex.models",
+    "ForgetResult": "mnemex.results",
+    "GetResult": "mnemex.results",
     "Hit": "mnemex.models",
     "Memory": "mnemex.models",
     "Relation": "mnemex.models",
     "Location": "mnemex.models",
-    "SyncReport": "mnemex.models",
-    "WorkspaceStatus": "mnemex.models",
-    "Appended": "mnemex.models",
+    "SyncReport": "mnemex.results",
+    "WorkspaceStatus": "mnemex.results",
+    "Appended": "mnemex.results",
     "SearchResult": "mnemex.models",
-    "Stats": "mnemex.models",
-    "TimelineEntry": "mnemex.models",
+    "Stats": "mnemex.results",
+    "TimelineEntry": "mnemex.results",
 }
 
 if TYPE_CHECKING:
@@ -99,15 +99,11 @@ if TYPE_CHECKING:
         UnknownMemory,
     )
     from mnemex.migration import migrate
-    from mnemex.models import (
+    from mnemex.models import Hit, Location, Memory, Relation, SearchResult
+    from mnemex.results import (
         Appended,
         ForgetResult,
         GetResult,
-        Hit,
-        Location,
-        Memory,
-        Relation,
-        SearchResult,
         Stats,
         SyncReport,
         TimelineEntry,

@@ -35,7 +35,8 @@ from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import LexicalPlan, Lexicon, counted_plan
 from mnemex.index.query import Term, Token, content_terms, expand_terms, normalized_score
 from mnemex.index.stopwords import STOPWORDS
-from mnemex.results import ForgetResult, Relation
+from mnemex.models import Relation
+from mnemex.results import ForgetResult
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.connect import Connect, read_transaction, write_transaction
 from mnemex.storage.sql import delete_ids

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
         GetResult,
         Injection,
         InjectionSession,
-        Relation,
         Stats,
         SyncReport,
         TimelineEntry,
@@ -43,7 +42,7 @@ from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite.session import Conflict
 from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters
-from mnemex.models import Memory, RecallResult, SearchResult
+from mnemex.models import Memory, RecallResult, Relation, SearchResult
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
 
