@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from mnemex.engine import NamespaceArg
     from mnemex.models import Memory, SearchResult
-    from mnemex.ui.app import Inspector
+    from mnemex.ui.inspector import Inspector
 
 ALL_NAMESPACES: Final = "*"  # ``ns=*``: every namespace (as mnemex writes ALL elsewhere)
 TIMELINE_PAGE: Final = 100  # entries a timeline request returns
