@@ -230,7 +230,7 @@ def freshness_cost(db: Path, root: Path) -> dict[str, float]:
             samples[name].append(time.perf_counter() - started)
             assert not result.stale
         started = time.perf_counter()
-        freshen(on, "default")
+        freshen(on.session, "default")
         samples["check"].append(time.perf_counter() - started)
     on.close()
     off.close()

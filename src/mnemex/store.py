@@ -764,7 +764,7 @@ class Store:
 
         ns = self._own(namespace)
         return spaces.sync_folder(
-            self, directory, ns, globs, ignore, embed=embed, progress=progress
+            self.session, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
     def remove_workspace(
@@ -777,7 +777,7 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        return spaces.remove(self, directory, self._own(namespace))
+        return spaces.remove(self.session, directory, self._own(namespace))
 
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
@@ -788,7 +788,9 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
+        return spaces.statuses(
+            self.session, self.resolve_namespace(namespace, allow_all=True), directory
+        )
 
     def add_to_workspace(
         self,
@@ -809,7 +811,7 @@ class Store:
 
         ns = self._own(namespace)
         return spaces.write_through(
-            self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
+            self.session, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
     def watch(
@@ -827,9 +829,8 @@ class Store:
         """
         from mnemex.ingest import watch
 
-        watch.watch(
-            self, directory, debounce=debounce, stop=stop, on_sync=on_sync, namespace=namespace
-        )
+        ns = self._own(namespace)
+        watch.watch(self.session, directory, ns, debounce=debounce, stop=stop, on_sync=on_sync)
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
@@ -839,7 +840,7 @@ class Store:
                 return [], False
         from mnemex.ingest import workspace as spaces
 
-        return spaces.freshen(self, namespace)
+        return spaces.freshen(self.session, namespace)
 
 
 def _state_key(key: str) -> str:
