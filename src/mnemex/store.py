@@ -43,6 +43,7 @@ from mnemex.engine.sqlite.session import Conflict
 from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters
 from mnemex.models import Memory, RecallResult, Relation, SearchResult
+from mnemex.request import Request
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
 
@@ -470,7 +471,7 @@ class Store:
         alone in every mode: the expression decides what matches, BM25 ranks it;
         ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Request, retriever, run_search
+        from mnemex.search.pipeline import retriever, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
