@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.hooks import install as files
-from mnemex.hooks.run import LOG_FILE, NOTE, USER_PROMPT, server_info
+from mnemex.hooks.log import LOG_FILE
+from mnemex.hooks.run import NOTE, USER_PROMPT, server_info
 
 if TYPE_CHECKING:
     from mnemex.config import Settings

@@ -21,6 +21,8 @@ import threading
 import time
 
 from mnemex.hooks import CLAUDE_CODE, CODEX
+from mnemex.hooks.log import log
+from mnemex.hooks.log import text_field as _text
 
 # Not typing's TYPE_CHECKING, and pathlib only where needed: a hook process that hands
 # its event to a running server imports little more than json and socket.
@@ -50,11 +52,9 @@ MAX_STDIN = 4 * 1024 * 1024
 MAX_PROMPT_CHARS = 4_000  # of a prompt, for the recall query
 MIN_PROMPT_CHARS = 8
 SESSION_EXTRA = 4  # memories recall may take beyond the limit, to skip the session's own
-LOG_FILE = "hooks.log"
 SERVE_FILE = "serve.json"  # where a running `mnemex serve` leaves its port
 SERVE_LOCK = "serve.lock"  # held by the one `mnemex serve` of a data folder
 SERVE_IDLE_EXIT = 1800.0  # seconds without an event before a server a hook started stops
-LOG_MAX_BYTES = 1_000_000
 # Prompts that ask for nothing to remember.
 ACKNOWLEDGEMENTS = frozenset(
     "ok okay k yes no y n yep nope sure thanks thank you thx ty great nice cool good "
@@ -849,35 +849,6 @@ def embed_later(store: Store) -> None:
         start_new_session=True,
         env=env,
     )
-
-
-def log(home: str | None, event: Mapping[str, Any], message: str) -> None:
-    """One line in the data folder's ``hooks.log``; never raises."""
-    try:
-        if home is None:
-            from mnemex.config import default_home
-
-            folder = default_home()
-        else:
-            from pathlib import Path
-
-            folder = Path(home).expanduser()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / LOG_FILE
-        if path.exists() and path.stat().st_size > LOG_MAX_BYTES:
-            path.replace(path.with_suffix(".log.1"))
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        name = _text(event.get("hook_event_name")) or "?"
-        session = _text(event.get("session_id")) or "-"
-        line = " ".join(f"{stamp} {name} {session} {message}".split())
-        with open(path, "a", encoding="utf-8") as stream:
-            stream.write(line[:2000] + "\n")
-    except Exception:
-        pass
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.strip() else None
 
 
 def _clip(text: str, limit: int) -> str:
