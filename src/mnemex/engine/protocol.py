@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import sqlite3
+    from datetime import datetime
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
@@ -52,6 +53,26 @@ class Embeddings(Protocol):
     def catch_up(self, most: int) -> int: ...
 
 
+class InjectionLog(Protocol):
+    """An engine's statements over the injection log (a module: ``engine/*/injections.py``),
+    rows in the column order of its ``COLUMNS``."""
+
+    @property
+    def MARK(self) -> str: ...
+
+    def log(self, session: Session, row: Sequence[Any], oldest: datetime, keep: int) -> int: ...
+
+    def read(
+        self, session: Session, parts: str, params: Sequence[Any], limit: int
+    ) -> list[Sequence[Any]]: ...
+
+    def one(self, session: Session, seq: int) -> Sequence[Any] | None: ...
+
+    def sessions(
+        self, session: Session, parts: str, params: Sequence[Any], limit: int
+    ) -> list[Sequence[Any]]: ...
+
+
 class Session(Protocol):
     """One store's session: its settings, lock, connections and transactions."""
 
@@ -69,6 +90,9 @@ class Session(Protocol):
 
     @property
     def embedding(self) -> Embeddings: ...
+
+    @property
+    def injections(self) -> InjectionLog: ...
 
     def connection(self) -> AbstractContextManager[Any]: ...
 
