@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from mnemex.embed import Embedder
     from mnemex.engine.workspaces import WorkspaceTables
     from mnemex.index.embeddings import EmbedReport
+    from mnemex.index.fts import LexicalPlan, Lexicon
+    from mnemex.index.query import Term, Token
     from mnemex.progress import Progress
 
 
@@ -73,6 +75,54 @@ class InjectionLog(Protocol):
     ) -> list[Sequence[Any]]: ...
 
 
+class RelationIndex(Protocol):
+    """What a search of relations reads, on one engine (``SqliteRelationIndex`` in
+    :mod:`mnemex.engine.sqlite.relations`, ``PgRelationIndex`` in
+    :mod:`mnemex.engine.postgres.relations`). Statistics are of every relation, as
+    FTS5's ``bm25()`` has them."""
+
+    def tokenize(self, text: str) -> list[Token]: ...
+
+    def any(self, namespace: str | None) -> bool: ...
+
+    def counts(self, terms: Sequence[Term]) -> tuple[list[int], int]:
+        """The relations holding each term, and the relations."""
+        ...
+
+    def matches(
+        self, lexical: LexicalPlan, namespace: str | None, limit: int | None
+    ) -> list[tuple[int, float, float]]:
+        """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best
+        first (ties: newest first), at most ``limit`` (``None``: all)."""
+        ...
+
+    def rows(self, seqs: Sequence[int]) -> dict[int, Sequence[Any]]:
+        """Rows of the engine's ``COLUMNS`` by seq."""
+        ...
+
+
+class RelationStatements(Protocol):
+    """An engine's statements over relations (a module: ``engine/*/relations.py``), rows
+    in the column order of its ``COLUMNS``, times as stored text; ``conn`` is a connection
+    of the session, the caller's transaction around it."""
+
+    def upsert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+
+    def forget(self, conn: Any, namespace: str, ids: Sequence[str]) -> set[str]: ...
+
+    def count(self, conn: Any, namespace: str | None) -> int: ...
+
+    def page(
+        self, conn: Any, namespace: str | None, after: int, limit: int
+    ) -> list[tuple[int, Any]]: ...
+
+    def read_from(self, conn: Any, memory_id: str, namespace: str) -> list[Any]: ...
+
+    def neighbors(self, conn: Any, key: str, namespace: str | None, limit: int) -> list[Any]: ...
+
+    def reading(self, session: Any, conn: Any) -> AbstractContextManager[RelationIndex]: ...
+
+
 class Session(Protocol):
     """One store's session: its settings, lock, connections and transactions."""
 
@@ -94,6 +144,9 @@ class Session(Protocol):
     @property
     def injections(self) -> InjectionLog: ...
 
+    @property
+    def relations(self) -> RelationStatements: ...
+
     def connection(self) -> AbstractContextManager[Any]: ...
 
     def transaction(self) -> AbstractContextManager[Any]: ...
@@ -108,6 +161,9 @@ class SqliteSurface(Session, Protocol):
 
     @property
     def conn(self) -> sqlite3.Connection: ...
+
+    @property
+    def lexicon(self) -> Lexicon: ...
 
     def update_ann(self, embedder: Embedder) -> None: ...
 

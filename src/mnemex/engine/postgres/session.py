@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine import NamespaceArg, resolve_namespace
-from mnemex.engine.postgres import injections
+from mnemex.engine.postgres import injections, relations
 from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.workspaces import tables
@@ -58,6 +58,7 @@ class PostgresSession:
         self._generation = 0
         self.workspaces = tables()  # the workspace tables' statements
         self.injections = injections  # the injection log's statements
+        self.relations = relations  # the relations' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding: PgEmbedding = PgEmbedding(

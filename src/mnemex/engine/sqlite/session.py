@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS, Embedding
-from mnemex.engine.sqlite import injections
+from mnemex.engine.sqlite import injections, relations
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.index.fts import Lexicon
@@ -80,6 +80,7 @@ class SqliteSession:
         self._vector_index: VectorIndex | None = None
         self.workspaces = SQLITE  # the workspace tables' statements
         self.injections = injections  # the injection log's statements
+        self.relations = relations  # the relations' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)
