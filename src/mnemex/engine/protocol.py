@@ -8,21 +8,24 @@ lifecycle, its check) import each other in one direction only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import sqlite3
     from datetime import datetime
+    from pathlib import Path
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.workspaces import WorkspaceTables
     from mnemex.index.embeddings import EmbedReport
-    from mnemex.index.fts import LexicalPlan, Lexicon
+    from mnemex.index.fts import Filters, LexicalPlan, Lexicon
     from mnemex.index.query import Term, Token
+    from mnemex.models import Memory
     from mnemex.progress import Progress
+    from mnemex.results import Stats, TimelineEntry
 
 
 class Embeddings(Protocol):
@@ -123,6 +126,54 @@ class RelationStatements(Protocol):
     def reading(self, session: Any, conn: Any) -> AbstractContextManager[RelationIndex]: ...
 
 
+class MemoryStatements(Protocol):
+    """An engine's statements over memories (a module: ``engine/*/memories.py``); each
+    takes the session first (``update`` runs inside its caller's transaction)."""
+
+    @property
+    def MARK(self) -> str: ...
+
+    @property
+    def ENTRY(self) -> str: ...
+
+    def entry(self, row: Sequence[Any]) -> TimelineEntry: ...
+
+    def get(self, session: Any, ns: str | None, wanted: list[str]) -> dict[str, Memory]: ...
+
+    def holders(self, session: Any, wanted: list[str]) -> dict[str, str]: ...
+
+    def forget(self, session: Any, ns: str, wanted: list[str]) -> set[str]: ...
+
+    def update(
+        self, session: Any, ns: str, ident: str, sets: Mapping[str, Any]
+    ) -> tuple[Memory, int]: ...
+
+    def count(self, session: Any, ns: str | None) -> int: ...
+
+    def memory(self, row: Sequence[Any]) -> Memory: ...
+
+    def page(self, session: Any, ns: str | None, after: int, limit: int) -> list[Sequence[Any]]: ...
+
+    def stats(self, session: Any, ns: str | None, embedder: Embedder | None) -> Stats: ...
+
+    def check(self, session: Any) -> dict[str, Any]: ...
+
+    def timeline(
+        self,
+        session: Any,
+        filters: Filters,
+        limit: int,
+        oldest_first: bool,
+        around: tuple[str, int, int] | None,
+    ) -> list[TimelineEntry]: ...
+
+    def kind_counts(self, session: Any, ns: str | None) -> list[Sequence[Any]]: ...
+
+    def last_thread(self, session: Any, ns: str, kind: str, limit: int) -> list[Memory]: ...
+
+    def notable(self, session: Any, ns: str, skip: Sequence[str], limit: int) -> list[Memory]: ...
+
+
 class Session(Protocol):
     """One store's session: its settings, lock, connections and transactions."""
 
@@ -147,6 +198,9 @@ class Session(Protocol):
     @property
     def relations(self) -> RelationStatements: ...
 
+    @property
+    def memories(self) -> MemoryStatements: ...
+
     def connection(self) -> AbstractContextManager[Any]: ...
 
     def transaction(self) -> AbstractContextManager[Any]: ...
@@ -165,6 +219,16 @@ class SqliteSurface(Session, Protocol):
     @property
     def lexicon(self) -> Lexicon: ...
 
+    @property
+    def path(self) -> Path: ...
+
     def update_ann(self, embedder: Embedder) -> None: ...
 
     def drop_ann(self, model_id: str) -> None: ...
+
+
+class PostgresSurface(Session, Protocol):
+    """What PostgreSQL's statements use of its session besides."""
+
+    @property
+    def path(self) -> str: ...

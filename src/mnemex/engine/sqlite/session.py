@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.protocol import MemoryStatements
     from mnemex.index.vectors import VectorIndex
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS, Embedding
-from mnemex.engine.sqlite import injections, relations
+from mnemex.engine.sqlite import injections, memories, relations
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.index.fts import Lexicon
@@ -81,6 +82,7 @@ class SqliteSession:
         self.workspaces = SQLITE  # the workspace tables' statements
         self.injections = injections  # the injection log's statements
         self.relations = relations  # the relations' statements
+        self.memories: MemoryStatements = memories  # the memories' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)
