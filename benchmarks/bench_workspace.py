@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import mnemex
 from common import ROOT, machine, write_section
 from mnemex.ingest.workspace import freshen
-from mnemex.models import SyncReport
+from mnemex.results import SyncReport
 from mnemex.store import Store
 
 SEED = 2025
@@ -230,7 +230,7 @@ def freshness_cost(db: Path, root: Path) -> dict[str, float]:
             samples[name].append(time.perf_counter() - started)
             assert not result.stale
         started = time.perf_counter()
-        freshen(on, "default")
+        freshen(on.session, "default")
         samples["check"].append(time.perf_counter() - started)
     on.close()
     off.close()

@@ -13,7 +13,7 @@ from mnemex import dedup as dups
 from mnemex.cli import cli
 from mnemex.index.fts import Lexicon
 from mnemex.index.vectors import VectorIndex
-from mnemex.models import DedupReport
+from mnemex.results import DedupReport
 from mnemex.rows import prepare
 from mnemex.store import ALL, Store
 from mnemex.text import content_hash

@@ -159,7 +159,7 @@ def test_file_to_file(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     build(tmp_path / "a.db", workspace)
     (tmp_path / "sub").mkdir()
-    report = mnemex.migrate(tmp_path / "a.db", tmp_path / "sub" / ".." / "b.db")
+    report = migrate(tmp_path / "a.db", tmp_path / "sub" / ".." / "b.db")
     assert report.ok and report.conflict_count == 0 and report.skipped == 0
     assert report.check is not None and report.check.identical
     with (

@@ -594,18 +594,17 @@ def test_sees_writes_of_other_connections(tmp_path) -> None:  # type: ignore[no-
         other.close()
 
 
-def test_every_value_is_handed_out_by_mnemex_models() -> None:
+def test_every_value_is_defined_in_one_module() -> None:
     import mnemex.models
     import mnemex.results
 
-    defined_apart = [n for n, v in vars(mnemex.results).items() if hasattr(v, "to_dict")]
-    assert len(defined_apart) == 17
-    for name in defined_apart:  # created on first use, then the same class everywhere
-        assert getattr(mnemex.models, name) is vars(mnemex.results)[name]
+    in_results = {n for n, v in vars(mnemex.results).items() if hasattr(v, "to_dict")}
+    in_models = {n for n, v in vars(mnemex.models).items() if hasattr(v, "to_dict")}
+    assert len(in_results) == 16 and "Relation" in in_models
+    assert not in_results & in_models
+    for name in in_results:
         if name in mnemex.__all__:
             assert getattr(mnemex, name) is vars(mnemex.results)[name]
-    from mnemex.models import Stats
-
-    assert Stats is mnemex.Stats is mnemex.results.Stats
-    with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
-        mnemex.models.Nothing  # type: ignore[attr-defined]  # noqa: B018
+    assert mnemex.Relation is mnemex.models.Relation
+    with pytest.raises(AttributeError, match="has no attribute 'Stats'"):
+        mnemex.models.Stats  # type: ignore[attr-defined]  # noqa: B018

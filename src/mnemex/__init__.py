@@ -9,8 +9,10 @@ The public API is small: :func:`open` returns a :class:`Store`; its methods
 (``add``, ``remember``, ``add_many``, ``get``, ``update``, ``forget``,
 ``timeline``, ``search``, ``recall``, ``relate``, ``neighbors``, ``stats``,
 and for markdown workspaces ``sync``, ``workspace_status``,
-``add_to_workspace``, ``watch``) return the frozen values in :mod:`mnemex.models`;
-errors derive from :class:`MnemexError`.
+``add_to_workspace``, ``watch``) return the frozen values of :mod:`mnemex.models` and
+:mod:`mnemex.results`; errors derive from :class:`MnemexError`. The rest is imported
+from its module: settings from :mod:`mnemex.config`, copying a store to another
+engine from :mod:`mnemex.migration`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ __all__ = [
     "MnemexError",
     "Relation",
     "SearchResult",
-    "Settings",
     "Stats",
     "Store",
     "StoreError",
@@ -47,15 +48,12 @@ __all__ = [
     "UnknownMemory",
     "WorkspaceStatus",
     "__version__",
-    "migrate",
     "open",
 ]
 
 _LAZY = {
     "ALL": "mnemex.store",
-    "migrate": "mnemex.migration",
     "Store": "mnemex.store",
-    "Settings": "mnemex.config",
     "ContentTooLarge": "mnemex.errors",
     "DuplicateId": "mnemex.errors",
     "EmbeddingError": "mnemex.errors",
@@ -67,24 +65,23 @@ _LAZY = {
     "StoreError": "mnemex.errors",
     "StoreLocked": "mnemex.errors",
     "UnknownMemory": "mnemex.errors",
-    "ForgetResult": "mnemex.models",
-    "GetResult": "mnemex.models",
+    "ForgetResult": "mnemex.results",
+    "GetResult": "mnemex.results",
     "Hit": "mnemex.models",
     "Memory": "mnemex.models",
     "Relation": "mnemex.models",
     "Location": "mnemex.models",
-    "SyncReport": "mnemex.models",
-    "WorkspaceStatus": "mnemex.models",
-    "Appended": "mnemex.models",
+    "SyncReport": "mnemex.results",
+    "WorkspaceStatus": "mnemex.results",
+    "Appended": "mnemex.results",
     "SearchResult": "mnemex.models",
-    "Stats": "mnemex.models",
-    "TimelineEntry": "mnemex.models",
+    "Stats": "mnemex.results",
+    "TimelineEntry": "mnemex.results",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from mnemex.config import Settings
     from mnemex.errors import (
         ContentTooLarge,
         DuplicateId,
@@ -98,16 +95,11 @@ if TYPE_CHECKING:
         StoreLocked,
         UnknownMemory,
     )
-    from mnemex.migration import migrate
-    from mnemex.models import (
+    from mnemex.models import Hit, Location, Memory, Relation, SearchResult
+    from mnemex.results import (
         Appended,
         ForgetResult,
         GetResult,
-        Hit,
-        Location,
-        Memory,
-        Relation,
-        SearchResult,
         Stats,
         SyncReport,
         TimelineEntry,

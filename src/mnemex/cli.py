@@ -101,13 +101,7 @@ def _holds_nothing(store: Store) -> bool:
     no other connection: leaving WAL mode needs the only one, so a process that opened
     the new store meanwhile keeps it."""
     try:
-        conn = store.session.conn
-        if conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM relations) "
-            "OR EXISTS (SELECT 1 FROM workspaces)"
-        ).fetchone()[0]:
-            return False
-        return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]) == "delete"
+        return store.release_if_empty()
     except Exception:  # a store that cannot be read is kept, to be looked at
         return False
 

@@ -24,9 +24,10 @@ A new memory is compared before it is stored, outside the write lock
 (:func:`lookup`): it is scored beside the existing rows as if it were
 already in the index. Under the lock, :func:`recheck` compares it only with
 the rows written since the lookup, so that two processes remembering the
-same fact at once still end with one memory. On PostgreSQL (the end of this
-module, over :mod:`mnemex.engine.postgres.dedup`'s reads) the same decisions run
-in one transaction under a lock per namespace instead.
+same fact at once still end with one memory (over the statements of
+:mod:`mnemex.engine.sqlite.dedup`). On PostgreSQL (the end of this module, over
+:mod:`mnemex.engine.postgres.dedup`'s reads) the same decisions run in one
+transaction under a lock per namespace instead.
 
 A memory longer than ``NEAR_MAX_CHARS`` is compared by its text alone
 (``exact``): reading a text of megabytes as a BM25 query costs minutes and
@@ -49,13 +50,13 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.config import Settings
 from mnemex.engine import engine_of, logger
+from mnemex.engine.sqlite import dedup as statements
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.results import Added, DedupReport, DuplicatePair
-from mnemex.rows import ROW_COLUMNS
-from mnemex.storage import marks, read_transaction
+from mnemex.storage import read_transaction
 from mnemex.storage.connect import Connect
 from mnemex.text import format_time, tags_columns, utcnow
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mnemex.embed import Embedder
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
     from mnemex.index.vectors import VectorIndex
 
 NEGATIONS = frozenset(
@@ -77,7 +78,6 @@ NEAR_MAX_CHARS = 65_536  # a longer new memory merges only into the same text
 RECHECK_ROWS = 50  # rows written since a lookup that the check under the lock compares
 RECHECK_TERMS = 3  # rarest terms a row must hold to be compared there
 MAX_RECORDED_TEXT = 2_000  # characters of a differing duplicate kept in metadata
-_BM25 = "bm25(memories_fts, 1.0, 1.0)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +102,7 @@ def text_overlap(
     lexical = plan(lexicon, content, STOPWORDS)
     if lexical.empty:
         return []
-    sql = f"SELECT -{_BM25} FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?"
-    row = conn.execute(sql, (lexical.match, seq)).fetchone()
+    row = statements.own_score(conn, lexical.match, seq)
     own = row[0] if row else 0.0
     if not own or own <= 0:
         return []
@@ -166,7 +165,7 @@ def lookup(
     Call it inside one read transaction, without the write lock; then
     :func:`recheck` the rows after ``seen`` under the lock.
     """
-    seen = int(conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0])
+    seen = statements.last_seq(conn)
     exact = _same_text(conn, new, 0)
     if exact is not None or len(new.content) > NEAR_MAX_CHARS:
         return Lookup(exact, seen)
@@ -208,28 +207,18 @@ def recheck(
     rarest = sorted((df, i) for i, df in enumerate(lexical.doc_freqs) if df)[:RECHECK_TERMS]
     if not rarest:
         return None
-    sql = (
-        "SELECT m.seq FROM memories_fts CROSS JOIN memories AS m "
-        "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
-        "AND memories_fts.rowid > ? AND m.namespace = ? ORDER BY m.seq LIMIT ?"
-    )
     match = " AND ".join(lexical.terms[i].match for _, i in rarest)
-    seqs = [r[0] for r in conn.execute(sql, (match, seen, new.namespace, RECHECK_ROWS))]
+    seqs = statements.written_since(conn, match, seen, new.namespace, RECHECK_ROWS)
     return _best(conn, new.content, _close_texts(conn, lexicon, new, seqs, text_threshold, lexical))
 
 
 def still_there(conn: sqlite3.Connection, match: Match, namespace: str) -> bool:
     """Whether a lookup's match is still in the namespace (checked under the lock)."""
-    sql = "SELECT 1 FROM memories WHERE seq = ? AND id = ? AND namespace = ?"
-    return conn.execute(sql, (match.seq, match.id, namespace)).fetchone() is not None
+    return statements.still_there(conn, match.seq, match.id, namespace)
 
 
 def _same_text(conn: sqlite3.Connection, new: NewMemory, after: int) -> Match | None:
-    row = conn.execute(
-        "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq > ? "
-        "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq LIMIT 1",
-        (new.namespace, new.content_hash, after),
-    ).fetchone()
+    row = statements.same_text_after(conn, new.namespace, new.content_hash, after)
     return Match(row[0], row[1], 1.0, "exact") if row else None
 
 
@@ -244,8 +233,7 @@ def _close_texts(
     """Rows among ``seqs`` whose text repeats the new one's: (similarity, seq, "text").
     Rows longer than ``NEAR_MAX_CHARS`` are not read (they repeat only the same text)."""
     if seqs:
-        sql = f"SELECT seq FROM memories WHERE seq IN ({marks(len(seqs))}) AND length(content) <= ?"
-        seqs = [r[0] for r in conn.execute(sql, [*seqs, NEAR_MAX_CHARS])]
+        seqs = statements.no_longer(conn, seqs, NEAR_MAX_CHARS)
     if not seqs or lexical.empty:
         return []
     own, scores = bm25_beside(conn, lexicon, lexical, seqs, *new.indexed)
@@ -269,8 +257,7 @@ def _covered(
     (see :func:`coverage`): (similarity, seq, "text")."""
     if not close:
         return []
-    sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(close))})"
-    others = dict(conn.execute(sql, [c[0] for c in close]).fetchall())
+    others = statements.contents(conn, [c[0] for c in close])
     found = []
     for other, ratio in close:
         back = coverage(lexicon, others.get(other, ""), content, by_stored=by_stored)
@@ -284,25 +271,16 @@ def _best(
 ) -> Match | None:
     """The closest of ``found`` that is no workspace chunk and has the same numbers
     and negations."""
-    chunks = file_chunks(conn, [f[1] for f in found])
+    chunks = statements.file_chunks(conn, [f[1] for f in found])
     found = [f for f in found if f[1] not in chunks]
     if not found:
         return None
-    sql = f"SELECT seq, id, content FROM memories WHERE seq IN ({marks(len(found))})"
-    rows = {seq: (ident, text) for seq, ident, text in conn.execute(sql, [f[1] for f in found])}
+    rows = statements.texts(conn, [f[1] for f in found])
     mine = markers(content)
     for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
         if other in rows and markers(rows[other][1]) == mine:
             return Match(other, rows[other][0], similarity, by)
     return None
-
-
-def file_chunks(conn: sqlite3.Connection, seqs: list[int]) -> set[int]:
-    """Which of these memories are chunks of workspace files."""
-    if not seqs:
-        return set()
-    sql = f"SELECT seq FROM chunks WHERE seq IN ({marks(len(seqs))})"
-    return {r[0] for r in conn.execute(sql, seqs)}
 
 
 def markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -320,22 +298,11 @@ def merge(conn: sqlite3.Connection, keep: Match, duplicate: Sequence[Any], max_b
     ``duplicate`` is ``(id, content, tags, source, confidence, pinned, created_at)``
     as stored (tags as JSON; the id is ``None`` for a memory never stored).
     """
-    sql = "SELECT content, tags, confidence, pinned, metadata FROM memories WHERE seq = ?"
-    old = conn.execute(sql, (keep.seq,)).fetchone()
+    old = statements.for_merge(conn, keep.seq)
     tags_json, confidence, pinned, text, updated = merged(old, keep, duplicate, max_bytes)
-    conn.execute(
-        "UPDATE memories SET tags = ?, fts_tags = ?, confidence = ?, pinned = ?, metadata = ?, "
-        "updated_at = ? WHERE seq = ?",
-        (
-            tags_json,
-            tags_columns(tuple(json.loads(tags_json)))[1],
-            confidence,
-            int(pinned),
-            text,
-            updated,
-            keep.seq,
-        ),
-    )
+    fts_tags = tags_columns(tuple(json.loads(tags_json)))[1]
+    values = (tags_json, fts_tags, confidence, int(pinned), text, updated)
+    statements.apply_merge(conn, keep.seq, values)
 
 
 def merged(
@@ -408,9 +375,7 @@ def new_vector(
     try:
         with connection() as conn:
             vectors.check_dimension(embedder)
-            where = "model = ? AND content_hash = ? AND dim = ? AND window = 0 LIMIT 1"
-            sql = f"SELECT vector FROM embeddings WHERE {where}"
-            known = conn.execute(sql, (embedder.model_id, digest, embedder.dim)).fetchone()
+            known = statements.vector_of_text(conn, embedder.model_id, digest, embedder.dim)
         if known is not None and len(known[0]) == 4 * embedder.dim:
             vector = np.frombuffer(known[0], dtype=np.float32)
         else:
@@ -452,10 +417,7 @@ def remember(
         if match is None:
             match = recheck(conn, lexicon, new, seen, text_threshold=settings.dedup_text)
         if match is None:
-            insert = f"INSERT INTO memories ({ROW_COLUMNS}) VALUES ({marks(len(row))})"
-            cursor = conn.execute(insert, row)
-            assert cursor.lastrowid is not None
-            return None, cursor.lastrowid, vector
+            return None, statements.insert(conn, row), vector
         merge(conn, match, (None, text, *row[4:9]), settings.max_content_bytes)
     return match, 0, vector
 
@@ -496,11 +458,7 @@ def dedup(
         return _run_pass(session, namespace, pg_rows, pg_step, dry_run, moved_to, progress)
     index = _stored_index(Vectors.of(session), session.connection)
     with session.connection() as conn:
-        rows = conn.execute(
-            "SELECT seq, id, content, content_hash FROM memories WHERE namespace = ? "
-            "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq",
-            (namespace,),
-        ).fetchall()
+        rows = statements.namespace_rows(conn, namespace)
 
     def step(conn: Any, row: tuple[Any, ...]) -> Match | None:
         pair = _older_copy(conn, session.lexicon, settings, namespace, row, index)
@@ -563,14 +521,9 @@ def _older_copy(
     """The older memory that row ``(seq, id, content, content_hash)`` repeats, if it is
     still in the namespace and repeats one."""
     seq, _, content, digest = row
-    present = "SELECT 1 FROM memories WHERE seq = ? AND namespace = ?"
-    if not conn.execute(present, (seq, namespace)).fetchone():
+    if not statements.present(conn, seq, namespace):
         return None
-    same = conn.execute(
-        "SELECT seq, id FROM memories WHERE namespace = ? AND content_hash = ? AND seq < ? "
-        "AND seq NOT IN (SELECT seq FROM chunks) ORDER BY seq LIMIT 1",
-        (namespace, digest, seq),
-    ).fetchone()
+    same = statements.same_text_before(conn, namespace, digest, seq)
     if same:
         return Match(same[0], same[1], 1.0, "exact")
     threshold, filters = settings.dedup_text, Filters(namespace=namespace)
@@ -592,17 +545,9 @@ def _fold(
     """Merge row ``(seq, id, content, content_hash)`` into ``keep`` and move it, unchanged,
     to the namespace ``moved_to``."""
     seq, ident, content, _ = row
-    stored = conn.execute(
-        "SELECT tags, source, confidence, pinned, created_at FROM memories WHERE seq = ?", (seq,)
-    ).fetchone()
+    stored = statements.stored_row(conn, seq)
     merge(conn, keep, (ident, content, *stored), max_bytes)
-    conn.execute(
-        "UPDATE memories SET namespace = ?, "
-        "metadata = json_set(metadata, '$.duplicate_of', ?) WHERE seq = ?",
-        (moved_to, keep.id, seq),
-    )
-    # the vector index keys rows by namespace: have it re-read this one
-    conn.execute("INSERT INTO vector_log (op, embedding_id, seq) VALUES ('touch', NULL, ?)", (seq,))
+    statements.move(conn, seq, moved_to, keep.id)
 
 
 # -- PostgreSQL: the same decisions over mnemex.engine.postgres.dedup's reads ----------

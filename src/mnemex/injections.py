@@ -4,8 +4,9 @@ why they injected nothing, and the scores that decided it.
 The prompt hook writes an entry per prompt (:meth:`mnemex.Store.log_injection`; read
 back as :class:`~mnemex.results.Injection`) when the ``injection_log`` setting is on (the
 default); every write deletes entries older than ``injection_log_days`` and all but the
-newest ``injection_log_entries``, so the log stays small. ``mnemex ui`` reads it. The
-SQL here is SQLite's; :mod:`mnemex.engine.postgres.injections` is PostgreSQL's.
+newest ``injection_log_entries``, so the log stays small. ``mnemex ui`` reads it.
+The statements are each engine's (``session.injections``:
+:mod:`mnemex.engine.sqlite.injections`, :mod:`mnemex.engine.postgres.injections`).
 """
 
 from __future__ import annotations
@@ -16,30 +17,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
-from mnemex.engine import engine_of
 from mnemex.errors import InvalidInput
-from mnemex.text import clean_namespace, format_time, parse_stored_time, parse_time, utcnow
+from mnemex.text import clean_namespace, parse_stored_time, parse_time, utcnow
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.protocol import Session
     from mnemex.results import Injection, InjectionSession
 
 OUTCOMES: Final = ("injected", "nothing")
 MAX_PROMPT_CHARS: Final = 8_000  # of a prompt as logged (the hook asks recall about 4,000)
 MAX_BLOCK_CHARS: Final = 65_536
 MAX_LABEL_CHARS: Final = 200  # agent, session id, event
-COLUMNS: Final = (
-    "seq, created_at, namespace, agent, session_id, event, prompt, outcome, block, detail"
-)
-"""What an entry is read from, in :func:`entry`'s order."""
-
-
-def _postgres(session: SqliteSession) -> Any:
-    if engine_of(session) == "SQLite":
-        return None
-    from mnemex.engine.postgres import injections as pg_injections
-
-    return pg_injections
 
 
 def row_of(namespace: str, fields: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -98,7 +86,7 @@ def _text(value: object, name: str, limit: int) -> str:
     return value[:limit]
 
 
-def log(session: SqliteSession, namespace: str, fields: Mapping[str, Any]) -> int | None:
+def log(session: Session, namespace: str, fields: Mapping[str, Any]) -> int | None:
     """Store an entry and prune the log; its id, or ``None`` when the log is off."""
     settings = session.settings
     if not settings.injection_log:
@@ -106,23 +94,11 @@ def log(session: SqliteSession, namespace: str, fields: Mapping[str, Any]) -> in
     row = row_of(namespace, fields)
     oldest = utcnow() - timedelta(days=settings.injection_log_days)
     keep = settings.injection_log_entries
-    pg = _postgres(session)
-    if pg is not None:
-        return int(pg.log(session, row, oldest, keep))
-    stored = (format_time(row[0]), *row[1:])
-    with session.transaction() as conn:
-        seq = conn.execute(
-            f"INSERT INTO injections ({COLUMNS.split(', ', 1)[1]}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            stored,
-        ).lastrowid
-        assert seq is not None
-        conn.execute("DELETE FROM injections WHERE created_at < ?", (format_time(oldest),))
-        conn.execute("DELETE FROM injections WHERE seq <= ?", (seq - keep,))
-    return int(seq)
+    return int(session.injections.log(session, row, oldest, keep))
 
 
 def read(
-    session: SqliteSession,
+    session: Session,
     namespace: str | None,
     session_id: str | None,
     before: int | None,
@@ -133,52 +109,26 @@ def read(
     limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
     if before is not None:
         before = check_count("before", before, 1, 2**62)
-    pg = _postgres(session)
-    if pg is not None:
-        parts, params = _where(namespace, session_id, before, "%s")
-        return [entry(r) for r in pg.read(session, parts, params, limit)]
-    parts, params = _where(namespace, session_id, before)
-    with session.connection() as conn:
-        rows = conn.execute(
-            f"SELECT {COLUMNS} FROM injections WHERE 1{parts} ORDER BY seq DESC LIMIT ?",
-            [*params, limit],
-        ).fetchall()
-    return [entry(r) for r in rows]
+    ops = session.injections
+    parts, params = _where(namespace, session_id, before, ops.MARK)
+    return [entry(r) for r in ops.read(session, parts, params, limit)]
 
 
-def one(session: SqliteSession, ident: int) -> Injection | None:
+def one(session: Session, ident: int) -> Injection | None:
     """The entry with this id, or ``None``."""
     if isinstance(ident, bool) or not isinstance(ident, int):
         raise InvalidInput(f"an injection id is a whole number, got {ident!r}")
-    pg = _postgres(session)
-    if pg is not None:
-        found = pg.one(session, ident)
-    else:
-        with session.connection() as conn:
-            found = conn.execute(
-                f"SELECT {COLUMNS} FROM injections WHERE seq = ?", (ident,)
-            ).fetchone()
+    found = session.injections.one(session, ident)
     return None if found is None else entry(found)
 
 
-def sessions(session: SqliteSession, namespace: str | None, limit: int) -> list[InjectionSession]:
+def sessions(session: Session, namespace: str | None, limit: int) -> list[InjectionSession]:
     """The agent sessions in the log, the latest first."""
     from mnemex.results import InjectionSession
 
     limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
-    pg = _postgres(session)
-    if pg is not None:
-        rows = pg.sessions(session, *_where(namespace, None, None, "%s"), limit)
-    else:
-        parts, params = _where(namespace, None, None)
-        with session.connection() as conn:
-            rows = conn.execute(
-                "SELECT session_id, agent, namespace, count(*), "
-                "sum(outcome = 'injected'), min(created_at), max(created_at) "
-                f"FROM injections WHERE 1{parts} GROUP BY session_id, agent, namespace "
-                "ORDER BY max(seq) DESC LIMIT ?",
-                [*params, limit],
-            ).fetchall()
+    ops = session.injections
+    rows = ops.sessions(session, *_where(namespace, None, None, ops.MARK), limit)
     return [
         InjectionSession(
             str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), _time(r[5]), _time(r[6])
@@ -188,7 +138,7 @@ def sessions(session: SqliteSession, namespace: str | None, limit: int) -> list[
 
 
 def _where(
-    namespace: str | None, session_id: str | None, before: int | None, mark: str = "?"
+    namespace: str | None, session_id: str | None, before: int | None, mark: str
 ) -> tuple[str, list[object]]:
     """``AND ...`` conditions on the log and their parameters, with the engine's ``mark``."""
     parts, params = "", list[object]()
@@ -208,7 +158,8 @@ def _time(value: str | datetime) -> datetime:
 
 
 def entry(row: Sequence[Any]) -> Injection:
-    """The entry of a row of :data:`COLUMNS` (``detail`` as JSON text or as a mapping)."""
+    """The entry of a row of the engine's ``COLUMNS`` (``detail`` as JSON text or as a
+    mapping)."""
     from mnemex.results import Injected, Injection
 
     seq, created, namespace, agent, session_id, event, prompt, outcome, block, detail = row

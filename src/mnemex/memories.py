@@ -1,25 +1,22 @@
-"""Memories by id and by namespace: get, update, forget, count, iterate, and stats."""
+"""Memories by id and by namespace: get, update, forget, count, iterate, and stats.
+
+The validation is here; the statements are each engine's (``session.memories``:
+:mod:`mnemex.engine.sqlite.memories`, :mod:`mnemex.engine.postgres.memories`).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
-from mnemex.engine import engine_of
-from mnemex.engine.sqlite import WRITE_CHUNK, Conflict
+from mnemex.engine.sqlite.session import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import Memory
 from mnemex.results import Added, ForgetResult, GetResult, Stats, TimelineEntry
-from mnemex.rows import FIELDS, UNSET, check_items, clean_source, memory, prepare_chunks
-from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
-from mnemex.storage.sql import delete_ids
+from mnemex.rows import UNSET, check_items, clean_source, prepare_chunks
 from mnemex.text import (
-    batched,
     clean_confidence,
     clean_content,
     clean_id,
@@ -29,7 +26,6 @@ from mnemex.text import (
     content_hash,
     format_time,
     listed,
-    parse_stored_time,
     parse_time,
     segment,
     tags_columns,
@@ -38,7 +34,7 @@ from mnemex.text import (
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 
 def id_list(ids: Iterable[str] | str) -> list[str]:
@@ -49,69 +45,25 @@ def id_list(ids: Iterable[str] | str) -> list[str]:
     return list(dict.fromkeys(cleaned))
 
 
-def postgres(session: SqliteSession) -> Any:
-    """The PostgreSQL engine's operations (:mod:`mnemex.engine.postgres.memories`) when
-    the session is PostgreSQL's, else ``None``: the SQLite code below runs."""
-    if engine_of(session) == "SQLite":
-        return None
-    from mnemex.engine.postgres import memories as pg_memories
-
-    return pg_memories
-
-
 def get(session: SqliteSession, ns: str | None, ids: Iterable[str] | str) -> GetResult:
-    """Full memories for ``ids`` (one ``IN`` query per ``IN_CHUNK`` ids), in the order asked."""
+    """Full memories for ``ids``, in the order asked."""
     wanted = id_list(ids)
-    found: dict[str, Memory] = {}
-    pg = postgres(session)
-    if pg is not None:
-        found = pg.get(session, ns, wanted)
-    else:
-        _get(session, ns, wanted, found)
+    found = session.memories.get(session, ns, wanted)
     return GetResult(
         memories=tuple(found[i] for i in wanted if i in found),
         missing=tuple(i for i in wanted if i not in found),
     )
 
 
-def _get(
-    session: SqliteSession, ns: str | None, wanted: list[str], found: dict[str, Memory]
-) -> None:
-    with session.connection() as conn, read_transaction(conn):
-        for chunk in batched(wanted, IN_CHUNK):
-            rows = conn.execute(
-                f"SELECT {FIELDS}, seq FROM memories WHERE namespace = ? AND id IN "
-                f"({marks(len(chunk))})",
-                [ns, *chunk],
-            ).fetchall()
-            places = session.workspaces.locations(conn, [row[-1] for row in rows])
-            for row in rows:
-                found[row[0]] = dataclasses.replace(memory(row), location=places.get(row[-1]))
-
-
 def holders(session: SqliteSession, ids: Iterable[str] | str) -> dict[str, str]:
     """The namespace of each of ``ids`` that is a memory (ids are unique in the store)."""
-    wanted = id_list(ids)
-    out: dict[str, str] = {}
-    pg = postgres(session) is not None
-    with session.connection() as conn:
-        for chunk in batched(wanted, IN_CHUNK):
-            which = "= ANY(%s)" if pg else f"IN ({marks(len(chunk))})"
-            args: list[Any] = [list(chunk)] if pg else list(chunk)
-            sql = f"SELECT id, namespace FROM memories WHERE id {which}"
-            out.update((ident, ns) for ident, ns in conn.execute(sql, args))
-    return out
+    return session.memories.holders(session, id_list(ids))
 
 
 def forget(session: SqliteSession, ns: str, ids: Iterable[str] | str) -> ForgetResult:
     """Delete memories by id. Ids not in the namespace are reported in ``missing``."""
     wanted = id_list(ids)
-    pg = postgres(session)
-    if pg is not None:
-        gone = pg.forget(session, ns, wanted)
-    else:
-        with session.transaction() as conn:
-            gone = delete_ids(conn, "memories", ns, wanted)
+    gone = session.memories.forget(session, ns, wanted)
     session.after_write()
     return ForgetResult(
         forgotten=tuple(i for i in wanted if i in gone),
@@ -148,7 +100,6 @@ def update(
     its seq when its content changed (to embed it again); see :meth:`mnemex.Store.update`."""
     ident = clean_id(id)
     sets = _changes(given, max_bytes)
-    pg = postgres(session)
     with session.transaction() as conn:
         if "content" in sets:
             path = session.workspaces.file_of(conn, ns, ident)
@@ -157,18 +108,8 @@ def update(
                     f"memory {ident} is a chunk of the workspace file {path}: edit the "
                     "file (the next sync or search indexes it), not the chunk"
                 )
-        if pg is not None:
-            stored, seq = pg.update(session, ns, ident, sets)
-            return stored, seq if "content" in sets else None
-        assignments = ", ".join(f"{k} = ?" for k in sets)
-        cursor = conn.execute(
-            f"UPDATE memories SET {assignments} WHERE id = ? AND namespace = ?",
-            [*sets.values(), ident, ns],
-        )
-        if cursor.rowcount == 0:
-            raise UnknownMemory([ident], ns)
-        row = conn.execute(f"SELECT {FIELDS}, seq FROM memories WHERE id = ?", (ident,)).fetchone()
-    return memory(row), row[-1] if "content" in sets else None
+        stored, seq = session.memories.update(session, ns, ident, sets)
+    return stored, seq if "content" in sets else None
 
 
 def _changes(given: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -198,102 +139,27 @@ def _changes(given: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
 
 def count(session: SqliteSession, ns: str | None) -> int:
     """Memories in the namespace (``None``: in every namespace)."""
-    pg = postgres(session)
-    if pg is not None:
-        return int(pg.count(session, ns))
-    where, params = Filters(ns).sql()
-    with session.connection() as conn:
-        sql = f"SELECT count(*) FROM memories AS m WHERE 1{where}"
-        return int(conn.execute(sql, params).fetchone()[0])
+    return int(session.memories.count(session, ns))
 
 
 def iterate(session: SqliteSession, ns: str | None, batch: int) -> Iterator[Memory]:
     """Every memory of the namespace (or all), oldest first, read ``batch`` at a time."""
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
         raise InvalidInput(f"batch must be an integer between 1 and 100000, got {batch!r}")
-    pg = postgres(session)
-    if pg is not None:
-        yield from pg.iterate(session, ns, batch)
-        return
-    where, params = Filters(ns).sql()
-    last = 0
+    ops, last = session.memories, 0
     while True:
-        with session.connection() as conn:
-            rows = conn.execute(
-                f"SELECT seq, {FIELDS} FROM memories AS m WHERE seq > ?{where} "
-                "ORDER BY seq LIMIT ?",
-                [last, *params, batch],
-            ).fetchall()
+        rows = ops.page(session, ns, last, batch)
         if not rows:
             return
         for row in rows:
-            yield memory(row[1:])
+            yield ops.memory(row[1:])
         last = rows[-1][0]
 
 
 def stats(session: SqliteSession, ns: str | None, embedder: Embedder | None) -> Stats:
     """What the namespace holds (``None``: the whole store), read in one read
     transaction; see :meth:`mnemex.Store.stats`."""
-    pg = postgres(session)
-    if pg is not None:
-        return pg.stats(session, ns, embedder)  # type: ignore[no-any-return]
-    with session.read() as conn:
-        return _stats(conn, ns, embedder, session.path)
-
-
-def _stats(
-    conn: sqlite3.Connection, ns: str | None, embedder: Embedder | None, path: Path
-) -> Stats:
-    from mnemex import relations
-
-    per_ns = dict(
-        conn.execute(
-            "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
-        ).fetchall()
-    )
-    where, params = Filters(ns).sql()
-    kinds = dict(
-        conn.execute(
-            f"SELECT kind, count(*) FROM memories AS m WHERE 1{where} "
-            "GROUP BY kind ORDER BY count(*) DESC, kind",
-            params,
-        ).fetchall()
-    )
-    oldest, newest = conn.execute(
-        f"SELECT min(created_at), max(created_at) FROM memories AS m WHERE 1{where}",
-        params,
-    ).fetchone()
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    scoped = "" if ns is None else " JOIN memories AS m ON m.seq = e.seq WHERE m.namespace = ?"
-    models = dict(
-        conn.execute(
-            f"SELECT e.model, count(DISTINCT e.seq) FROM embeddings AS e{scoped} GROUP BY e.model",
-            [] if ns is None else [ns],
-        ).fetchall()
-    )
-    model = embedder.model_id if embedder is not None else None
-    vector_count = models.pop(model, 0) if model else 0
-    wal = path.with_name(path.name + "-wal")
-    total = sum(per_ns.values()) if ns is None else per_ns.get(ns, 0)
-    return Stats(
-        path=str(path),
-        namespace="*" if ns is None else ns,
-        memories=total,
-        total_memories=sum(per_ns.values()),
-        namespaces=per_ns,
-        kinds=kinds,
-        oldest=parse_stored_time(oldest) if oldest else None,
-        newest=parse_stored_time(newest) if newest else None,
-        size_bytes=pages * page_size + (wal.stat().st_size if wal.exists() else 0),
-        schema_version=schema_version(conn),
-        tokenizer=read_meta(conn).get("tokenizer", ""),
-        embedder=model,
-        vectors=vector_count,
-        pending_vectors=total - vector_count if model else 0,
-        other_models=models,
-        relations=relations.count_relations(conn, ns),
-    )
+    return session.memories.stats(session, ns, embedder)
 
 
 def remember(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added:
@@ -306,12 +172,7 @@ def remember(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> Added
 
 def check(session: SqliteSession) -> dict[str, Any]:
     """See :meth:`mnemex.Store.check`."""
-    pg = postgres(session)
-    if pg is not None:
-        return pg.check(session)  # type: ignore[no-any-return]
-    from mnemex.engine.check import check as check_sqlite
-
-    return check_sqlite(session)
+    return session.memories.check(session)
 
 
 def timeline(
@@ -324,47 +185,41 @@ def timeline(
     before: int = 5,
     after: int = 5,
 ) -> list[TimelineEntry]:
-    """See :meth:`mnemex.Store.timeline` and :func:`mnemex.timeline.timeline`."""
-    pg = postgres(session)
-    if pg is None:
-        from mnemex import timeline as timelines
-
-        return timelines.timeline(
-            session.connection,
-            filters,
-            limit=limit,
-            oldest_first=oldest_first,
-            around=around,
-            before=before,
-            after=after,
-        )
+    """Memories within ``filters``, newest (or ``oldest_first``) first: the ``limit``
+    newest, or with ``around`` (a memory id) that memory with up to ``before`` memories
+    created just before it and ``after`` just after it; see :meth:`mnemex.Store.timeline`."""
     if around is None:
         limit = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
-        return pg.timeline(session, filters, limit, oldest_first, None)  # type: ignore[no-any-return]
+        return session.memories.timeline(session, filters, limit, oldest_first, None)
+    anchor_id = clean_id(around)
     for name, value in (("before", before), ("after", after)):
         check_count(name, value, 0, MAX_SEARCH_LIMIT)
-    anchor = (clean_id(around), before, after)
-    return pg.timeline(session, filters, limit, oldest_first, anchor)  # type: ignore[no-any-return]
+    anchor = (anchor_id, before, after)
+    return session.memories.timeline(session, filters, limit, oldest_first, anchor)
 
 
 def kind_counts(session: SqliteSession, ns: str | None) -> dict[str, dict[str, int]]:
     """Memories per kind in each namespace (``None``: every namespace): namespaces in
     order, kinds most common first."""
-    pg = postgres(session)
-    if pg is not None:
-        rows = pg.kind_counts(session, ns)
-    else:
-        where, params = Filters(ns).sql()
-        with session.connection() as conn:
-            rows = conn.execute(
-                f"SELECT namespace, kind, count(*) FROM memories AS m WHERE 1{where} "
-                "GROUP BY namespace, kind",
-                params,
-            ).fetchall()
+    rows = session.memories.kind_counts(session, ns)
     out: dict[str, dict[str, int]] = {}
     for namespace, kind, n in sorted(rows, key=lambda r: (r[0], -int(r[2]), r[1])):
         out.setdefault(str(namespace), {})[str(kind)] = int(n)
     return out
+
+
+def last_thread(session: SqliteSession, ns: str, kind: str, limit: int) -> list[Memory]:
+    """The newest ``limit`` memories of ``kind`` from the thread (``source``) of the newest
+    one of that kind, newest first."""
+    wanted = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return list(session.memories.last_thread(session, ns, kind, wanted))
+
+
+def notable(session: SqliteSession, ns: str, skip: Iterable[str], limit: int) -> list[Memory]:
+    """Up to ``limit`` memories of kinds other than ``skip``: pinned first, then the most
+    confident, the newest first."""
+    wanted = check_count("limit", limit, 1, MAX_SEARCH_LIMIT)
+    return list(session.memories.notable(session, ns, list(dict.fromkeys(skip)), wanted))
 
 
 def thread(
@@ -376,13 +231,8 @@ def thread(
     anchor_id = clean_id(ident)
     for name, value in (("before", before), ("after", after)):
         check_count(name, value, 0, MAX_SEARCH_LIMIT)
-    pg = postgres(session)
-    if pg is not None:
-        rows = _thread(session, (pg.ENTRY, pg.entry, "%s"), ns, anchor_id, before, after)
-    else:
-        from mnemex.timeline import COLUMNS, entry
-
-        rows = _thread(session, (COLUMNS, entry, "?"), ns, anchor_id, before, after)
+    ops = session.memories
+    rows = _thread(session, (ops.ENTRY, ops.entry, ops.MARK), ns, anchor_id, before, after)
     if rows is None:
         raise UnknownMemory([anchor_id], ns)
     return rows

@@ -40,7 +40,7 @@ from mnemex.store import Store
 from mnemex.text import parse_stored_time, utcnow
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 Place = str | os.PathLike[str]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)

@@ -2,59 +2,17 @@
 
 The values of search and recall, and :class:`Memory`, are defined here; those of
 the other operations (writes, reads by id, relations, stats, imports, dedup,
-workspaces) in :mod:`mnemex.results`, which this module hands out as its own
-the first time one is asked for. A process that only searches (the prompt hook)
-then does not pay for creating their classes.
+workspaces) in :mod:`mnemex.results`: a process that only searches (the prompt
+hook) does not pay for creating their classes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mnemex.text import json_fields
-
-if TYPE_CHECKING:
-    from mnemex.results import Added as Added
-    from mnemex.results import Appended as Appended
-    from mnemex.results import DedupReport as DedupReport
-    from mnemex.results import DuplicatePair as DuplicatePair
-    from mnemex.results import FileProblem as FileProblem
-    from mnemex.results import ForgetResult as ForgetResult
-    from mnemex.results import GetResult as GetResult
-    from mnemex.results import ImportReport as ImportReport
-    from mnemex.results import Injected as Injected
-    from mnemex.results import Injection as Injection
-    from mnemex.results import InjectionSession as InjectionSession
-    from mnemex.results import LineError as LineError
-    from mnemex.results import Relation as Relation
-    from mnemex.results import Stats as Stats
-    from mnemex.results import SyncReport as SyncReport
-    from mnemex.results import TimelineEntry as TimelineEntry
-    from mnemex.results import WorkspaceStatus as WorkspaceStatus
-
-_RESULTS = frozenset(
-    {
-        "Added",
-        "Appended",
-        "DedupReport",
-        "DuplicatePair",
-        "FileProblem",
-        "ForgetResult",
-        "GetResult",
-        "Injected",
-        "Injection",
-        "InjectionSession",
-        "ImportReport",
-        "LineError",
-        "Relation",
-        "Stats",
-        "SyncReport",
-        "TimelineEntry",
-        "WorkspaceStatus",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +85,30 @@ class Hit:
             "id namespace score snippet kind tags created_at",
             optional="location explain",
             score=round(self.score, 6),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """One relation; ``score`` is set when it comes from a search, in [0, 1), higher is better."""
+
+    id: str
+    namespace: str
+    subject: str
+    predicate: str
+    object: str
+    confidence: float
+    source_memory: str | None
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_fields(
+            self,
+            "id namespace subject predicate object confidence source_memory created_at updated_at",
+            optional="score",
+            score=None if self.score is None else round(self.score, 6),
         )
 
 
@@ -212,14 +194,3 @@ class RecallResult:
             "task markdown ids memories tokens budget_tokens max_memories skipped mode_used "
             "token_counter stale notes",
         )
-
-
-def __getattr__(name: str) -> Any:
-    """The values defined in :mod:`mnemex.results`, imported on first use."""
-    if name not in _RESULTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from mnemex import results
-
-    value = getattr(results, name)
-    globals()[name] = value
-    return value

@@ -18,30 +18,6 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class Relation:
-    """One relation; ``score`` is set when it comes from a search, in [0, 1), higher is better."""
-
-    id: str
-    namespace: str
-    subject: str
-    predicate: str
-    object: str
-    confidence: float
-    source_memory: str | None
-    created_at: datetime
-    updated_at: datetime
-    score: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_fields(
-            self,
-            "id namespace subject predicate object confidence source_memory created_at updated_at",
-            optional="score",
-            score=None if self.score is None else round(self.score, 6),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class TimelineEntry:
     """A memory at a glance: when, what kind, tags and a 100-character summary."""
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
         GetResult,
         Injection,
         InjectionSession,
-        Relation,
         Stats,
         SyncReport,
         TimelineEntry,
@@ -40,11 +39,15 @@ from mnemex.embed import Embedder
 from mnemex.engine import ALL as ALL
 from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import Conflict
+from mnemex.engine.sqlite.session import Conflict
+from mnemex.errors import InvalidInput
 from mnemex.index.fts import Filters
-from mnemex.models import Memory, RecallResult, SearchResult
+from mnemex.models import Memory, RecallResult, Relation, SearchResult
+from mnemex.request import Request
 from mnemex.rows import UNSET, prepare
 from mnemex.text import echo, parse_time, utcnow
+
+STATE_PREFIX = "hooks"  # of the meta keys tools keep state under (Store.set_state)
 
 
 def open_store(
@@ -82,7 +85,7 @@ class Store:
         self.namespace = self.session.namespace
         self.path = self.session.path
 
-    # -- lifecycle (the session: mnemex.engine.sqlite) ---------------------------------
+    # -- lifecycle (the session: mnemex.engine.sqlite.session) ------------------------
 
     def close(self) -> None:
         self.session.close()
@@ -468,7 +471,7 @@ class Store:
         alone in every mode: the expression decides what matches, BM25 ranks it;
         ``snippets=False`` is faster.
         """
-        from mnemex.search.pipeline import Request, retriever, run_search
+        from mnemex.search.pipeline import retriever, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
         filters = Filters.of(ns, kinds, tags, since, until)
@@ -617,6 +620,41 @@ class Store:
 
         return memories.thread(self.session, self._own(namespace), id, before, after)
 
+    def last_thread(
+        self, kind: str, *, limit: int = 5, namespace: str | None = None
+    ) -> list[Memory]:
+        """The newest ``limit`` memories of ``kind`` from the thread (``source``) of the
+        newest one of that kind (the last captured session's prompts), newest first."""
+        from mnemex import memories
+
+        return memories.last_thread(self.session, self._own(namespace), kind, limit)
+
+    def notable(
+        self, *, limit: int = 20, skip_kinds: Iterable[str] = (), namespace: str | None = None
+    ) -> list[Memory]:
+        """Up to ``limit`` memories of kinds other than ``skip_kinds``: pinned first, then
+        the most confident, the newest first."""
+        from mnemex import memories
+
+        return memories.notable(self.session, self._own(namespace), skip_kinds, limit)
+
+    # -- state kept for tools built on the store (the hooks) ---------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value a tool keeps under ``key`` (see :meth:`set_state`), or ``None``."""
+        return self.session.state(_state_key(key))
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the store's ``meta`` table. Keys start with
+        ``hooks`` (the hooks' capture offsets, ``hooks doctor``'s mark): the store's own
+        records are not to be written this way."""
+        self.session.set_state(_state_key(key), value)
+
+    def release_if_empty(self) -> bool:
+        """Whether the store holds no memory, relation or workspace and no other process
+        has it open (a SQLite file then leaves WAL mode: it can be deleted)."""
+        return self.session.release_if_empty()
+
     def relations_of(self, memory_id: str, *, namespace: str | None = None) -> list[Relation]:
         """The relations read from a memory (their ``source_memory``), most confident first."""
         from mnemex import relations as relations_db
@@ -727,7 +765,7 @@ class Store:
 
         ns = self._own(namespace)
         return spaces.sync_folder(
-            self, directory, ns, globs, ignore, embed=embed, progress=progress
+            self.session, directory, ns, globs, ignore, embed=embed, progress=progress
         )
 
     def remove_workspace(
@@ -740,7 +778,7 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        return spaces.remove(self, directory, self._own(namespace))
+        return spaces.remove(self.session, directory, self._own(namespace))
 
     def workspace_status(
         self, directory: str | os.PathLike[str] | None = None, *, namespace: NamespaceArg = None
@@ -751,7 +789,9 @@ class Store:
         """
         from mnemex.ingest import workspace as spaces
 
-        return spaces.statuses(self, self.resolve_namespace(namespace, allow_all=True), directory)
+        return spaces.statuses(
+            self.session, self.resolve_namespace(namespace, allow_all=True), directory
+        )
 
     def add_to_workspace(
         self,
@@ -772,7 +812,7 @@ class Store:
 
         ns = self._own(namespace)
         return spaces.write_through(
-            self, directory, ns, content, kind=kind, tags=tags, created_at=created_at
+            self.session, directory, ns, content, kind=kind, tags=tags, created_at=created_at
         )
 
     def watch(
@@ -790,9 +830,8 @@ class Store:
         """
         from mnemex.ingest import watch
 
-        watch.watch(
-            self, directory, debounce=debounce, stop=stop, on_sync=on_sync, namespace=namespace
-        )
+        ns = self._own(namespace)
+        watch.watch(self.session, directory, ns, debounce=debounce, stop=stop, on_sync=on_sync)
 
     def _freshen(self, namespace: str | None) -> tuple[list[str], bool]:
         """:func:`mnemex.ingest.workspace.freshen`, unless the namespace has no workspace
@@ -802,7 +841,13 @@ class Store:
                 return [], False
         from mnemex.ingest import workspace as spaces
 
-        return spaces.freshen(self, namespace)
+        return spaces.freshen(self.session, namespace)
+
+
+def _state_key(key: str) -> str:
+    if not isinstance(key, str) or not key.startswith(STATE_PREFIX):
+        raise InvalidInput(f"a state key starts with {STATE_PREFIX!r}, got {key!r}")
+    return key
 
 
 def _lexically(options: SearchOptions, mode: str | None) -> tuple[SearchOptions, list[str]]:

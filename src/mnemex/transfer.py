@@ -18,7 +18,7 @@ from typing import IO, Any
 from mnemex import relations as relations_db
 from mnemex.config import DEFAULT_CONFIDENCE
 from mnemex.engine import NamespaceArg
-from mnemex.engine.sqlite import Conflict
+from mnemex.engine.sqlite.session import Conflict
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.results import ImportReport, LineError
 from mnemex.rows import prepare

@@ -1,4 +1,5 @@
-"""The SQLite session (mnemex.engine.sqlite): the storage seam's public surface, on real files."""
+"""The SQLite session (mnemex.engine.sqlite.session): the storage seam's public surface,
+on real files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from mnemex.config import load_settings
 from mnemex.engine import ALL
 from mnemex.engine.check import check, index_differs
-from mnemex.engine.sqlite import WRITE_CHUNK, SqliteSession
+from mnemex.engine.sqlite.session import WRITE_CHUNK, SqliteSession
 from mnemex.errors import DuplicateId, InvalidInput, StoreLocked
 from mnemex.text import content_hash, format_time, segment, tags_columns, utcnow
 

@@ -221,6 +221,38 @@ def test_capture_twice_stores_nothing_new(tmp_path: Path, project: Path) -> None
     store.close()
 
 
+@pytest.mark.postgres
+def test_capture_state_and_session_start_on_postgres(
+    tmp_path: Path, project: Path, pg_url: str
+) -> None:
+    store = mnemex.open(pg_url, namespace=project_namespace(project), embedder=None)
+    s = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    s.turn("Which queue do we use for webhooks?", "SQS with a dead-letter queue.")
+    assert capture(store, "claude-code", s.session_id, s.path).stored == 2
+    assert json.loads(store.state(f"hooks:claude-code:{s.session_id}") or "{}")["next_turn"] == 2
+    again = capture(store, "claude-code", s.session_id, s.path)
+    assert (again.turns, again.stored) == (0, 0)
+    store.add("Decided: all timestamps are stored in UTC", kind="decision", pinned=True)
+    later = ClaudeSession(tmp_path / "later.jsonl", str(project))
+    start = later.event("SessionStart", source="startup")
+    out = handle(start, store=store, namespace=project_namespace(project))
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "asked: Which queue do we use for webhooks?" in context
+    assert "[decision] Decided: all timestamps are stored in UTC" in context
+    assert not store.release_if_empty()
+    store.close()
+
+
+def test_state_keys_belong_to_tools(tmp_path: Path) -> None:
+    store = mnemex.open(tmp_path / "m.db")
+    with pytest.raises(mnemex.InvalidInput, match="starts with 'hooks'"):
+        store.set_state("schema_version", "1")
+    assert store.state("hooks:none") is None
+    store.set_state("hooks:x", "1")
+    assert store.state("hooks:x") == "1"
+    store.close()
+
+
 def test_project_namespace_is_the_git_root(project: Path, tmp_path: Path) -> None:
     assert project_namespace(project / "src") == str(project)
     loose = tmp_path / "loose"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from mnemex import MissingExtra
-from mnemex.models import SyncReport
+from mnemex.results import SyncReport
 from mnemex.store import Store
 from tests.conftest import PYTHON, python_env
 from tests.pg_fixtures import both_engines

@@ -10,10 +10,10 @@ import pytest
 from mnemex import config
 from mnemex.eval.runner import Spec, run_queries
 from mnemex.index.fts import Filters
+from mnemex.request import Ranking, Request
 from mnemex.search import fusion
 from mnemex.search.pipeline import (
     Engine,
-    Request,
     build_hits,
     complete_scores,
     fuse,
@@ -22,7 +22,6 @@ from mnemex.search.pipeline import (
     retrieve_arms,
     run_search,
 )
-from mnemex.search.rank import Ranking
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
 

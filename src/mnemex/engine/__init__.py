@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import logging
 
     from mnemex.config import Settings
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 
 class _AllNamespaces:
@@ -52,7 +52,7 @@ def open_session(settings: Settings, embedder: object) -> SqliteSession:
         from mnemex.engine.postgres.session import PostgresSession
 
         return cast("SqliteSession", PostgresSession(settings, embedder=embedder))
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
     return SqliteSession(settings, embedder=embedder)
 

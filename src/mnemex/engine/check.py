@@ -7,7 +7,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.protocol import Session
 
 from mnemex.embed import SENTENCE_BASE
 from mnemex.engine import logger
@@ -31,7 +31,7 @@ _VECTOR_DRIFT = f"""SELECT
                 - {SENTENCE_BASE} + 1, 0)))"""
 
 
-def check(session: SqliteSession) -> dict[str, Any]:
+def check(session: Session) -> dict[str, Any]:
     """See :meth:`mnemex.store.Store.check`."""
     problems: list[str] = []
     with session.connection() as conn:
@@ -68,7 +68,7 @@ def check(session: SqliteSession) -> dict[str, Any]:
     return {"ok": not problems, "memories": rows, "problems": problems}
 
 
-def index_differs(session: SqliteSession) -> bool:
+def index_differs(session: Session) -> bool:
     """Whether the full-text index differs from a rebuild (or cannot be read)."""
     with session.connection() as conn:
         try:

@@ -29,7 +29,7 @@ from mnemex.storage import IN_CHUNK, marks, write_transaction
 from mnemex.text import batched
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
 STREAM_BATCH: Final = 1_000  # rows fetched at a time by a streaming read
@@ -422,7 +422,7 @@ class CopyTables:
     def finish(self, conn: Conn) -> None:
         """After a copy: what the engine does once (SQLite: merge the full-text indexes
         into one segment each, as a bulk write does when the store has doubled)."""
-        from mnemex.engine.sqlite import OPTIMIZE_MAX_ROWS
+        from mnemex.engine.sqlite.session import OPTIMIZE_MAX_ROWS
 
         rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
         if rows > OPTIMIZE_MAX_ROWS:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.protocol import SqliteSurface
     from mnemex.index.embeddings import Cut, EmbedReport, Pending
 
 from mnemex import embed as embedders
@@ -97,7 +97,7 @@ def say_left(left: int) -> None:
 class Embedding:
     """The embedder of one session and the work of giving its memories vectors."""
 
-    def __init__(self, session: SqliteSession, embedder: Embedder | object | None) -> None:
+    def __init__(self, session: SqliteSurface, embedder: Embedder | object | None) -> None:
         self.session = session
         self._arg = embedder
         self._embedder: Embedder | None = None

@@ -19,14 +19,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mnemex.models import Location
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.text import batched
-
-if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
 
@@ -39,6 +36,12 @@ _FILE_PROBLEMS = (
     "{} workspace chunks belong to no file",
     "{} workspace files lack chunks they had (forgotten?): run `mnemex sync DIR`",
 )
+
+
+class RowWriter(Protocol):
+    """A session that inserts prepared memory rows in the caller's transaction."""
+
+    def insert_rows(self, rows: list[tuple[Any, ...]]) -> list[int]: ...
 
 
 class WorkspaceTables:
@@ -259,7 +262,7 @@ class WorkspaceTables:
 
     def insert(
         self,
-        session: SqliteSession,
+        session: RowWriter,
         conn: Conn,
         rows: list[tuple[Any, ...]],
         places: Sequence[Sequence[Any]],
@@ -278,7 +281,7 @@ class WorkspaceTables:
         return seqs
 
     def _insert_memories(
-        self, session: SqliteSession, conn: Conn, rows: list[tuple[Any, ...]]
+        self, session: RowWriter, conn: Conn, rows: list[tuple[Any, ...]]
     ) -> list[int]:
         return session.insert_rows(rows)
 

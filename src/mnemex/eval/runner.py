@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mnemex import __version__
 from mnemex.config import Settings, load_settings
 from mnemex.embed import Embedder
 from mnemex.embed import resolve as resolve_embedder
@@ -22,6 +21,7 @@ from mnemex.models import SearchResult
 from mnemex.progress import progress_bar
 from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
+from mnemex.version import __version__
 
 INGEST_BATCH = 5_000
 FOREIGN_DEPTH = 10  # a foreign query is answered when it gets any hit

@@ -134,23 +134,15 @@ def _key(agent: str, session_id: str) -> str:
 
 
 def _state(store: Store, agent: str, session_id: str) -> dict[str, Any]:
-    row = store.session.conn.execute(
-        "SELECT value FROM meta WHERE key = ?", (_key(agent, session_id),)
-    ).fetchone()
-    if row is None:
+    text = store.state(_key(agent, session_id))
+    if text is None:
         return {}
     try:
-        value = json.loads(row[0])
+        value = json.loads(text)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def _save_state(store: Store, agent: str, session_id: str, value: dict[str, Any]) -> None:
-    from mnemex.storage import write_transaction
-
-    with write_transaction(store.session.conn) as conn:
-        conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-            (_key(agent, session_id), json.dumps(value, sort_keys=True)),
-        )
+    store.set_state(_key(agent, session_id), json.dumps(value, sort_keys=True))

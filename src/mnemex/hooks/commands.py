@@ -230,7 +230,8 @@ def _print_state(state: dict[str, Any]) -> None:
 
 def _late_prompts(home: Any) -> dict[str, Any]:
     """How many lines of hooks.log note a prompt answered lexically, and the last one."""
-    from mnemex.hooks.run import LATE, LOG_FILE
+    from mnemex.hooks.log import LOG_FILE
+    from mnemex.hooks.run import LATE
 
     path = home / LOG_FILE
     lines = path.read_text("utf-8", errors="replace").splitlines() if path.exists() else []

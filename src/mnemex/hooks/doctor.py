@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.hooks import install as files
-from mnemex.hooks.run import LOG_FILE, NOTE, USER_PROMPT, server_info
+from mnemex.hooks.log import LOG_FILE
+from mnemex.hooks.run import NOTE, USER_PROMPT, server_info
 
 if TYPE_CHECKING:
     from mnemex.config import Settings
@@ -148,11 +149,8 @@ def writable(settings: Settings) -> Check:
             return Check("store", True, f"{place} (not created yet: the first capture creates it)")
         from mnemex.store import Store
 
-        with Store(settings, embedder=None) as store, store.session.transaction() as conn:
-            mark = "?" if settings.db_url is None else "%s"
-            conn.execute(f"DELETE FROM meta WHERE key = {mark}", ("hooks_doctor",))
-            sql = f"INSERT INTO meta (key, value) VALUES ({mark}, {mark})"
-            conn.execute(sql, ("hooks_doctor", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        with Store(settings, embedder=None) as store:
+            store.set_state("hooks_doctor", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}" if not str(exc).startswith(place) else str(exc)
         return Check(

@@ -66,6 +66,6 @@ if __name__ == "__main__":  # pragma: no cover - started by mnemex.hooks.run.emb
     try:
         main(sys.argv[1] if len(sys.argv) > 1 else os.environ["MNEMEX_DB"])
     except Exception as exc:
-        from mnemex.hooks.run import log
+        from mnemex.hooks.log import log
 
         log(None, {"hook_event_name": "embed"}, f"{type(exc).__name__}: {exc}")

@@ -21,6 +21,8 @@ import threading
 import time
 
 from mnemex.hooks import CLAUDE_CODE, CODEX, MAX_TIMEOUT, MIN_TIMEOUT
+from mnemex.hooks.log import log
+from mnemex.hooks.log import text_field as _text
 
 # Not typing's TYPE_CHECKING, and pathlib only where needed: a hook process that hands
 # its event to a running server imports little more than json and socket.
@@ -49,11 +51,9 @@ MAX_STDIN = 4 * 1024 * 1024
 MAX_PROMPT_CHARS = 4_000  # of a prompt, for the recall query
 MIN_PROMPT_CHARS = 8
 SESSION_EXTRA = 4  # memories recall may take beyond the limit, to skip the session's own
-LOG_FILE = "hooks.log"
 SERVE_FILE = "serve.json"  # where a running `mnemex serve` leaves its port
 SERVE_LOCK = "serve.lock"  # held by the one `mnemex serve` of a data folder
 SERVE_IDLE_EXIT = 1800.0  # seconds without an event before a server a hook started stops
-LOG_MAX_BYTES = 1_000_000
 # Prompts that ask for nothing to remember.
 ACKNOWLEDGEMENTS = frozenset(
     "ok okay k yes no y n yep nope sure thanks thank you thx ty great nice cool good "
@@ -573,34 +573,20 @@ def session_context(store: Store, namespace: str | None = None) -> str:
     from mnemex.hooks import KINDS, PROMPT
     from mnemex.search import recall as packing
     from mnemex.search.rank import age_days
-    from mnemex.storage import marks
-    from mnemex.text import parse_stored_time, utcnow
+    from mnemex.text import format_time, utcnow
 
-    conn, ns = store.session.conn, namespace or store.namespace
     lines: list[str] = []
-    last = conn.execute(
-        "SELECT source FROM memories WHERE namespace = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
-        (ns, PROMPT),
-    ).fetchone()
-    if last is not None and last[0]:
-        prompts = conn.execute(
-            "SELECT content, created_at FROM memories WHERE namespace = ? AND kind = ? "
-            "AND source = ? ORDER BY seq DESC LIMIT ?",
-            (ns, PROMPT, last[0], GIST_PROMPTS),
-        ).fetchall()
+    prompts = store.last_thread(PROMPT, limit=GIST_PROMPTS, namespace=namespace)
+    if prompts:
         asked = "; ".join(
-            _clip(" ".join(content.split()), GIST_PROMPT_CHARS) for content, _ in reversed(prompts)
+            _clip(" ".join(m.content.split()), GIST_PROMPT_CHARS) for m in reversed(prompts)
         )
-        lines.append(f"- [last session, {prompts[0][1][:10]}] asked: {asked}")
+        lines.append(f"- [last session, {format_time(prompts[0].created_at)[:10]}] asked: {asked}")
     now = utcnow()
-    for kind, content, confidence, created in conn.execute(
-        "SELECT kind, content, confidence, created_at FROM memories "
-        f"WHERE namespace = ? AND kind NOT IN ({marks(len(KINDS))}, 'chunk') "
-        "ORDER BY pinned DESC, confidence DESC, seq DESC LIMIT ?",
-        (ns, *KINDS, NOTABLE_CANDIDATES),
-    ):
-        age = packing.format_age(age_days(parse_stored_time(created), now))
-        lines.append(packing.render_line(kind, content, confidence, age))
+    skip = (*KINDS, "chunk")
+    for m in store.notable(limit=NOTABLE_CANDIDATES, skip_kinds=skip, namespace=namespace):
+        age = packing.format_age(age_days(m.created_at, now))
+        lines.append(packing.render_line(m.kind, m.content, m.confidence, age))
     settings = store.settings
     packed = packing.pack(lines, settings.recall_budget, settings.recall_max, _counter(store))
     return packed.markdown
@@ -862,35 +848,6 @@ def embed_later(store: Store) -> None:
         start_new_session=True,
         env=env,
     )
-
-
-def log(home: str | None, event: Mapping[str, Any], message: str) -> None:
-    """One line in the data folder's ``hooks.log``; never raises."""
-    try:
-        if home is None:
-            from mnemex.config import default_home
-
-            folder = default_home()
-        else:
-            from pathlib import Path
-
-            folder = Path(home).expanduser()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / LOG_FILE
-        if path.exists() and path.stat().st_size > LOG_MAX_BYTES:
-            path.replace(path.with_suffix(".log.1"))
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        name = _text(event.get("hook_event_name")) or "?"
-        session = _text(event.get("session_id")) or "-"
-        line = " ".join(f"{stamp} {name} {session} {message}".split())
-        with open(path, "a", encoding="utf-8") as stream:
-            stream.write(line[:2000] + "\n")
-    except Exception:
-        pass
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.strip() else None
 
 
 def _clip(text: str, limit: int) -> str:

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from mnemex.hooks import AGENTS
-from mnemex.hooks.run import MAX_STDIN, SERVE_FILE, handle, log, server_lock
+from mnemex.hooks.log import log
+from mnemex.hooks.run import MAX_STDIN, SERVE_FILE, handle, server_lock
 
 if TYPE_CHECKING:
     from mnemex.store import Store

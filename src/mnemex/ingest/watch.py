@@ -30,7 +30,7 @@ from mnemex.ingest import workspace as spaces
 from mnemex.results import SyncReport
 
 if TYPE_CHECKING:
-    from mnemex.store import Store
+    from mnemex.engine.sqlite.session import SqliteSession
 
 logger = logging.getLogger("mnemex.watch")
 
@@ -85,16 +85,17 @@ class _Changes:
 
 
 def watch(
-    store: Store,
+    session: SqliteSession,
     directory: str | os.PathLike[str],
+    namespace: str,
     *,
     debounce: float | None = None,
     stop: threading.Event | None = None,
     on_sync: Callable[[SyncReport], None] | None = None,
-    namespace: str | None = None,
     poll: float = POLL_SECONDS,
 ) -> None:
-    """Sync ``directory`` now and after every change until ``stop`` is set (or Ctrl-C)."""
+    """Sync ``directory`` (a workspace of ``namespace``) now and after every change until
+    ``stop`` is set (or Ctrl-C)."""
     try:
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
@@ -102,14 +103,14 @@ def watch(
         raise MissingExtra("watch", "mnemex watch", "watchdog") from None
 
     stop = stop or threading.Event()
-    debounce = store.settings.watch_debounce if debounce is None else debounce
-    first = store.sync(directory, namespace=namespace)
+    debounce = session.settings.watch_debounce if debounce is None else debounce
+    first = spaces.sync_folder(session, directory, namespace, None, None)
     reported: set[tuple[str, str]] = set()
     _log(first, "initial sync", reported)
     if on_sync is not None:
         on_sync(first)
-    with store.session.connection() as conn:
-        ws = spaces.find(store, conn, first.workspace, first.namespace)
+    with session.connection() as conn:
+        ws = spaces.find(session, conn, first.workspace, first.namespace)
     assert ws is not None
     changes = _Changes(ws.root, ws.globs, ws.ignore)
 
@@ -139,7 +140,7 @@ def watch(
                 changed = changes.due(debounce)
                 if changed or time.monotonic() >= next_poll:
                     next_poll = time.monotonic() + poll
-                    report = spaces.sync(store, ws, retry=True, record=False)
+                    report = spaces.sync(session, ws, retry=True, record=False)
                     if changed or report.touched:
                         _log(report, "sync", reported)
                     if on_sync is not None:

@@ -65,8 +65,8 @@ from mnemex.text import (
 )
 
 if TYPE_CHECKING:
+    from mnemex.engine.sqlite.session import SqliteSession
     from mnemex.engine.workspaces import Conn, WorkspaceTables
-    from mnemex.store import Store
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -146,22 +146,22 @@ def _workspace(row: Sequence[Any]) -> Workspace:
     return Workspace(ident, root, namespace, *patterns, chunking, synced_at, json.loads(last_sync))
 
 
-def _tables(store: Store) -> WorkspaceTables:
-    return store.session.workspaces
+def _tables(session: SqliteSession) -> WorkspaceTables:
+    return session.workspaces
 
 
-def find(store: Store, conn: Conn, root: str, namespace: str) -> Workspace | None:
-    row = _tables(store).find(conn, root, namespace)
+def find(session: SqliteSession, conn: Conn, root: str, namespace: str) -> Workspace | None:
+    row = _tables(session).find(conn, root, namespace)
     return _workspace(row) if row else None
 
 
-def listed(store: Store, conn: Conn, namespace: str | None) -> list[Workspace]:
+def listed(session: SqliteSession, conn: Conn, namespace: str | None) -> list[Workspace]:
     """The workspaces of a namespace (all when ``None``)."""
-    return [_workspace(r) for r in _tables(store).listed(conn, namespace)]
+    return [_workspace(r) for r in _tables(session).listed(conn, namespace)]
 
 
 def register(
-    store: Store,
+    session: SqliteSession,
     conn: Conn,
     root: str,
     namespace: str,
@@ -171,14 +171,16 @@ def register(
     """Create the workspace or update its patterns (globs, ignore) and chunking (in a
     write transaction)."""
     globs, ignore = (json.dumps(list(p)) for p in patterns)
-    _tables(store).register(conn, root, namespace, (globs, ignore), chunking, format_time(utcnow()))
-    found = find(store, conn, root, namespace)
+    _tables(session).register(
+        conn, root, namespace, (globs, ignore), chunking, format_time(utcnow())
+    )
+    found = find(session, conn, root, namespace)
     assert found is not None
     return found
 
 
 def sync_folder(
-    store: Store,
+    session: SqliteSession,
     directory: str | os.PathLike[str],
     namespace: str,
     globs: Iterable[str] | str | None,
@@ -192,12 +194,12 @@ def sync_folder(
     root = resolve_root(directory)
     globs = None if globs is None else _patterns(globs, "globs")
     ignore = None if ignore is None else _patterns(ignore, "ignore", empty=True)
-    settings = store.settings
+    settings = session.settings
     chunking = chunking_key(settings.chunk_tokens, settings.chunk_overlap)
-    with store.session.transaction() as conn:
-        old = find(store, conn, root, namespace)
+    with session.transaction() as conn:
+        old = find(session, conn, root, namespace)
         ws = register(
-            store,
+            session,
             conn,
             root,
             namespace,
@@ -207,9 +209,9 @@ def sync_folder(
             ),
             old.chunking if old else chunking,  # a new chunking once every file has it
         )
-    with store.session.errors():
+    with session.errors():
         return sync(
-            store,
+            session,
             replace(ws, chunking=chunking),
             embed=embed,
             progress=progress,
@@ -228,18 +230,18 @@ def _patterns(values: Iterable[str] | str, what: str, *, empty: bool = False) ->
     return patterns
 
 
-def remove(store: Store, directory: str | os.PathLike[str], namespace: str) -> int:
+def remove(session: SqliteSession, directory: str | os.PathLike[str], namespace: str) -> int:
     """Delete a workspace, its files and their chunks (never the files); how many chunks."""
     root = resolve_root(directory, must_exist=False)
-    tables = _tables(store)
-    with store.session.transaction() as conn:
-        ws = find(store, conn, root, namespace)
+    tables = _tables(session)
+    with session.transaction() as conn:
+        ws = find(session, conn, root, namespace)
         if ws is None:
             raise InvalidInput(f"{root} is not a workspace of namespace {namespace!r}")
         tables.lock(conn, ws.id)
         chunks = tables.chunk_count(conn, ws.id)
         tables.delete(conn, ws.id)
-    store.session.after_write()
+    session.after_write()
     return chunks
 
 
@@ -259,27 +261,29 @@ class _Known(NamedTuple):
     actual: int
 
 
-def _known(store: Store, conn: Conn, workspace_id: int, *, count: bool) -> dict[str, _Known]:
+def _known(
+    session: SqliteSession, conn: Conn, workspace_id: int, *, count: bool
+) -> dict[str, _Known]:
     """The files rows of a workspace by path; with ``count``, their real chunk counts
     (a chunk forgotten through the API makes its file be read again), else the recorded."""
-    rows = _tables(store).files(conn, workspace_id, count=count)
+    rows = _tables(session).files(conn, workspace_id, count=count)
     return {r[0]: _Known(*r[1:]) for r in rows}
 
 
 def _cached(
-    store: Store, conn: Conn, ws: Workspace
+    session: SqliteSession, conn: Conn, ws: Workspace
 ) -> tuple[dict[str, _Known], dict[str, files.Stat] | None]:
     """The files rows as last read, unless the store changed since (the tables' ``version``
     for other connections, the store's write count for this one); and, when no file needs
     a second look (racily clean), the sizes and mtimes a scan finds when nothing changed."""
-    version = (_tables(store).version(conn, ws.id), store.session.generation)
-    cached = store.session.files_cache.get(ws.id)
+    version = (_tables(session).version(conn, ws.id), session.generation)
+    cached = session.files_cache.get(ws.id)
     if cached is not None and cached[0] == version:
         return cached[1], cached[2]
-    known = _known(store, conn, ws.id, count=False)
+    known = _known(session, conn, ws.id, count=False)
     racy = any(k.error is None and files.racy(k.mtime_ns, k.read_ns) for k in known.values())
     settled = None if racy else {path: files.Stat(k.size, k.mtime_ns) for path, k in known.items()}
-    store.session.files_cache[ws.id] = (version, known, settled)
+    session.files_cache[ws.id] = (version, known, settled)
     return known, settled
 
 
@@ -306,7 +310,7 @@ class _Plan:
 
 
 def _plan(
-    store: Store,
+    session: SqliteSession,
     ws: Workspace,
     *,
     retry: bool,
@@ -327,12 +331,12 @@ def _plan(
         found = files.Scan()
         for path in only:
             files.stat_into(found, folder, path, ws.globs, ws.ignore)
-    tables = _tables(store)
-    with store.session.connection() as conn:
+    tables = _tables(session)
+    with session.connection() as conn:
         if count and tables.recorded_chunks(conn, ws.id) != tables.chunk_count(conn, ws.id):
-            known = _known(store, conn, ws.id, count=True)  # find the files that lost chunks
+            known = _known(session, conn, ws.id, count=True)  # find the files that lost chunks
         else:
-            known = _cached(store, conn, ws)[0]
+            known = _cached(session, conn, ws)[0]
     to_read = sorted(
         p for p, stat in found.files.items() if rechunk or _needs_read(known.get(p), stat, retry)
     )
@@ -453,9 +457,9 @@ class _Tally:
 class _Writer:
     """Applies prepared files to the index inside one write transaction."""
 
-    def __init__(self, store: Store, ws: Workspace, tally: _Tally, conn: Conn) -> None:
-        self.store = store
-        self.tables = _tables(store)
+    def __init__(self, session: SqliteSession, ws: Workspace, tally: _Tally, conn: Conn) -> None:
+        self.session = session
+        self.tables = _tables(session)
         self.conn = conn
         self.ws = ws
         self.tally = tally
@@ -501,7 +505,7 @@ class _Writer:
                 tally.changed += 1
         if item.chunks is None and item.error is None and (row is None or row[1] != text.sha256):
             # another process synced this file in between: cut it after all
-            _cut(item, self.ws.chunk_sizes, self.store.settings.max_content_bytes)
+            _cut(item, self.ws.chunk_sizes, self.session.settings.max_content_bytes)
         if item.error is not None:
             self.doomed.extend(tables.chunk_seqs(conn, file_id))
             count = 0
@@ -574,7 +578,7 @@ class _Writer:
     def _insert(self, file_id: int, path: str, fresh: list[_ChunkRow], created: str) -> None:
         """Prepare a file's new chunks (inserted with every other file's in :meth:`finish`:
         one statement, not one a file)."""
-        store, ws = self.store, self.ws
+        session, ws = self.session, self.ws
         ids = [chunk_id(ws.namespace, ws.root, path, c.digest, c.occurrence) for c in fresh]
         taken = self.tables.taken(self.conn, ids) | self.new_ids
         now = utcnow()
@@ -592,7 +596,7 @@ class _Writer:
                 ws.namespace,
                 now,
                 False,
-                store.settings.max_content_bytes,
+                session.settings.max_content_bytes,
                 self.now,
             )
             self.new_rows.append(row)
@@ -613,7 +617,7 @@ class _Writer:
     def finish(self) -> None:
         """Insert the new chunks, give them the vectors of identical text, then delete the
         chunks that went."""
-        seqs = self.tables.insert(self.store.session, self.conn, self.new_rows, self.new_places)
+        seqs = self.tables.insert(self.session, self.conn, self.new_rows, self.new_places)
         self.tally.reused += self.tables.copy_vectors(self.conn, seqs)
         self.tables.delete_memories(self.conn, self.doomed)
 
@@ -622,7 +626,7 @@ class _Writer:
 
 
 def sync(
-    store: Store,
+    session: SqliteSession,
     ws: Workspace,
     *,
     deadline: float | None = None,
@@ -646,10 +650,10 @@ def sync(
     """
     started = time.perf_counter()
     if plan is None:
-        plan = _plan(store, ws, retry=retry, only=only, rechunk=rechunk)
+        plan = _plan(session, ws, retry=retry, only=only, rechunk=rechunk)
     tally = _Tally(unchanged=len(plan.found.files) - len(plan.to_read))
     sizes = ws.chunk_sizes
-    max_bytes = store.settings.max_content_bytes
+    max_bytes = session.settings.max_content_bytes
     prepared: list[_Prepared] = []
     remaining = 0
     if progress is not None and plan.to_read:
@@ -671,16 +675,16 @@ def sync(
     batches = list(_batches(prepared)) or [[]]
     gone = [(path, plan.known[path]) for path in plan.gone]
     for number, batch in enumerate(batches):
-        _write_batch(store, ws, batch, renames, gone if number == len(batches) - 1 else [], tally)
+        _write_batch(session, ws, batch, renames, gone if number == len(batches) - 1 else [], tally)
     embedding = None
-    if embed and store.embedder is not None:
-        embedding = _embed(store, ws, deadline, progress)
-    report = _report(store, ws, plan, tally, started, embedding, remaining)
+    if embed and session.embedder is not None:
+        embedding = _embed(session, ws, deadline, progress)
+    report = _report(session, ws, plan, tally, started, embedding, remaining)
     if record or report.touched or tally.failed:
         done = report.complete and not tally.failed  # every file is cut as ws.chunking says
-        with store.session.transaction() as conn:
+        with session.transaction() as conn:
             summary = json.dumps(report.to_dict())
-            _tables(store).record_sync(
+            _tables(session).record_sync(
                 conn, ws.id, format_time(utcnow()), summary, done, ws.chunking
             )
     return report
@@ -706,7 +710,7 @@ def _renames(plan: _Plan, prepared: list[_Prepared]) -> dict[str, int]:
 
 
 def _write_batch(
-    store: Store,
+    session: SqliteSession,
     ws: Workspace,
     batch: list[_Prepared],
     renames: dict[str, int],
@@ -716,10 +720,10 @@ def _write_batch(
     """One transaction: these files, then (in the last batch) the deleted ones."""
     if not batch and not gone:
         return
-    failures: tuple[type[Exception], ...] = (*_tables(store).errors, MnemexError)
+    failures: tuple[type[Exception], ...] = (*_tables(session).errors, MnemexError)
     try:
-        with store.session.transaction() as conn:
-            writer = _Writer(store, ws, _Tally(), conn)
+        with session.transaction() as conn:
+            writer = _Writer(session, ws, _Tally(), conn)
             for item in batch:
                 writer.file(item, renames.get(item.text.path))
             writer.finish()
@@ -730,24 +734,26 @@ def _write_batch(
     except failures as exc:
         if len(batch) > 1:  # find the file that fails; store the others
             for item in batch:
-                _write_batch(store, ws, [item], renames, [], tally)
-            _write_batch(store, ws, [], renames, gone, tally)
+                _write_batch(session, ws, [item], renames, [], tally)
+            _write_batch(session, ws, [], renames, gone, tally)
         else:
             paths = [item.text.path for item in batch] or [path for path, _ in gone]
             tally.failed.append(FileProblem(paths[0], f"could not be stored: {exc}"))
         return
     finally:
-        store.session.after_write()
+        session.after_write()
     for name in (*COUNTS, "reused"):
         setattr(tally, name, getattr(tally, name) + getattr(writer.tally, name))
 
 
-def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progress | None) -> Any:
+def _embed(
+    session: SqliteSession, ws: Workspace, deadline: float | None, progress: Progress | None
+) -> Any:
     """Embed the workspace's chunks that have no vector for the configured model."""
-    embedder = store.embedder
+    embedder = session.embedder
     assert embedder is not None
-    with store.session.connection() as conn:
-        seqs = _tables(store).pending(conn, ws.id, embedder.model_id)
+    with session.connection() as conn:
+        seqs = _tables(session).pending(conn, ws.id, embedder.model_id)
     if not seqs:
         return None
     advance = None
@@ -759,14 +765,16 @@ def _embed(store: Store, ws: Workspace, deadline: float | None, progress: Progre
             done[0] += count
             progress("embedding", done[0], len(seqs))
 
-    return store.session.embedding.embed_new(seqs, deadline=deadline, progress=advance)
+    return session.embedding.embed_new(seqs, deadline=deadline, progress=advance)
 
 
-def _indexed(store: Store, ws: Workspace) -> tuple[tuple[int, int], list[FileProblem], int | None]:
+def _indexed(
+    session: SqliteSession, ws: Workspace
+) -> tuple[tuple[int, int], list[FileProblem], int | None]:
     """Files recorded (indexed or not) and chunk rows, counted from the tables; the files
     that could not be indexed; chunks without a vector (``None``: no embedder)."""
-    tables, embedder = _tables(store), store.embedder
-    with store.session.connection() as conn:
+    tables, embedder = _tables(session), session.embedder
+    with session.connection() as conn:
         counts = tables.file_count(conn, ws.id), tables.chunk_count(conn, ws.id)
         problems = [FileProblem(path, error) for path, error in tables.problems(conn, ws.id)]
         pending = None
@@ -776,7 +784,7 @@ def _indexed(store: Store, ws: Workspace) -> tuple[tuple[int, int], list[FilePro
 
 
 def _report(
-    store: Store,
+    session: SqliteSession,
     ws: Workspace,
     plan: _Plan,
     tally: _Tally,
@@ -784,7 +792,7 @@ def _report(
     embedding: Any,
     remaining: int,
 ) -> SyncReport:
-    counts, problems, pending = _indexed(store, ws)
+    counts, problems, pending = _indexed(session, ws)
     problems += [FileProblem(path, message) for path, message in plan.found.errors]
     problems += tally.failed
     return SyncReport(
@@ -800,11 +808,11 @@ def _report(
         complete=remaining == 0,
         remaining=remaining,
         took_ms=(time.perf_counter() - started) * 1000,
-        embedding_error=store.session.embedding.last_error if embedding is not None else None,
+        embedding_error=session.embedding.last_error if embedding is not None else None,
     )
 
 
-def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str | None:
+def refresh(session: SqliteSession, ws: Workspace, deadline: float, allowed: bool) -> str | None:
     """Before a search: sync ``ws`` if files changed since the last sync, by ``deadline``.
 
     Costs a scan (sizes and mtimes) and a cheap query when nothing changed.
@@ -815,11 +823,11 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
         found = files.scan(ws.folder, ws.globs, ws.ignore)
     except FileNotFoundError:
         return f"the workspace folder {ws.root} is missing: its chunks may be stale"
-    with store.session.connection() as conn:
-        settled = _cached(store, conn, ws)[1]
+    with session.connection() as conn:
+        settled = _cached(session, conn, ws)[1]
     if settled is not None and not found.unlisted and found.files == settled:
         return None  # the common case: one comparison of two dicts
-    plan = _plan(store, ws, retry=False, count=False, found=found)
+    plan = _plan(session, ws, retry=False, count=False, found=found)
     if not plan.to_read and not plan.gone:
         return None
     pending = len(plan.to_read) + len(plan.gone)
@@ -828,25 +836,25 @@ def refresh(store: Store, ws: Workspace, deadline: float, allowed: bool) -> str 
             f"{pending} file(s) of the workspace {ws.root} changed since the last sync: "
             f"run `mnemex sync {ws.root}`"
         )
-    report = sync(store, ws, deadline=deadline, retry=False, record=False, plan=plan)
+    report = sync(session, ws, deadline=deadline, retry=False, record=False, plan=plan)
     if not report.complete:
         return (
             f"the workspace {ws.root} changed and {report.remaining} file(s) could not be synced "
-            f"within sync_timeout ({store.settings.sync_timeout:g} s): run `mnemex sync {ws.root}`"
+            f"within sync_timeout ({session.settings.sync_timeout:g} s): run `mnemex sync {ws.root}`"
         )
     return None
 
 
-def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
+def freshen(session: SqliteSession, namespace: str | None) -> tuple[list[str], bool]:
     """Before a search: :func:`refresh` each workspace of the namespace (or all) within
     ``sync_timeout``. Returns notes and whether the results may be stale."""
-    with store.session.connection() as conn:
-        found = listed(store, conn, namespace)
-    deadline = time.monotonic() + store.settings.sync_timeout
+    with session.connection() as conn:
+        found = listed(session, conn, namespace)
+    deadline = time.monotonic() + session.settings.sync_timeout
     notes: list[str] = []
     for ws in found:
         try:
-            note = refresh(store, ws, deadline, store.settings.sync_on_search)
+            note = refresh(session, ws, deadline, session.settings.sync_on_search)
         except (MnemexError, OSError) as exc:
             note = f"the workspace {ws.root} could not be synced ({exc}): results may be stale"
         if note:
@@ -858,12 +866,12 @@ def freshen(store: Store, namespace: str | None) -> tuple[list[str], bool]:
 
 
 def statuses(
-    store: Store, namespace: str | None, directory: str | os.PathLike[str] | None
+    session: SqliteSession, namespace: str | None, directory: str | os.PathLike[str] | None
 ) -> tuple[WorkspaceStatus, ...]:
     """The :func:`status` of each workspace of the namespace (all when ``None``), or of
     the one at ``directory``."""
-    with store.session.connection() as conn:
-        found = listed(store, conn, namespace)
+    with session.connection() as conn:
+        found = listed(session, conn, namespace)
     if directory is not None:
         root = resolve_root(directory, must_exist=False)
         found = [ws for ws in found if ws.root == root]
@@ -872,18 +880,18 @@ def statuses(
                 f"{root} is not a workspace of namespace {namespace or '*'!r}: "
                 f"run `mnemex sync {directory}` first"
             )
-    return tuple(status(store, ws) for ws in found)
+    return tuple(status(session, ws) for ws in found)
 
 
-def status(store: Store, ws: Workspace) -> WorkspaceStatus:
+def status(session: SqliteSession, ws: Workspace) -> WorkspaceStatus:
     """What the index holds for ``ws`` and how many files differ on disk now."""
-    embedder = store.embedder
-    (files_count, chunks), problems, pending = _indexed(store, ws)
+    embedder = session.embedder
+    (files_count, chunks), problems, pending = _indexed(session, ws)
     exists = ws.folder.is_dir()
     changed: int | None = None
     if exists:
         try:
-            changed = changes(store, ws)
+            changed = changes(session, ws)
         except OSError:
             changed = None
     return WorkspaceStatus(
@@ -903,10 +911,10 @@ def status(store: Store, ws: Workspace) -> WorkspaceStatus:
     )
 
 
-def changes(store: Store, ws: Workspace) -> int:
+def changes(session: SqliteSession, ws: Workspace) -> int:
     """How many files were added, edited or deleted since the last sync (reads only the
     files whose size and mtime cannot settle it)."""
-    plan = _plan(store, ws, retry=False)
+    plan = _plan(session, ws, retry=False)
     count = len(plan.gone)
     for path in plan.to_read:
         known = plan.known.get(path)
@@ -947,7 +955,7 @@ def entry_labels(title: str) -> tuple[str, tuple[str, ...]]:
 
 
 def write_through(
-    store: Store,
+    session: SqliteSession,
     directory: str | os.PathLike[str],
     namespace: str,
     content: str,
@@ -968,19 +976,19 @@ def write_through(
             "1 to 9999 in local time too"
         ) from None
     labels = clean_tags(tags)
-    with store.session.connection() as conn:
-        ws = find(store, conn, root, namespace)
+    with session.connection() as conn:
+        ws = find(session, conn, root, namespace)
     if ws is None:
-        sync_folder(store, root, namespace, None, None)
-        with store.session.connection() as conn:
-            ws = find(store, conn, root, namespace)
+        sync_folder(session, root, namespace, None, None)
+        with session.connection() as conn:
+            ws = find(session, conn, root, namespace)
         assert ws is not None
-    with store.session.errors():
-        return append(store, ws, content, kind=label, tags=labels, when=when)
+    with session.errors():
+        return append(session, ws, content, kind=label, tags=labels, when=when)
 
 
 def append(
-    store: Store,
+    session: SqliteSession,
     ws: Workspace,
     content: str,
     *,
@@ -1001,7 +1009,7 @@ def append(
             f"{relative} is not part of the workspace {ws.root} (its globs are "
             f"{', '.join(ws.globs)}): add memory/**/*.md to them"
         )
-    text = clean_content(content, store.settings.max_content_bytes)
+    text = clean_content(content, session.settings.max_content_bytes)
     labels = [kind or "", " ".join("#" + "-".join(tag.split()) for tag in tags)]
     title = ENTRY_SEPARATOR.join([local.strftime("%H:%M"), *filter(None, labels)])
     entry = f"## {title}\n\n{text}\n"
@@ -1021,9 +1029,9 @@ def append(
         os.fsync(handle.fileno())
     start = existing.count(b"\n") + prefix.count("\n") + 1
     end = start + entry.count("\n") - 1
-    report = sync(store, ws, only=[relative], retry=True, record=False)
-    with store.session.connection() as conn:
-        ids = _tables(store).ids_at(conn, ws.id, relative, (start, end))
+    report = sync(session, ws, only=[relative], retry=True, record=False)
+    with session.connection() as conn:
+        ids = _tables(session).ids_at(conn, ws.id, relative, (start, end))
     heading = (local.date().isoformat(), title)
     return Appended(Location(ws.root, relative, start, end, heading), ids, report)
 

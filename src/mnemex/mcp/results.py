@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from mnemex import models
+from mnemex import models, results
 from mnemex.text import clip
 
 M = TypeVar("M", bound=BaseModel)
@@ -185,11 +185,11 @@ def relation(found: models.Relation) -> Relation:
     return _pick(Relation, found, score=None if found.score is None else round(found.score, 3))
 
 
-def timeline_output(entries: list[models.TimelineEntry]) -> TimelineOutput:
+def timeline_output(entries: list[results.TimelineEntry]) -> TimelineOutput:
     return TimelineOutput(entries=[_pick(Entry, e, created_at=when(e.created_at)) for e in entries])
 
 
-def get_output(result: models.GetResult) -> GetOutput:
+def get_output(result: results.GetResult) -> GetOutput:
     memories = [
         _pick(
             Memory,
@@ -208,7 +208,7 @@ def recall_output(result: models.RecallResult) -> RecallOutput:
     return _pick(RecallOutput, result, **_notes(result))
 
 
-def add_output(added: models.Added, warning: str | None) -> AddOutput:
+def add_output(added: results.Added, warning: str | None) -> AddOutput:
     similarity = None if added.similarity is None else round(added.similarity, 3)
     return _pick(AddOutput, added, similarity=similarity, warning=warning)
 
@@ -217,7 +217,7 @@ def update_output(memory: models.Memory) -> UpdateOutput:
     return _pick(UpdateOutput, memory, updated_at=when(memory.updated_at))
 
 
-def stats_output(stats: models.Stats) -> StatsOutput:
+def stats_output(stats: results.Stats) -> StatsOutput:
     oldest, newest = stats.oldest, stats.newest
     return _pick(
         StatsOutput,

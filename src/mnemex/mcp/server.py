@@ -27,7 +27,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from mnemex import __version__, config
+from mnemex import config
 from mnemex.config import Settings
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.errors import MnemexError, UnknownMemory, unknown_ids
@@ -45,6 +45,7 @@ from mnemex.mcp.results import (
     tool_result,
 )
 from mnemex.store import Store
+from mnemex.version import __version__
 
 # Bounds on tool input: an agent's mistake (a whole file as a query, thousands of
 # ids) is refused with a clear message instead of being searched or echoed back.

@@ -34,10 +34,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from mnemex.config import SNIPPET_MAX_CHARS, SearchOptions, Settings
+from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import engine_of
 from mnemex.engine.workspaces import SQLITE
@@ -47,6 +46,7 @@ from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
 from mnemex.index.query import normalized_score
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
+from mnemex.request import Pending, Plan, Ranking, Request
 from mnemex.search import background, fusion, rank, spelling
 from mnemex.search.floor import (
     FLOOR_VERSION,
@@ -60,10 +60,9 @@ from mnemex.search.floor import (
 )
 from mnemex.search.floor import lift as floor_lift
 from mnemex.search.fusion import Fused
-from mnemex.search.rank import Ranking
 from mnemex.search.workers import Job, Workers
 from mnemex.storage import IN_CHUNK, marks, read_transaction
-from mnemex.text import clean_query, clip, parse_stored_time, parse_time, summarize, utcnow
+from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -118,7 +117,7 @@ def wait_quietly(job: Job[Any]) -> None:
         job.result()
 
 
-def _wait_for_query(pending: Job[np.ndarray], timeout: float, notes: list[str]) -> Any:
+def _wait_for_query(pending: Pending, timeout: float, notes: list[str]) -> Any:
     """The query's vector, or ``None`` (with a note) when embedding it failed or took too long."""
     try:
         return pending.result(timeout=timeout)[0]
@@ -132,68 +131,6 @@ def _wait_for_query(pending: Job[np.ndarray], timeout: float, notes: list[str]) 
 def candidate_pool(limit: int) -> int:
     """Candidates each arm fetches: ``min(200, 4 × limit)``, never fewer than ``limit``."""
     return max(limit, min(MAX_CANDIDATES, CANDIDATE_MULTIPLIER * limit))
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    query: str
-    limit: int
-    filters: Filters
-    mode: str  # lexical | vector | hybrid
-    fusion: str  # rrf | weighted
-    rrf_k: int
-    vector_weight: float
-    text_weight: float
-    raw: bool = False
-    explain: bool = False
-    snippets: bool = True
-    ranking: Ranking = field(default_factory=Ranking)
-    expand: bool = True  # query expansion (mnemex.index.query.expand_terms)
-    now: datetime | None = None  # the time ages are measured from (default: now)
-
-    @classmethod
-    def of(
-        cls,
-        query: str,
-        filters: Filters,
-        options: SearchOptions,
-        settings: Settings,
-        vectors: bool,
-        flags: tuple[bool, bool, bool],
-        now: datetime | str | None,
-    ) -> Request:
-        """What the pipeline runs: the ``options``, with ``auto`` resolved by whether
-        there are ``vectors``, and the (raw, explain, snippets) ``flags``."""
-        s, threshold, (raw, explain, snippets) = settings, options.threshold, flags
-        ranking = Ranking(
-            decay=options.decay,
-            half_life_days=s.half_life_days,
-            confidence=options.confidence,
-            mmr=options.mmr,
-            mmr_lambda=s.mmr_lambda,
-            mmr_similarity=s.mmr_similarity,
-            min_text_score=s.min_text_score if threshold else 0.0,
-            min_vector_score=s.min_vector_score if threshold else -1.0,
-            floor=s.relevance_floor and threshold,
-            thread=s.thread_context,
-            thread_best=s.thread_best,
-        )
-        return cls(
-            query=query,
-            limit=options.limit,
-            filters=filters,
-            mode=options.mode_for(vectors),
-            fusion=options.fusion,
-            rrf_k=options.rrf_k,
-            vector_weight=options.vector_weight,
-            text_weight=options.text_weight,
-            raw=raw,
-            explain=explain,
-            snippets=snippets,
-            ranking=ranking,
-            expand=options.expand,
-            now=None if now is None else parse_time(now, what="now"),
-        )
 
 
 class VectorArm(Protocol):
@@ -362,18 +299,6 @@ def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
     return Engine(
         conn, session.lexicon, session.settings, embedder, session.vectors, session.backgrounds
     )
-
-
-class Plan(NamedTuple):
-    """What a search runs, decided once: the query text, the mode, the lexical plan, the
-    query's vector on its way (``None``: lexical only) and why the mode changed."""
-
-    text: str
-    mode: str
-    lexical: LexicalPlan
-    pending: Job[np.ndarray] | None
-    pool: int  # candidates each arm fetches
-    notes: tuple[str, ...] = ()
 
 
 class Arms(NamedTuple):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -36,28 +35,6 @@ DAY_SECONDS = 86_400.0
 _WORDS = re.compile(r"\w+")
 _DATED_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 EVERGREEN_FILES = frozenset({"memory.md"})
-
-
-@dataclass(frozen=True, slots=True)
-class Ranking:
-    """Which stages run after fusion, and their parameters."""
-
-    decay: bool = False
-    half_life_days: float = 30.0
-    confidence: bool = True
-    mmr: bool = False
-    mmr_lambda: float = 0.7
-    mmr_similarity: str = "auto"  # auto | jaccard | cosine
-    min_text_score: float = 0.0
-    min_vector_score: float = 0.0
-    floor: bool = False  # the relevance floor (mnemex.search.floor)
-    thread: float = 0.0  # what a memory's neighbours in its thread lend it (0: off)
-    thread_best: float = 0.0  # how far a memory moves toward its thread's best score (0: off)
-
-    @property
-    def reorders(self) -> bool:
-        """True when a stage may change the fused order (so more candidates are needed)."""
-        return self.decay or self.confidence or self.mmr or self.thread > 0 or self.thread_best > 0
 
 
 # -- 1. threshold --------------------------------------------------------------------

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
     from mnemex.models import Memory
-    from mnemex.ui.app import Inspector
+    from mnemex.ui.inspector import Inspector
 
 
 def _form(request: Request) -> dict[str, str]:

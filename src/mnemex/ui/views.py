@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import mnemex
+from mnemex.engine import ALL
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.ui import present
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from mnemex.engine import NamespaceArg
     from mnemex.models import Memory, SearchResult
-    from mnemex.ui.app import Inspector
+    from mnemex.ui.inspector import Inspector
 
 ALL_NAMESPACES: Final = "*"  # ``ns=*``: every namespace (as mnemex writes ALL elsewhere)
 TIMELINE_PAGE: Final = 100  # entries a timeline request returns
@@ -64,7 +64,7 @@ class Scope:
 
     @property
     def namespace(self) -> NamespaceArg:
-        return mnemex.ALL if self.ns == ALL_NAMESPACES else self.ns
+        return ALL if self.ns == ALL_NAMESPACES else self.ns
 
     @property
     def narrow(self) -> bool:
@@ -437,7 +437,7 @@ def injection(ui: Inspector, request: Request) -> Response:
 def health(ui: Inspector, request: Request) -> Response:
     """``/health``: counts per namespace and kind, vectors, the embedder, workspaces."""
     store = ui.store
-    stats = store.stats(namespace=mnemex.ALL)
+    stats = store.stats(namespace=ALL)
     return ui.render(
         request,
         "health.html",
@@ -447,8 +447,8 @@ def health(ui: Inspector, request: Request) -> Response:
         engine="PostgreSQL" if store.settings.db_url else "SQLite",
         embedder=store.embedder,
         embedding_error=store.last_embedding_error,
-        workspaces=store.workspace_status(namespace=mnemex.ALL),
-        sessions=len(store.injection_sessions(namespace=mnemex.ALL, limit=1000)),
+        workspaces=store.workspace_status(namespace=ALL),
+        sessions=len(store.injection_sessions(namespace=ALL, limit=1000)),
         settings=store.settings,
         **_nav(ui),
     )

@@ -34,7 +34,7 @@ from mnemex.errors import InvalidInput
 from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
+    from mnemex.engine.sqlite.session import SqliteSession
 
 STREAM_BATCH = 1_000
 

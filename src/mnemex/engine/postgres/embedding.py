@@ -28,7 +28,7 @@ from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.progress import Progress, phase
 
 if TYPE_CHECKING:
-    from mnemex.engine.postgres.session import PostgresSession
+    from mnemex.engine.protocol import Session
     from mnemex.index.embeddings import EmbedReport
 
 BATCH = 256  # memories embedded, then written, at a time
@@ -49,7 +49,7 @@ _WINDOWED = """SELECT m.seq, m.content, m.content_hash, count(*),
 class PgEmbedding:
     """The embedder of one PostgreSQL session and the work of giving memories vectors."""
 
-    def __init__(self, session: PostgresSession, embedder: Embedder | object | None) -> None:
+    def __init__(self, session: Session, embedder: Embedder | object | None) -> None:
         self.session = session
         self._arg = embedder
         self._embedder: Embedder | None = None

@@ -1,7 +1,7 @@
 """The injection log in PostgreSQL: what :mod:`mnemex.injections` does on SQLite (write
 an entry and prune the log, read entries and sessions), over a
-:class:`~mnemex.engine.postgres.session.PostgresSession`. Rows are read back in the
-column order of :data:`mnemex.injections.COLUMNS`."""
+:class:`~mnemex.engine.postgres.session.Session`. Rows are read back in the
+column order of :data:`COLUMNS`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemex.engine.postgres.session import PostgresSession
+    from mnemex.engine.protocol import Session
 
 COLUMNS = "seq, created_at, namespace, agent, session_id, event, prompt, outcome, block, detail"
+MARK = "%s"  # the parameter mark of the conditions mnemex.injections builds
 
 
-def log(session: PostgresSession, row: Sequence[Any], oldest: datetime, keep: int) -> int:
+def log(session: Session, row: Sequence[Any], oldest: datetime, keep: int) -> int:
     """Insert ``row`` (the columns after ``seq``; ``detail`` as JSON text) and delete the
     entries older than ``oldest`` and all but the newest ``keep``; the new entry's id."""
     with session.transaction() as conn:
@@ -30,9 +31,7 @@ def log(session: PostgresSession, row: Sequence[Any], oldest: datetime, keep: in
     return seq
 
 
-def read(
-    session: PostgresSession, parts: str, params: Sequence[Any], limit: int
-) -> list[Sequence[Any]]:
+def read(session: Session, parts: str, params: Sequence[Any], limit: int) -> list[Sequence[Any]]:
     """The entries under the conditions ``parts`` (``AND ...``, with ``params``), newest
     first."""
     with session.connection() as conn:
@@ -44,14 +43,14 @@ def read(
         )
 
 
-def one(session: PostgresSession, seq: int) -> Sequence[Any] | None:
+def one(session: Session, seq: int) -> Sequence[Any] | None:
     with session.connection() as conn:
         found = conn.execute(f"SELECT {COLUMNS} FROM injections WHERE seq = %s", (seq,))
         return found.fetchone()  # type: ignore[no-any-return]
 
 
 def sessions(
-    session: PostgresSession, parts: str, params: Sequence[Any], limit: int
+    session: Session, parts: str, params: Sequence[Any], limit: int
 ) -> list[Sequence[Any]]:
     """(session_id, agent, namespace, prompts, injected, first, last) of the sessions under
     the conditions ``parts``, the latest first."""

@@ -1,6 +1,6 @@
-"""Memories by id and by namespace in PostgreSQL: what :mod:`mnemex.memories` does on
-SQLite (get, forget, update, count, iterate, stats, a single write with its duplicate
-check), over a :class:`~mnemex.engine.postgres.session.PostgresSession`.
+"""Memories by id and by namespace in PostgreSQL: what :mod:`mnemex.engine.sqlite.memories`
+does on SQLite (get, forget, update, count, a page of rows, stats, the timeline), over a
+:class:`~mnemex.engine.postgres.session.PostgresSession`.
 
 Inputs arrive validated by the shared code (:mod:`mnemex.rows`, :mod:`mnemex.text`);
 rows are read back as :class:`~mnemex.models.Memory` values equal to SQLite's.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +20,14 @@ from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.fts import Filters
 from mnemex.models import Memory
 from mnemex.results import Stats, TimelineEntry
-from mnemex.text import parse_stored_time, summarize, tags_columns
+from mnemex.storage import IN_CHUNK
+from mnemex.text import batched, parse_stored_time, summarize, tags_columns
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
-    from mnemex.engine.postgres.session import PostgresSession
+    from mnemex.engine.protocol import PostgresSurface
 
+MARK = "%s"  # the parameter mark of the statements mnemex.memories builds
 COLUMNS = (
     "id, namespace, kind, content, tags, source, confidence, pinned, "
     "created_at, updated_at, content_hash, metadata"
@@ -50,7 +52,7 @@ def memory(row: Sequence[Any]) -> Memory:
     )
 
 
-def get(session: PostgresSession, ns: str | None, wanted: list[str]) -> dict[str, Memory]:
+def get(session: PostgresSurface, ns: str | None, wanted: list[str]) -> dict[str, Memory]:
     """The memories of the namespace with these ids, by id (a chunk of a workspace file
     with its place)."""
     with session.read() as conn:
@@ -62,7 +64,17 @@ def get(session: PostgresSession, ns: str | None, wanted: list[str]) -> dict[str
     return {row[0]: dataclasses.replace(memory(row), location=places.get(row[-1])) for row in rows}
 
 
-def forget(session: PostgresSession, ns: str, wanted: list[str]) -> set[str]:
+def holders(session: PostgresSurface, wanted: list[str]) -> dict[str, str]:
+    """The namespace of each of ``wanted`` that is a memory."""
+    out: dict[str, str] = {}
+    with session.connection() as conn:
+        for chunk in batched(wanted, IN_CHUNK):
+            sql = "SELECT id, namespace FROM memories WHERE id = ANY(%s)"
+            out.update((ident, ns) for ident, ns in conn.execute(sql, [list(chunk)]))
+    return out
+
+
+def forget(session: PostgresSurface, ns: str, wanted: list[str]) -> set[str]:
     """Delete the namespace's memories with these ids (their vectors go with them); the
     ids deleted."""
     with session.transaction() as conn:
@@ -80,7 +92,7 @@ _AS_STORED = {
 
 
 def update(
-    session: PostgresSession, ns: str, ident: str, sets: Mapping[str, Any]
+    session: PostgresSurface, ns: str, ident: str, sets: Mapping[str, Any]
 ) -> tuple[Memory, int]:
     """Set the columns ``sets`` (as :func:`mnemex.memories` validates them for SQLite) of
     one memory; the memory as stored and its seq. A new text already held by another
@@ -128,31 +140,27 @@ def _where(ns: str | None) -> tuple[str, list[Any]]:
     return ("", []) if ns is None else (" AND namespace = %s", [ns])
 
 
-def count(session: PostgresSession, ns: str | None) -> int:
+def count(session: PostgresSurface, ns: str | None) -> int:
     where, params = _where(ns)
     with session.connection() as conn:
         row = conn.execute(f"SELECT count(*) FROM memories WHERE true{where}", params).fetchone()
     return int(row[0])
 
 
-def iterate(session: PostgresSession, ns: str | None, batch: int) -> Iterator[Memory]:
-    """Every memory of the namespace (or all), oldest first, read ``batch`` at a time."""
+def page(session: PostgresSurface, ns: str | None, after: int, limit: int) -> list[Sequence[Any]]:
+    """Rows (seq, then :data:`COLUMNS`) of up to ``limit`` memories of the namespace (or
+    all) with ``seq > after``, oldest first."""
     where, params = _where(ns)
-    last = 0
-    while True:
-        with session.connection() as conn:
-            rows = conn.execute(
+    with session.connection() as conn:
+        return list(
+            conn.execute(
                 f"SELECT seq, {COLUMNS} FROM memories WHERE seq > %s{where} ORDER BY seq LIMIT %s",
-                [last, *params, batch],
+                [after, *params, limit],
             ).fetchall()
-        if not rows:
-            return
-        for row in rows:
-            yield memory(row[1:])
-        last = rows[-1][0]
+        )
 
 
-def bodies(session: PostgresSession, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+def bodies(session: PostgresSurface, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
     """The whole content and the confidence of each memory (for recall)."""
     with session.connection() as conn:
         rows = conn.execute(
@@ -161,7 +169,7 @@ def bodies(session: PostgresSession, ids: Sequence[str]) -> dict[str, tuple[str,
     return {r[0]: (r[1], float(r[2])) for r in rows}
 
 
-def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -> Stats:
+def stats(session: PostgresSurface, ns: str | None, embedder: Embedder | None) -> Stats:
     """What the namespace holds (``None``: the whole database); see :meth:`mnemex.Store.stats`."""
     where, params = _where(ns)
     with session.read() as conn:
@@ -213,7 +221,7 @@ def stats(session: PostgresSession, ns: str | None, embedder: Embedder | None) -
     )
 
 
-def check(session: PostgresSession) -> dict[str, Any]:
+def check(session: PostgresSurface) -> dict[str, Any]:
     """The lexical index and its statistics against a rebuild from the rows
     (:func:`mnemex.engine.postgres.bm25.check`), as :meth:`mnemex.Store.check` reports."""
     from mnemex.engine.postgres.bm25 import check as check_index
@@ -230,7 +238,7 @@ ENTRY = "m.id, m.created_at, m.kind, m.tags, substr(m.content, 1, 400), m.namesp
 
 
 def timeline(
-    session: PostgresSession,
+    session: PostgresSurface,
     filters: Filters,
     limit: int,
     oldest_first: bool,
@@ -296,7 +304,7 @@ def entry(row: Sequence[Any]) -> TimelineEntry:
     )
 
 
-def kind_counts(session: PostgresSession, ns: str | None) -> list[Sequence[Any]]:
+def kind_counts(session: PostgresSurface, ns: str | None) -> list[Sequence[Any]]:
     """(namespace, kind, count) of the namespace (``None``: of every namespace)."""
     where, params = _where(ns)
     with session.connection() as conn:
@@ -307,3 +315,34 @@ def kind_counts(session: PostgresSession, ns: str | None) -> list[Sequence[Any]]
                 params,
             ).fetchall()
         )
+
+
+def last_thread(session: PostgresSurface, ns: str, kind: str, limit: int) -> list[Memory]:
+    """The newest ``limit`` memories of ``kind`` with the source of the newest one of
+    that kind (its thread), newest first; none when that source is empty."""
+    with session.read() as conn:
+        last = conn.execute(
+            "SELECT source FROM memories WHERE namespace = %s AND kind = %s "
+            "ORDER BY seq DESC LIMIT 1",
+            (ns, kind),
+        ).fetchone()
+        if last is None or not last[0]:
+            return []
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND kind = %s "
+            "AND source = %s ORDER BY seq DESC LIMIT %s",
+            (ns, kind, last[0], limit),
+        ).fetchall()
+    return [memory(row) for row in rows]
+
+
+def notable(session: PostgresSurface, ns: str, skip: Sequence[str], limit: int) -> list[Memory]:
+    """Up to ``limit`` memories of kinds other than ``skip``: pinned first, then by
+    confidence, the newest first."""
+    with session.connection() as conn:
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memories WHERE namespace = %s AND kind <> ALL(%s) "
+            "ORDER BY pinned DESC, confidence DESC, seq DESC LIMIT %s",
+            (ns, list(skip), limit),
+        ).fetchall()
+    return [memory(row) for row in rows]

@@ -12,9 +12,10 @@ as SQLite's one FTS5 table has them), so both engines rank relations alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
@@ -22,6 +23,9 @@ from mnemex.errors import UnknownMemory
 from mnemex.index.fts import LexicalPlan
 from mnemex.index.query import Term, Token
 from mnemex.text import format_time, parse_stored_time
+
+if TYPE_CHECKING:
+    from mnemex.engine.protocol import Session
 
 INDEX: Final = "relation_"  # the prefix of the relations' index tables
 COLUMNS: Final = "id, namespace, subject, predicate, object, confidence, source_memory, created_at, updated_at"  # as mnemex.relations.COLUMNS; rows are returned in that order, times as stored text
@@ -126,9 +130,17 @@ def neighbors(conn: Any, key: str, namespace: str | None, limit: int) -> list[Ro
     return [_row(r) for r in rows]
 
 
+@contextmanager
+def reading(session: Session, conn: Any) -> Iterator[PgRelationIndex]:
+    """The relations' index over the connection the caller holds (``conn``), in one
+    snapshot."""
+    with session.read() as held:
+        yield PgRelationIndex(held)
+
+
 @dataclass(frozen=True, slots=True)
 class PgRelationIndex:
-    """The relations' index in PostgreSQL (:class:`mnemex.relations.RelationIndex`)."""
+    """The relations' index in PostgreSQL (:class:`mnemex.engine.protocol.RelationIndex`)."""
 
     conn: Any
 

@@ -58,7 +58,7 @@ from mnemex.text import format_time, segment, unsegment
 if TYPE_CHECKING:
     import numpy as np
 
-    from mnemex.search.pipeline import Plan, Request
+    from mnemex.request import Plan, Request
 
 _local = threading.local()
 

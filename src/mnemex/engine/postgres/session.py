@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine import NamespaceArg, resolve_namespace
+from mnemex.engine.postgres import injections, memories, relations
 from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.workspaces import tables
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.postgres.embedding import PgEmbedding
+    from mnemex.engine.protocol import MemoryStatements
 
 ENGINE = "PostgreSQL"
 Conn = Any  # psycopg.Connection[tuple[Any, ...]]
@@ -56,6 +58,9 @@ class PostgresSession:
         self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
         self._generation = 0
         self.workspaces = tables()  # the workspace tables' statements
+        self.injections = injections  # the injection log's statements
+        self.relations = relations  # the relations' statements
+        self.memories: MemoryStatements = memories  # the memories' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding: PgEmbedding = PgEmbedding(
@@ -72,6 +77,27 @@ class PostgresSession:
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
         return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
+
+    # -- the meta record: tools' state, emptiness ----------------------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value kept under ``key`` in the ``meta`` table, or ``None``."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the ``meta`` table (replacing what was there)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (key, value),
+            )
+
+    def release_if_empty(self) -> bool:
+        """Never: a database on a server is not a file to delete."""
+        return False
 
     # -- connections, errors, transactions ---------------------------------------------
 

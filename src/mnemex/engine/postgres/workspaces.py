@@ -17,14 +17,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mnemex.engine.workspaces import Conn, WorkspaceTables
+from mnemex.engine.workspaces import Conn, RowWriter, WorkspaceTables
 from mnemex.errors import StoreError
 from mnemex.text import format_time
-
-if TYPE_CHECKING:
-    from mnemex.engine.sqlite import SqliteSession
 
 _COPY_VECTORS = """INSERT INTO embeddings (seq, namespace, model, content_hash, vector)
     SELECT m.seq, m.namespace, e.model, e.content_hash, e.vector
@@ -69,7 +66,7 @@ class PgWorkspaceTables(WorkspaceTables):
         self._run(conn, "UPDATE workspaces SET version = version + 1 WHERE id = ?", (workspace_id,))
 
     def _insert_memories(
-        self, session: SqliteSession, conn: Conn, rows: list[tuple[Any, ...]]
+        self, session: RowWriter, conn: Conn, rows: list[tuple[Any, ...]]
     ) -> list[int]:
         from mnemex.engine.postgres.write import insert_rows, pg_row
 

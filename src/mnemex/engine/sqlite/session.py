@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.protocol import MemoryStatements
     from mnemex.index.vectors import VectorIndex
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS, Embedding
+from mnemex.engine.sqlite import injections, memories, relations
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.index.fts import Lexicon
@@ -78,6 +80,9 @@ class SqliteSession:
         self._generation = 0  # this process's writes, for caches that PRAGMA data_version misses
         self._vector_index: VectorIndex | None = None
         self.workspaces = SQLITE  # the workspace tables' statements
+        self.injections = injections  # the injection log's statements
+        self.relations = relations  # the relations' statements
+        self.memories: MemoryStatements = memories  # the memories' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)
@@ -102,6 +107,30 @@ class SqliteSession:
     def resolve_namespace(self, namespace: NamespaceArg, *, allow_all: bool = False) -> str | None:
         """The namespace a call names (``None``: the store's own; ``ALL``: ``None``, if allowed)."""
         return resolve_namespace(self.namespace, namespace, allow_all=allow_all)
+
+    # -- the meta record: tools' state, emptiness ----------------------------------------
+
+    def state(self, key: str) -> str | None:
+        """The value kept under ``key`` in the ``meta`` table, or ``None``."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_state(self, key: str, value: str) -> None:
+        """Keep ``value`` under ``key`` in the ``meta`` table (replacing what was there)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def release_if_empty(self) -> bool:
+        """Whether the store holds no memory, relation or workspace and this is its only
+        connection, which then leaves WAL mode (it needs the only one): its files can go."""
+        with self.connection() as conn:
+            if conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM memories) OR EXISTS (SELECT 1 FROM relations) "
+                "OR EXISTS (SELECT 1 FROM workspaces)"
+            ).fetchone()[0]:
+                return False
+            return str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]) == "delete"
 
     # -- locks, errors, transactions -------------------------------------------------
 

@@ -1,0 +1,234 @@
+"""What a session of any engine offers the code written over it (:class:`Session`), and
+the part of SQLite's session its own modules use besides (:class:`SqliteSurface`).
+
+The operations of an engine take a session typed by these protocols rather than by
+the session class that owns them, so that a session and its parts (its embedding
+lifecycle, its check) import each other in one direction only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import sqlite3
+    from datetime import datetime
+    from pathlib import Path
+
+    from mnemex.config import Settings
+    from mnemex.embed import Embedder
+    from mnemex.engine.workspaces import WorkspaceTables
+    from mnemex.index.embeddings import EmbedReport
+    from mnemex.index.fts import Filters, LexicalPlan, Lexicon
+    from mnemex.index.query import Term, Token
+    from mnemex.models import Memory
+    from mnemex.progress import Progress
+    from mnemex.results import Stats, TimelineEntry
+
+
+class Embeddings(Protocol):
+    """A session's embedding lifecycle: its embedder, and giving memories vectors."""
+
+    last_error: str | None
+
+    @property
+    def embedder(self) -> Embedder | None: ...
+
+    def first(self, text: str) -> str: ...
+
+    def embed(
+        self, *, progress: Callable[[int], None] | None = None, force: bool = False
+    ) -> EmbedReport: ...
+
+    def reindex(
+        self, *, progress: Progress | None = None, force: bool = False, prune: bool = False
+    ) -> EmbedReport | None: ...
+
+    def embed_new(
+        self,
+        seqs: Sequence[int],
+        primed: dict[str, Any] | None = None,
+        *,
+        deadline: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> EmbedReport | None: ...
+
+    def catch_up(self, most: int) -> int: ...
+
+
+class InjectionLog(Protocol):
+    """An engine's statements over the injection log (a module: ``engine/*/injections.py``),
+    rows in the column order of its ``COLUMNS``."""
+
+    @property
+    def MARK(self) -> str: ...
+
+    def log(self, session: Session, row: Sequence[Any], oldest: datetime, keep: int) -> int: ...
+
+    def read(
+        self, session: Session, parts: str, params: Sequence[Any], limit: int
+    ) -> list[Sequence[Any]]: ...
+
+    def one(self, session: Session, seq: int) -> Sequence[Any] | None: ...
+
+    def sessions(
+        self, session: Session, parts: str, params: Sequence[Any], limit: int
+    ) -> list[Sequence[Any]]: ...
+
+
+class RelationIndex(Protocol):
+    """What a search of relations reads, on one engine (``SqliteRelationIndex`` in
+    :mod:`mnemex.engine.sqlite.relations`, ``PgRelationIndex`` in
+    :mod:`mnemex.engine.postgres.relations`). Statistics are of every relation, as
+    FTS5's ``bm25()`` has them."""
+
+    def tokenize(self, text: str) -> list[Token]: ...
+
+    def any(self, namespace: str | None) -> bool: ...
+
+    def counts(self, terms: Sequence[Term]) -> tuple[list[int], int]:
+        """The relations holding each term, and the relations."""
+        ...
+
+    def matches(
+        self, lexical: LexicalPlan, namespace: str | None, limit: int | None
+    ) -> list[tuple[int, float, float]]:
+        """(seq, bm25, confidence) of matching relations by ``bm25 · confidence``, best
+        first (ties: newest first), at most ``limit`` (``None``: all)."""
+        ...
+
+    def rows(self, seqs: Sequence[int]) -> dict[int, Sequence[Any]]:
+        """Rows of the engine's ``COLUMNS`` by seq."""
+        ...
+
+
+class RelationStatements(Protocol):
+    """An engine's statements over relations (a module: ``engine/*/relations.py``), rows
+    in the column order of its ``COLUMNS``, times as stored text; ``conn`` is a connection
+    of the session, the caller's transaction around it."""
+
+    def upsert(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> list[Any]: ...
+
+    def forget(self, conn: Any, namespace: str, ids: Sequence[str]) -> set[str]: ...
+
+    def count(self, conn: Any, namespace: str | None) -> int: ...
+
+    def page(
+        self, conn: Any, namespace: str | None, after: int, limit: int
+    ) -> list[tuple[int, Any]]: ...
+
+    def read_from(self, conn: Any, memory_id: str, namespace: str) -> list[Any]: ...
+
+    def neighbors(self, conn: Any, key: str, namespace: str | None, limit: int) -> list[Any]: ...
+
+    def reading(self, session: Any, conn: Any) -> AbstractContextManager[RelationIndex]: ...
+
+
+class MemoryStatements(Protocol):
+    """An engine's statements over memories (a module: ``engine/*/memories.py``); each
+    takes the session first (``update`` runs inside its caller's transaction)."""
+
+    @property
+    def MARK(self) -> str: ...
+
+    @property
+    def ENTRY(self) -> str: ...
+
+    def entry(self, row: Sequence[Any]) -> TimelineEntry: ...
+
+    def get(self, session: Any, ns: str | None, wanted: list[str]) -> dict[str, Memory]: ...
+
+    def holders(self, session: Any, wanted: list[str]) -> dict[str, str]: ...
+
+    def forget(self, session: Any, ns: str, wanted: list[str]) -> set[str]: ...
+
+    def update(
+        self, session: Any, ns: str, ident: str, sets: Mapping[str, Any]
+    ) -> tuple[Memory, int]: ...
+
+    def count(self, session: Any, ns: str | None) -> int: ...
+
+    def memory(self, row: Sequence[Any]) -> Memory: ...
+
+    def page(self, session: Any, ns: str | None, after: int, limit: int) -> list[Sequence[Any]]: ...
+
+    def stats(self, session: Any, ns: str | None, embedder: Embedder | None) -> Stats: ...
+
+    def check(self, session: Any) -> dict[str, Any]: ...
+
+    def timeline(
+        self,
+        session: Any,
+        filters: Filters,
+        limit: int,
+        oldest_first: bool,
+        around: tuple[str, int, int] | None,
+    ) -> list[TimelineEntry]: ...
+
+    def kind_counts(self, session: Any, ns: str | None) -> list[Sequence[Any]]: ...
+
+    def last_thread(self, session: Any, ns: str, kind: str, limit: int) -> list[Memory]: ...
+
+    def notable(self, session: Any, ns: str, skip: Sequence[str], limit: int) -> list[Memory]: ...
+
+
+class Session(Protocol):
+    """One store's session: its settings, lock, connections and transactions."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]: ...
+
+    @property
+    def workspaces(self) -> WorkspaceTables: ...
+
+    @property
+    def embedding(self) -> Embeddings: ...
+
+    @property
+    def injections(self) -> InjectionLog: ...
+
+    @property
+    def relations(self) -> RelationStatements: ...
+
+    @property
+    def memories(self) -> MemoryStatements: ...
+
+    def connection(self) -> AbstractContextManager[Any]: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def read(self) -> AbstractContextManager[Any]: ...
+
+    def after_write(self) -> None: ...
+
+
+class SqliteSurface(Session, Protocol):
+    """What SQLite's embedding lifecycle and check use of its session besides."""
+
+    @property
+    def conn(self) -> sqlite3.Connection: ...
+
+    @property
+    def lexicon(self) -> Lexicon: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    def update_ann(self, embedder: Embedder) -> None: ...
+
+    def drop_ann(self, model_id: str) -> None: ...
+
+
+class PostgresSurface(Session, Protocol):
+    """What PostgreSQL's statements use of its session besides."""
+
+    @property
+    def path(self) -> str: ...

@@ -1,0 +1,124 @@
+"""What a search runs: the request (:class:`Request`, its ranking stages in
+:class:`Ranking`) and the plan decided from it once (:class:`Plan`).
+
+Values only: :mod:`mnemex.search.pipeline` builds and runs them, and every engine's
+retrieval (:class:`~mnemex.search.pipeline.Retriever`) reads them, so both import
+them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from mnemex.config import SearchOptions, Settings
+from mnemex.index.fts import Filters, LexicalPlan
+from mnemex.text import parse_time
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class Pending(Protocol):
+    """The query's vector on its way (:class:`mnemex.search.workers.Job`)."""
+
+    def done(self) -> bool: ...
+    def cancel(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Which stages run after fusion, and their parameters."""
+
+    decay: bool = False
+    half_life_days: float = 30.0
+    confidence: bool = True
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    mmr_similarity: str = "auto"  # auto | jaccard | cosine
+    min_text_score: float = 0.0
+    min_vector_score: float = 0.0
+    floor: bool = False  # the relevance floor (mnemex.search.floor)
+    thread: float = 0.0  # what a memory's neighbours in its thread lend it (0: off)
+    thread_best: float = 0.0  # how far a memory moves toward its thread's best score (0: off)
+
+    @property
+    def reorders(self) -> bool:
+        """True when a stage may change the fused order (so more candidates are needed)."""
+        return self.decay or self.confidence or self.mmr or self.thread > 0 or self.thread_best > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    query: str
+    limit: int
+    filters: Filters
+    mode: str  # lexical | vector | hybrid
+    fusion: str  # rrf | weighted
+    rrf_k: int
+    vector_weight: float
+    text_weight: float
+    raw: bool = False
+    explain: bool = False
+    snippets: bool = True
+    ranking: Ranking = field(default_factory=Ranking)
+    expand: bool = True  # query expansion (mnemex.index.query.expand_terms)
+    now: datetime | None = None  # the time ages are measured from (default: now)
+
+    @classmethod
+    def of(
+        cls,
+        query: str,
+        filters: Filters,
+        options: SearchOptions,
+        settings: Settings,
+        vectors: bool,
+        flags: tuple[bool, bool, bool],
+        now: datetime | str | None,
+    ) -> Request:
+        """What the pipeline runs: the ``options``, with ``auto`` resolved by whether
+        there are ``vectors``, and the (raw, explain, snippets) ``flags``."""
+        s, threshold, (raw, explain, snippets) = settings, options.threshold, flags
+        ranking = Ranking(
+            decay=options.decay,
+            half_life_days=s.half_life_days,
+            confidence=options.confidence,
+            mmr=options.mmr,
+            mmr_lambda=s.mmr_lambda,
+            mmr_similarity=s.mmr_similarity,
+            min_text_score=s.min_text_score if threshold else 0.0,
+            min_vector_score=s.min_vector_score if threshold else -1.0,
+            floor=s.relevance_floor and threshold,
+            thread=s.thread_context,
+            thread_best=s.thread_best,
+        )
+        return cls(
+            query=query,
+            limit=options.limit,
+            filters=filters,
+            mode=options.mode_for(vectors),
+            fusion=options.fusion,
+            rrf_k=options.rrf_k,
+            vector_weight=options.vector_weight,
+            text_weight=options.text_weight,
+            raw=raw,
+            explain=explain,
+            snippets=snippets,
+            ranking=ranking,
+            expand=options.expand,
+            now=None if now is None else parse_time(now, what="now"),
+        )
+
+
+class Plan(NamedTuple):
+    """What a search runs, decided once: the query text, the mode, the lexical plan, the
+    query's vector on its way (``None``: lexical only) and why the mode changed."""
+
+    text: str
+    mode: str
+    lexical: LexicalPlan
+    pending: Pending | None
+    pool: int  # candidates each arm fetches
+    notes: tuple[str, ...] = ()
