@@ -365,7 +365,7 @@ def report(results: dict[str, Any], args: Any) -> None:
     load = results.pop("load")
     others = results.pop("other views")
     lines = [
-        "## `mnemex ui` on a large store (`benchmarks/bench_ui.py`)",
+        f"## `mnemex ui` on a large store, {args.mode} (`benchmarks/bench_ui.py --mode {args.mode}`)",
         "",
         f"Machine: {machine()}; load average {min(load):.1f} to {max(load):.1f} during the run",
         "",
