@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.store import Store
 from mnemex.timeline import around_anchor, entry, latest, timeline
 

@@ -52,8 +52,9 @@ from mnemex.config import Settings
 from mnemex.engine import engine_of, logger
 from mnemex.engine.sqlite import dedup as statements
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
-from mnemex.index.fts import Filters, LexicalPlan, Lexicon, bm25_beside, plan, retrieve
+from mnemex.index.fts import Lexicon, bm25_beside, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
+from mnemex.index.retrieval import Filters, LexicalPlan, plan
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.results import Added, DedupReport, DuplicatePair
 from mnemex.storage import read_transaction

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine.sqlite.session import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.models import Memory
 from mnemex.results import Added, ForgetResult, GetResult, Stats, TimelineEntry
 from mnemex.rows import UNSET, check_items, clean_source, prepare_chunks

@@ -35,8 +35,8 @@ from mnemex.engine.protocol import RelationIndex
 from mnemex.engine.sqlite import relations as sqlite_relations
 from mnemex.engine.sqlite.relations import COLUMNS
 from mnemex.errors import InvalidInput
-from mnemex.index.fts import LexicalPlan, counted_plan
 from mnemex.index.query import content_terms, expand_terms, normalized_score
+from mnemex.index.retrieval import LexicalPlan, counted_plan
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Relation
 from mnemex.results import ForgetResult

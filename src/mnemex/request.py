@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from mnemex.config import SearchOptions, Settings
-from mnemex.index.fts import Filters, LexicalPlan
+from mnemex.index.retrieval import Filters, LexicalPlan
 from mnemex.text import parse_time
 
 if TYPE_CHECKING:

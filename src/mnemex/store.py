@@ -41,7 +41,7 @@ from mnemex.engine import NamespaceArg, open_session
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite.session import Conflict
 from mnemex.errors import InvalidInput
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.models import Memory, RecallResult, Relation, SearchResult
 from mnemex.request import Request
 from mnemex.rows import UNSET, prepare

@@ -6,7 +6,7 @@ from typing import Final
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
 from mnemex.engine.sqlite.memories import ENTRY, around_anchor, entry, latest
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.results import TimelineEntry
 from mnemex.storage import read_transaction
 from mnemex.storage.connect import Connect

@@ -25,7 +25,7 @@ from mnemex.engine.postgres import bm25, tokens
 from mnemex.engine.postgres import schema as pg_schema
 from mnemex.engine.postgres import vectors as pg_vectors
 from mnemex.errors import IndexMismatch, InvalidInput, MissingExtra
-from mnemex.index import fts
+from mnemex.index import fts, retrieval
 from mnemex.storage import connect as sqlite_connect
 from mnemex.text import content_hash
 
@@ -92,10 +92,12 @@ def sqlite_ranking(
     conn = sqlite_connect(path, busy_timeout=5.0)
     try:
         lexicon = fts.Lexicon(conn)
-        plan = fts.plan(lexicon, text, namespace=namespace)
-        found = fts.retrieve(conn, plan, fts.Filters(namespace), pool, 0)
+        plan = retrieval.plan(lexicon, text, namespace=namespace)
+        found = fts.retrieve(conn, plan, retrieval.Filters(namespace), pool, 0)
         if not found.candidates and plan.dropped:
-            found = fts.retrieve(conn, plan.with_dropped(lexicon), fts.Filters(namespace), pool, 0)
+            found = fts.retrieve(
+                conn, plan.with_dropped(lexicon), retrieval.Filters(namespace), pool, 0
+            )
         ids = dict(conn.execute("SELECT seq, id FROM memories").fetchall())
         return [(ids[c.seq], c.raw) for c in found.candidates]
     finally:
@@ -261,8 +263,8 @@ def test_shaped_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query:
     try:
         shaped = []
         for namespace, pool in (("ns", 12), ("other", 12), (None, 12), ("ns", 200)):
-            plan = fts.plan(lexicon, query, namespace=namespace)
-            expected = fts.retrieve(lite, plan, fts.Filters(namespace), pool, 30)
+            plan = retrieval.plan(lexicon, query, namespace=namespace)
+            expected = fts.retrieve(lite, plan, retrieval.Filters(namespace), pool, 30)
             got = bm25.retrieve(conn, list(plan.terms), namespace, pool, 30)
             assert (got.shaped, got.fallback) == (expected.shaped, expected.fallback)
             shaped.append(got.shaped)

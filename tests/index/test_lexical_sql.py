@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from mnemex.errors import InvalidInput
-from mnemex.index.fts import Filters, exact_sql, lexical_sql, plan, plan_raw, retrieve, shaped_sql
+from mnemex.index.fts import exact_sql, lexical_sql, retrieve, shaped_sql
+from mnemex.index.retrieval import Filters, plan, plan_raw
 from mnemex.store import Store
 
 BM25 = "bm25(memories_fts, 1.0, 1.0)"

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import mnemex
-from mnemex.index.fts import plan
 from mnemex.index.query import (
     MAX_CJK_STOPWORD,
     Term,
@@ -28,6 +27,7 @@ from mnemex.index.query import (
     strip_particle,
     weak_word,
 )
+from mnemex.index.retrieval import plan
 from mnemex.index.stopwords import (
     ARABIC,
     CHINESE,

@@ -609,7 +609,7 @@ def test_a_memory_s_rows_are_found_by_seq_after_edits_and_forgets(
 def test_a_filter_s_rows_are_kept_until_the_index_changes(
     vector_store: Store, fake_embedder: FakeEmbedder
 ) -> None:
-    from mnemex.index.fts import Filters
+    from mnemex.index.retrieval import Filters
 
     vector_store.add_many(DOCS)
     index = vector_store.session.vectors(fake_embedder.dim)

@@ -190,7 +190,7 @@ def test_top_k_counts_memories_not_windows(make_store) -> None:  # type: ignore[
 
 
 def store_filters():  # type: ignore[no-untyped-def]
-    from mnemex.index.fts import Filters
+    from mnemex.index.retrieval import Filters
 
     return Filters(namespace=None)
 

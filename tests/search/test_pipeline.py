@@ -9,7 +9,7 @@ import pytest
 
 from mnemex import config
 from mnemex.eval.runner import Spec, run_queries
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.request import Ranking, Request
 from mnemex.search import fusion
 from mnemex.search.pipeline import (

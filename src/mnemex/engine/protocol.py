@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from mnemex.embed import Embedder
     from mnemex.engine.workspaces import WorkspaceTables
     from mnemex.index.embeddings import EmbedReport
-    from mnemex.index.fts import Filters, LexicalPlan, Lexicon
+    from mnemex.index.fts import Lexicon
     from mnemex.index.query import Term, Token
+    from mnemex.index.retrieval import Filters, LexicalPlan
     from mnemex.models import Memory
     from mnemex.progress import Progress
     from mnemex.results import Stats, TimelineEntry

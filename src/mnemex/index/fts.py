@@ -29,35 +29,31 @@ import json
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from mnemex.errors import InvalidQuery
 from mnemex.index.query import (
-    FTS_OPERATORS,
-    MAX_QUERY_TERMS,
     Term,
     Token,
-    build_terms,
-    capital_letters,
-    content_terms,
-    expand_terms,
     idf,
-    keep_rarest,
     or_join,
     shape,
 )
-from mnemex.index.stopwords import ENGLISH, STOPWORDS
+from mnemex.index.retrieval import (
+    BM25_B,
+    BM25_K1,
+    Candidate,
+    Filters,
+    LexicalPlan,
+    Postings,
+    Retrieval,
+    Scope,
+    invalid_query,
+)
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.migrations import TOKENIZER
 from mnemex.text import (
     cjk_pattern,
-    clean_label,
-    clean_tags,
     format_time,
-    listed,
-    parse_time,
     starts_cjk,
     unsegment,
 )
@@ -92,160 +88,29 @@ _POSTINGS = f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}
     JOIN memories_fts_docsize AS d ON d.id = memories_fts.rowid
     WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ? AND m.namespace = ?
     ORDER BY memories_fts.rowid"""
-BM25_K1 = 1.2  # FTS5's bm25() constants
-BM25_B = 0.75
 _COLUMN_WEIGHTS = {"content": 1.0, "tags": TAGS_WEIGHT}
 
 
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """Restrictions every search and timeline applies; ``namespace=None`` means all."""
-
-    namespace: str | None
-    kinds: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()  # a memory must carry every one
-    since: datetime | None = None  # inclusive
-    until: datetime | None = None  # exclusive
-
-    @classmethod
-    def of(
-        cls, namespace: str | None, kinds: object, tags: object, since: object, until: object
-    ) -> Filters:
-        """The filters a caller gave, checked: kinds and tags cleaned, times parsed."""
-        labels = () if kinds is None else listed(kinds, "kinds")
-        return cls(
-            namespace=namespace,
-            kinds=tuple(dict.fromkeys(clean_label(k, "kind", 40) for k in labels)),
-            tags=clean_tags(tags),
-            since=None if since is None else parse_time(since, what="since"),
-            until=None if until is None else parse_time(until, what="until"),
-        )
-
-    def sql(self, alias: str = "m") -> tuple[str, list[object]]:
-        """``AND ...`` conditions on the memories table and their parameters."""
-        parts: list[str] = []
-        params: list[object] = []
-        if self.namespace is not None:
-            parts.append(f"{alias}.namespace = ?")
-            params.append(self.namespace)
-        if self.kinds:
-            parts.append(f"{alias}.kind IN ({marks(len(self.kinds))})")
-            params.extend(self.kinds)
-        for tag in self.tags:
-            parts.append(f"{alias}.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)")
-            params.append(tag)
-        if self.since is not None:
-            parts.append(f"{alias}.created_at >= ?")
-            params.append(format_time(self.since))
-        if self.until is not None:
-            parts.append(f"{alias}.created_at < ?")
-            params.append(format_time(self.until))
-        return "".join(f" AND {p}" for p in parts), params
-
-    @property
-    def narrow(self) -> bool:
-        """True when anything beyond the namespace restricts the rows."""
-        return bool(self.kinds or self.tags or self.since or self.until)
-
-
-@dataclass(frozen=True, slots=True)
-class LexicalPlan:
-    """Terms to search with their statistics; built by :func:`plan`."""
-
-    terms: tuple[Term, ...]
-    doc_freqs: tuple[int, ...]
-    n_docs: int
-    dropped: tuple[Term, ...] = ()  # stop words left out (retried when nothing matches)
-    dropped_freqs: tuple[int, ...] = ()
-    raw: str | None = None  # an FTS5 expression given as is
-    scope: Scope | None = None  # statistics of the namespace searched (None: the index's)
-    postings: tuple[Postings, ...] = ()  # with a scope: each term's rows in the namespace
-    dropped_postings: tuple[Postings, ...] = ()
-
-    def with_dropped(self, lexicon: Lexicon | None = None) -> LexicalPlan:
-        """The same query with its stop words put back (a scoped plan needs the
-        lexicon: the stop words' rows in the namespace are only read now)."""
-        if self.scope is None:
-            return LexicalPlan(
-                terms=self.terms + self.dropped,
-                doc_freqs=self.doc_freqs + self.dropped_freqs,
-                n_docs=self.n_docs,
-            )
-        if lexicon is None:
-            raise ValueError("a scoped plan puts its stop words back with the lexicon")
-        postings = lexicon.postings(self.dropped, self.scope)
-        return LexicalPlan(
-            terms=self.terms + self.dropped,
-            doc_freqs=self.doc_freqs + tuple(len(p) for p in postings),
-            n_docs=self.n_docs,
-            scope=self.scope,
-            postings=self.postings + tuple(postings),
-        )
-
-    @property
-    def match(self) -> str:
-        if self.raw is not None:
-            return self.raw
-        return or_join(t.expression for t, df in zip(self.terms, self.doc_freqs, strict=True) if df)
-
-    @property
-    def norm(self) -> float:
-        """Sum of the terms' IDFs, each as often as the query says it (see
-        :func:`mnemex.index.query.normalized_score`)."""
-        return sum(
-            t.count * idf(df, self.n_docs) for t, df in zip(self.terms, self.doc_freqs, strict=True)
-        )
-
-    @property
-    def empty(self) -> bool:
-        return self.raw is None and not any(self.doc_freqs)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """One namespace's statistics (``namespace_stats``), when other namespaces share the
-    index: the lexical arm then scores rows itself with these (see the module docstring)."""
-
-    namespace: str
-    docs: int
-    tokens: int
-    changes: int  # bumped by every change to the namespace's text
-    lo: int  # every row of the namespace has lo <= seq <= hi
-    hi: int
-
-    @property
-    def avgdl(self) -> float:
-        return self.tokens / self.docs if self.docs else 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Postings:
-    """The rows of a namespace holding a term, in seq order: each row's term
-    frequency (column-weighted, as ``bm25()`` counts it) and length in tokens."""
-
-    seqs: Any  # numpy int64
-    freqs: Any  # numpy float64
-    lengths: Any  # numpy float64
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    seq: int
-    raw: float  # BM25, positive, higher is better
-
-
-@dataclass(slots=True)
-class Retrieval:
-    """Candidates best first, and how they were found."""
-
-    candidates: list[Candidate]
-    shaped: bool = False
-    essential: tuple[str, ...] = ()
-    fallback: bool = False
-    notes: list[str] = field(default_factory=list)
+def filter_sql(filters: Filters, alias: str = "m") -> tuple[str, list[object]]:
+    """``AND ...`` conditions on the memories table for ``filters``, and their parameters."""
+    parts: list[str] = []
+    params: list[object] = []
+    if filters.namespace is not None:
+        parts.append(f"{alias}.namespace = ?")
+        params.append(filters.namespace)
+    if filters.kinds:
+        parts.append(f"{alias}.kind IN ({marks(len(filters.kinds))})")
+        params.extend(filters.kinds)
+    for tag in filters.tags:
+        parts.append(f"{alias}.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)")
+        params.append(tag)
+    if filters.since is not None:
+        parts.append(f"{alias}.created_at >= ?")
+        params.append(format_time(filters.since))
+    if filters.until is not None:
+        parts.append(f"{alias}.created_at < ?")
+        params.append(format_time(filters.until))
+    return "".join(f" AND {p}" for p in parts), params
 
 
 _FALLBACK = "shaped candidates < pool; scored every matching row"
@@ -442,96 +307,10 @@ def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int,
     return Postings(seqs, np.maximum(freqs, 1.0), lengths)
 
 
-def plan(
-    lexicon: Lexicon,
-    text: str,
-    stopwords: frozenset[str] | None = None,
-    *,
-    expand: bool = True,
-    namespace: str | None = None,
-) -> LexicalPlan:
-    """Tokenize natural-language text and gather the statistics to search it.
-
-    With ``expand`` the query's content words are searched (see
-    :func:`mnemex.index.query.expand_terms`) and ``stopwords`` defaults to
-    every supported language; without it, every word is a term and only
-    English stop words are set aside. With ``namespace`` the statistics are
-    that namespace's (see :class:`Scope`) when other namespaces share the index.
-    """
-    tokens = lexicon.tokenize(text)
-    if expand:
-        terms = expand_terms(
-            tokens, STOPWORDS if stopwords is None else stopwords, capital_letters(text)
-        )
-    else:
-        terms = build_terms(tokens, ENGLISH if stopwords is None else stopwords)
-    kept, dropped = content_terms(terms)
-    scope = lexicon.scope(namespace)
-    if scope is not None:
-        postings = lexicon.postings(kept, scope)
-        keep = keep_rarest(kept, [len(p) for p in postings], MAX_QUERY_TERMS)
-        return LexicalPlan(
-            terms=tuple(kept[i] for i in keep),
-            doc_freqs=tuple(len(postings[i]) for i in keep),
-            n_docs=scope.docs,
-            dropped=tuple(dropped),
-            scope=scope,
-            postings=tuple(postings[i] for i in keep),
-        )
-    return counted_plan(kept, dropped, lexicon.doc_freqs([*kept, *dropped]), lexicon.n_docs())
-
-
-def counted_plan(
-    kept: Sequence[Term], dropped: Sequence[Term], freqs: Sequence[int], n_docs: int
-) -> LexicalPlan:
-    """The plan of the ``kept`` terms (at most ``MAX_QUERY_TERMS``, the rarest) and the stop
-    words ``dropped``, given the document frequencies of both (in that order)."""
-    keep = keep_rarest(kept, freqs[: len(kept)], MAX_QUERY_TERMS)
-    return LexicalPlan(
-        terms=tuple(kept[i] for i in keep),
-        doc_freqs=tuple(freqs[i] for i in keep),
-        n_docs=n_docs,
-        dropped=tuple(dropped),
-        dropped_freqs=tuple(freqs[len(kept) :]),
-    )
-
-
-def plan_raw(lexicon: Lexicon, expression: str) -> LexicalPlan:
-    """A raw FTS5 expression; its bare words give the score normalization."""
-    terms = raw_terms(lexicon, expression)
-    return raw_plan(expression, terms, lexicon.doc_freqs(terms), lexicon.n_docs())
-
-
-def raw_terms(lexicon: Lexicon, expression: str) -> list[Term]:
-    """The words of a raw FTS5 expression, operators aside (the score's normalization)."""
-    tokens = [t for t in lexicon.tokenize(expression) if t.surface not in FTS_OPERATORS]
-    return build_terms(tokens, frozenset())
-
-
-def raw_plan(
-    expression: str, terms: Sequence[Term], doc_freqs: Sequence[int], n_docs: int
-) -> LexicalPlan:
-    """The plan of a raw FTS5 expression, with its words' document frequencies."""
-    return LexicalPlan(
-        terms=tuple(terms),
-        doc_freqs=tuple(max(1, df) for df in doc_freqs),
-        n_docs=n_docs,
-        raw=expression,
-    )
-
-
-def invalid_query(expression: str, exc: Exception) -> InvalidQuery:
-    """The error of a raw FTS5 expression FTS5 refused (``exc``: FTS5's error)."""
-    return InvalidQuery(
-        f"invalid FTS5 query {expression!r}: {exc}; "
-        "search without the raw FTS5 option to use plain text"
-    )
-
-
 def exact_sql(match: str, filters: Filters, limit: int) -> tuple[str, list[object]]:
     """The SQL, and its parameters, of the best ``limit`` rows that match ``match`` within
     the filters, by BM25 (positive, higher is better)."""
-    where, params = filters.sql()
+    where, params = filter_sql(filters)
     sql = f"""SELECT memories_fts.rowid, -{_BM25} AS s
             FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid
             WHERE memories_fts MATCH ?{where}
@@ -543,7 +322,7 @@ def shaped_sql(essential: str, rest: str, filters: Filters, limit: int) -> tuple
     """:func:`exact_sql` over the rows that match an ``essential`` term only: the BM25 of
     ``essential AND (essential OR rest)`` less that of ``essential``, which is the BM25 of
     ``essential OR rest`` (each essential phrase counts twice, then once less)."""
-    where, params = filters.sql()
+    where, params = filter_sql(filters)
     sql = f"""WITH e (seq, b) AS MATERIALIZED (
                 SELECT rowid, {_BM25} FROM memories_fts WHERE memories_fts MATCH ?
             )
@@ -658,7 +437,7 @@ def _allowed(
     seqs, first = np.unique(np.concatenate([p.seqs for p in postings]), return_index=True)
     lengths = np.concatenate([p.lengths for p in postings])[first]
     if filters.narrow and len(seqs):
-        where, params = filters.sql()
+        where, params = filter_sql(filters)
         sql = f"SELECT seq FROM memories AS m WHERE seq IN (SELECT value FROM json_each(?)){where}"
         rows = conn.execute(sql, [json.dumps(seqs.tolist()), *params])
         allowed = np.fromiter((r[0] for r in rows), dtype=np.int64)
@@ -865,7 +644,7 @@ def surface_of(
 ) -> str | None:
     """How a memory of ``namespace`` writes the index term ``term`` (its first such word),
     or ``None`` when none holds it."""
-    where, params = Filters(namespace).sql()
+    where, params = filter_sql(Filters(namespace))
     # CROSS JOIN: the term's rows first. Left to itself the planner walks the namespace's
     # memories and probes FTS5 for each (100 ms to 2 s at 100,000 memories, against 0.1 ms).
     row = conn.execute(

@@ -45,19 +45,19 @@ import re
 import sqlite3
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.embed import SENTENCE_BASE
 from mnemex.errors import IndexMismatch
+from mnemex.index.retrieval import VectorHit
 from mnemex.storage import IN_CHUNK, marks
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mnemex.index.ann import HnswIndex
-    from mnemex.index.fts import Filters
+    from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
 SNAPSHOT_MAGIC = b"MNXVEC02"  # 02: a row per window (``_win``)
@@ -139,12 +139,6 @@ def window_spans(windows: np.ndarray) -> tuple[int, int]:
         int(tokens.max()) + 1 if len(tokens) else 0,
         int(top.max()) - SENTENCE_BASE + 1 if len(top) else 0,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class VectorHit:
-    seq: int
-    cosine: float
 
 
 class VectorIndex:

@@ -42,8 +42,9 @@ from mnemex.engine import engine_of
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index import fts
-from mnemex.index.fts import Candidate, Filters, LexicalPlan, Lexicon
+from mnemex.index.fts import Lexicon
 from mnemex.index.query import normalized_score
+from mnemex.index.retrieval import Candidate, Filters, LexicalPlan, Retrieval, plan, plan_raw
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Hit, Location, SearchResult
 from mnemex.request import Pending, Plan, Ranking, Request
@@ -70,7 +71,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from mnemex.index.vectors import VectorHit, VectorIndex
+    from mnemex.index.retrieval import VectorHit
+    from mnemex.index.vectors import VectorIndex
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
@@ -160,7 +162,7 @@ class Retriever(Protocol):
     def snapshot(self) -> AbstractContextManager[Any]: ...
     def plan(self, request: Request, text: str) -> LexicalPlan: ...
     def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan: ...
-    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval: ...
+    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval: ...
     def warm(self, dim: int) -> None: ...
     def vector_arm(
         self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
@@ -201,14 +203,14 @@ class Engine:
 
     def plan(self, request: Request, text: str) -> LexicalPlan:
         if request.raw:
-            return fts.plan_raw(self.lexicon, text)
+            return plan_raw(self.lexicon, text)
         stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
-        return fts.plan(self.lexicon, text, stopwords, expand=request.expand, namespace=ns)
+        return plan(self.lexicon, text, stopwords, expand=request.expand, namespace=ns)
 
     def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan:
         return lexical.with_dropped(self.lexicon)
 
-    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> fts.Retrieval:
+    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
         budget = self.settings.lexical_budget
         return fts.retrieve(self.conn, lexical, request.filters, pool, budget)
 

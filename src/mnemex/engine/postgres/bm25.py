@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres.tokens import lexicon, query_key
-from mnemex.index.fts import BM25_B, BM25_K1, Candidate, Retrieval
 from mnemex.index.query import (
     MAX_QUERY_TERMS,
     Term,
@@ -52,6 +51,7 @@ from mnemex.index.query import (
     keep_rarest,
     shape,
 )
+from mnemex.index.retrieval import BM25_B, BM25_K1, Candidate, Retrieval
 from mnemex.index.stopwords import STOPWORDS
 
 if TYPE_CHECKING:

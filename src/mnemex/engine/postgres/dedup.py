@@ -23,8 +23,8 @@ from typing import Any
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import document_lex, lexeme_counts, lexicon, query_key
 from mnemex.engine.postgres.vectors import model_dim, param
-from mnemex.index.fts import BM25_B, BM25_K1
 from mnemex.index.query import Term, Token, idf
+from mnemex.index.retrieval import BM25_B, BM25_K1
 from mnemex.text import parse_stored_time, tags_columns
 
 Conn = Any  # psycopg.Connection

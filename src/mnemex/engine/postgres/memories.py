@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mnemex.engine.postgres.schema import read_meta, schema_version
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import InvalidInput, UnknownMemory
-from mnemex.index.fts import Filters
+from mnemex.index.retrieval import Filters
 from mnemex.models import Memory
 from mnemex.results import Stats, TimelineEntry
 from mnemex.storage import IN_CHUNK

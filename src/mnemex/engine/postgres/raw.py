@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import BATCH, index_key, lexeme, matching, query_tokens
 from mnemex.index.expression import COLUMNS, Expr, Leaf, Piece, parse, strings
-from mnemex.index.fts import BM25_B, BM25_K1, Candidate, invalid_query
 from mnemex.index.query import idf
+from mnemex.index.retrieval import BM25_B, BM25_K1, Candidate, invalid_query
 from mnemex.text import tags_columns
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
 from mnemex.errors import UnknownMemory
-from mnemex.index.fts import LexicalPlan
 from mnemex.index.query import Term, Token
+from mnemex.index.retrieval import LexicalPlan
 from mnemex.text import format_time, parse_stored_time
 
 if TYPE_CHECKING:

@@ -40,7 +40,6 @@ from mnemex.engine.postgres.vectors import (
 )
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.errors import IndexMismatch
-from mnemex.index.fts import Candidate, Filters, LexicalPlan, Retrieval, raw_plan, raw_terms
 from mnemex.index.query import (
     MAX_QUERY_TERMS,
     build_terms,
@@ -49,8 +48,16 @@ from mnemex.index.query import (
     expand_terms,
     keep_rarest,
 )
+from mnemex.index.retrieval import (
+    Candidate,
+    Filters,
+    LexicalPlan,
+    Retrieval,
+    VectorHit,
+    raw_plan,
+    raw_terms,
+)
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
-from mnemex.index.vectors import VectorHit
 from mnemex.models import Location
 from mnemex.storage import TOKENIZER
 from mnemex.text import format_time, segment, unsegment
@@ -126,7 +133,7 @@ class PostgresEngine:
             yield
 
     def plan(self, request: Request, text: str) -> LexicalPlan:
-        """The SQLite arm's plan (:func:`mnemex.index.fts.plan`) with this database's
+        """The SQLite arm's plan (:func:`mnemex.index.retrieval.plan`) with this database's
         statistics of the namespace searched."""
         self.namespace = request.filters.namespace
         if request.raw:  # the whole store's statistics, as FTS5's bm25() on SQLite

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.sqlite import relations
 from mnemex.errors import UnknownMemory
-from mnemex.index.fts import Filters
+from mnemex.index.fts import filter_sql
+from mnemex.index.retrieval import Filters
 from mnemex.rows import FIELDS
 from mnemex.rows import memory as memory  # the engine's reading of a row
 from mnemex.storage import IN_CHUNK, marks, read_meta, read_transaction, schema_version
@@ -84,7 +85,7 @@ def update(
 
 def count(session: SqliteSurface, ns: str | None) -> int:
     """Memories in the namespace (``None``: in every namespace)."""
-    where, params = Filters(ns).sql()
+    where, params = filter_sql(Filters(ns))
     with session.connection() as conn:
         sql = f"SELECT count(*) FROM memories AS m WHERE 1{where}"
         return int(conn.execute(sql, params).fetchone()[0])
@@ -93,7 +94,7 @@ def count(session: SqliteSurface, ns: str | None) -> int:
 def page(session: SqliteSurface, ns: str | None, after: int, limit: int) -> list[Sequence[Any]]:
     """Rows (seq, then the memory's fields) of up to ``limit`` memories of the namespace
     (or all) with ``seq > after``, oldest first."""
-    where, params = Filters(ns).sql()
+    where, params = filter_sql(Filters(ns))
     sql = f"SELECT seq, {FIELDS} FROM memories AS m WHERE seq > ?{where} ORDER BY seq LIMIT ?"
     return _all(session, sql, [after, *params, limit])
 
@@ -120,7 +121,7 @@ def _stats(
             "SELECT namespace, count(*) FROM memories GROUP BY namespace ORDER BY namespace"
         ).fetchall()
     )
-    where, params = Filters(ns).sql()
+    where, params = filter_sql(Filters(ns))
     kinds = dict(
         conn.execute(
             f"SELECT kind, count(*) FROM memories AS m WHERE 1{where} "
@@ -194,7 +195,7 @@ def latest(
     conn: sqlite3.Connection, filters: Filters, limit: int, oldest_first: bool
 ) -> list[Sequence[Any]]:
     """Rows of :data:`ENTRY`: the ``limit`` newest within ``filters`` (or oldest)."""
-    where, params = filters.sql()
+    where, params = filter_sql(filters)
     order = "ASC" if oldest_first else "DESC"
     sql = f"""SELECT {ENTRY} FROM memories AS m WHERE 1{where}
               ORDER BY m.created_at {order}, m.seq {order} LIMIT ?"""
@@ -206,8 +207,8 @@ def around_anchor(
 ) -> list[Sequence[Any]]:
     """Rows of :data:`ENTRY`, oldest first: the anchor memory (which need only be in the
     namespace) between up to ``before`` older and ``after`` newer rows within ``filters``."""
-    where, params = filters.sql()
-    in_ns, ns_params = Filters(filters.namespace).sql()
+    where, params = filter_sql(filters)
+    in_ns, ns_params = filter_sql(Filters(filters.namespace))
     anchor = conn.execute(
         f"SELECT m.seq, {ENTRY} FROM memories AS m WHERE m.id = ?{in_ns}",
         [anchor_id, *ns_params],
@@ -239,7 +240,7 @@ def entry(row: Sequence[Any]) -> TimelineEntry:
 
 def kind_counts(session: SqliteSurface, ns: str | None) -> list[Sequence[Any]]:
     """(namespace, kind, count) of the namespace (``None``: of every namespace)."""
-    where, params = Filters(ns).sql()
+    where, params = filter_sql(Filters(ns))
     sql = f"SELECT namespace, kind, count(*) FROM memories AS m WHERE 1{where} GROUP BY namespace, kind"
     return _all(session, sql, params)
 

@@ -22,8 +22,9 @@ from mnemex.text import batched
 
 if TYPE_CHECKING:
     from mnemex.engine.protocol import SqliteSurface
-    from mnemex.index.fts import LexicalPlan, Lexicon
+    from mnemex.index.fts import Lexicon
     from mnemex.index.query import Term, Token
+    from mnemex.index.retrieval import LexicalPlan
 
 COLUMNS: Final = (
     "id, namespace, subject, predicate, object, confidence, source_memory, created_at, updated_at"
