@@ -347,3 +347,32 @@ class InjectionSession:
 
     def to_dict(self) -> dict[str, Any]:
         return json_fields(self, "session_id agent namespace prompts injected first_at last_at")
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A memory to embed: its seq, its text and the text's hash."""
+
+    seq: int
+    content: str
+    content_hash: str
+
+
+@dataclass(slots=True)
+class EmbedReport:
+    """What an embedding pass did."""
+
+    model: str
+    embedded: int = 0  # texts run through the model
+    reused: int = 0  # vectors copied from identical content
+    pending: int = 0  # memories still without a vector for the model
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "embedded": self.embedded,
+            "reused": self.reused,
+            "pending": self.pending,
+            "error": self.error,
+        }

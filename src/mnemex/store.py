@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mnemex.index.embeddings import EmbedReport
     from mnemex.results import (
         Added,
         Appended,
         DedupReport,
+        EmbedReport,
         ForgetResult,
         GetResult,
         Injection,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from mnemex.engine.protocol import SqliteSurface
-    from mnemex.index.embeddings import Cut, EmbedReport, Pending
+    from mnemex.index.embeddings import Cut
+    from mnemex.results import EmbedReport, Pending
 
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
@@ -181,6 +182,7 @@ class Embedding:
     ) -> EmbedReport:
         """See :meth:`mnemex.store.Store.embed`."""
         from mnemex.index import embeddings as vectors
+        from mnemex.results import EmbedReport
 
         embedder = self._target()
         if embedder is None:
@@ -191,7 +193,7 @@ class Embedding:
         breaker = getattr(embedder, "breaker", None)
         if breaker is not None:
             breaker.reset()  # asked for now: try the provider even if it failed a moment ago
-        report = vectors.EmbedReport(model=embedder.model_id)
+        report = EmbedReport(model=embedder.model_id)
         session = self.session
         # The session's lock is held for each use of the connection, not while the model
         # runs: other threads keep searching during a long embedding pass.
@@ -323,8 +325,9 @@ class Embedding:
         if primed:
             embedder = _Primed(embedder, primed)
         from mnemex.index import embeddings as vectors
+        from mnemex.results import EmbedReport
 
-        report = vectors.EmbedReport(model=embedder.model_id)
+        report = EmbedReport(model=embedder.model_id)
         session = self.session
         try:
             with session.connection() as conn:
@@ -380,6 +383,7 @@ class Embedding:
         """Embed up to ``most`` of the memories without a vector (oldest first), saying so;
         clear the backlog mark when none is left. Returns how many are left."""
         from mnemex.index import embeddings as vectors
+        from mnemex.results import EmbedReport
 
         embedder, session = self.embedder, self.session
         if embedder is None:
@@ -389,7 +393,7 @@ class Embedding:
         doing = min(most, pending)
         if doing:
             say_catching_up(doing, pending)
-        report, last, done = vectors.EmbedReport(model=embedder.model_id), 0, 0
+        report, last, done = EmbedReport(model=embedder.model_id), 0, 0
         while done < doing:
             with session.connection() as conn:
                 batch = vectors.pending(

@@ -20,13 +20,12 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.workspaces import WorkspaceTables
-    from mnemex.index.embeddings import EmbedReport
     from mnemex.index.fts import Lexicon
     from mnemex.index.query import Term, Token
     from mnemex.index.retrieval import Filters, LexicalPlan
     from mnemex.models import Memory
     from mnemex.progress import Progress
-    from mnemex.results import Stats, TimelineEntry
+    from mnemex.results import EmbedReport, Stats, TimelineEntry
 
 
 class Embeddings(Protocol):

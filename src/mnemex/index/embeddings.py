@@ -17,10 +17,10 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mnemex.embed import SENTENCE_BASE, Embedder, embed_checked
+from mnemex.results import EmbedReport, Pending
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 
 if TYPE_CHECKING:
@@ -39,33 +39,6 @@ PROGRESS_SECONDS = 1.0
 # time, saying how far it is on the ``mnemex.progress`` logger every SAY_EVERY seconds.
 LONG_WINDOWS = 256
 SAY_EVERY = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    seq: int
-    content: str
-    content_hash: str
-
-
-@dataclass(slots=True)
-class EmbedReport:
-    """What an embedding pass did."""
-
-    model: str
-    embedded: int = 0  # texts run through the model
-    reused: int = 0  # vectors copied from identical content
-    pending: int = 0  # memories still without a vector for the model
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "model": self.model,
-            "embedded": self.embedded,
-            "reused": self.reused,
-            "pending": self.pending,
-            "error": self.error,
-        }
 
 
 def pending(

@@ -29,7 +29,7 @@ from mnemex.progress import Progress, phase
 
 if TYPE_CHECKING:
     from mnemex.engine.protocol import Session
-    from mnemex.index.embeddings import EmbedReport
+    from mnemex.results import EmbedReport
 
 BATCH = 256  # memories embedded, then written, at a time
 
@@ -114,7 +114,7 @@ class PgEmbedding:
     ) -> EmbedReport:
         """Vectors for every memory that lacks one for the configured model (``force``:
         for every memory, anew)."""
-        from mnemex.index.embeddings import EmbedReport
+        from mnemex.results import EmbedReport
 
         self.embedder  # noqa: B018 - resolves the embedder to switch to
         if isinstance(self._wanted, embedders.Unavailable):
@@ -163,7 +163,7 @@ class PgEmbedding:
         (:func:`mnemex.engine.embedding.rewindowed`); the others are left as they are.
         Its phase of ``progress`` counts the memories looked at (those with vectors)."""
         from mnemex.engine.embedding import REWINDOWING, rewindowed
-        from mnemex.index.embeddings import Pending
+        from mnemex.results import Pending
 
         if not self.session.settings.embed_windows or getattr(embedder, "windows", None) is None:
             return
@@ -200,7 +200,7 @@ class PgEmbedding:
         memories an earlier write left so are caught up after (as SQLite's
         :meth:`mnemex.engine.embedding.Embedding.embed_new` does)."""
         from mnemex.engine.embedding import Backlog, catch_up_size
-        from mnemex.index.embeddings import EmbedReport
+        from mnemex.results import EmbedReport
 
         embedder = self.embedder
         if embedder is None:
@@ -231,7 +231,7 @@ class PgEmbedding:
         """Embed up to ``most`` of the memories without a vector, saying so; clear the
         backlog mark when none is left. Returns how many are left."""
         from mnemex.engine.embedding import Backlog, say_catching_up, say_left
-        from mnemex.index.embeddings import EmbedReport
+        from mnemex.results import EmbedReport
 
         embedder = self.embedder
         if embedder is None:
