@@ -58,7 +58,7 @@ from common import (
 )
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
-from mnemex.index import ann
+from mnemex.engine.sqlite import ann
 from mnemex.index.stopwords import STOPWORDS
 
 LIMIT = 10

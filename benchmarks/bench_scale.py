@@ -72,7 +72,7 @@ from common import (
     scale_corpus,
     write_section,
 )
-from mnemex.index import ann
+from mnemex.engine.sqlite import ann
 
 LIMIT = 10
 SAVED = CACHE / "bench_scale.json"  # the last results, for --add

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from mnemex import dedup as dups
 from mnemex.cli import cli
-from mnemex.index.fts import Lexicon
-from mnemex.index.vectors import VectorIndex
+from mnemex.engine.sqlite.fts import Lexicon
+from mnemex.engine.sqlite.vectors import VectorIndex
 from mnemex.results import DedupReport
 from mnemex.rows import prepare
 from mnemex.store import ALL, Store

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
-from mnemex.index.fts import _varints
+from mnemex.engine.sqlite.fts import _varints
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from mnemex.engine.sqlite.embeddings import EMBED_BATCH, FIRST_PROGRESS_BATCH
 from mnemex.eval import runner
-from mnemex.index.embeddings import EMBED_BATCH, FIRST_PROGRESS_BATCH
 from mnemex.store import Store
 from mnemex.transfer import import_jsonl
 

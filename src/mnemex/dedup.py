@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any
 from mnemex.config import Settings
 from mnemex.engine import engine_of, logger
 from mnemex.engine.sqlite import dedup as statements
+from mnemex.engine.sqlite.fts import Lexicon, bm25_beside, retrieve
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
-from mnemex.index.fts import Lexicon, bm25_beside, retrieve
 from mnemex.index.query import build_terms, content_terms, idf
 from mnemex.index.retrieval import Filters, LexicalPlan, plan
 from mnemex.index.stopwords import STOPWORDS
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
     from mnemex.embed import Embedder
     from mnemex.engine.sqlite.session import SqliteSession
-    from mnemex.index.vectors import VectorIndex
+    from mnemex.engine.sqlite.vectors import VectorIndex
 
 NEGATIONS = frozenset(
     "not no never none nothing nobody nor without cannot don doesn didn isn aren wasn weren "

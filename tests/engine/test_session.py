@@ -160,8 +160,8 @@ def test_the_vector_index_is_kept_and_sees_writes(tmp_path: Path, fake_embedder:
 
 
 def test_drop_ann_deletes_the_graph_its_meta_and_the_snapshot(tmp_path: Path) -> None:
-    from mnemex.index import ann
-    from mnemex.index.vectors import snapshot_path
+    from mnemex.engine.sqlite import ann
+    from mnemex.engine.sqlite.vectors import snapshot_path
 
     session = _session(tmp_path / "s.db")
     graph = ann.sidecar(tmp_path / "s.db", "m")

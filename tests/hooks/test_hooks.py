@@ -822,7 +822,7 @@ NOT_FOR_A_LEXICAL_PROMPT = (
     "concurrent.futures",
     "mnemex.cli",
     "mnemex.embed.local",
-    "mnemex.index.vectors",
+    "mnemex.engine.sqlite.vectors",
     "mnemex.memories",
     "mnemex.relations",
     "mnemex.results",

@@ -6,8 +6,8 @@ import faiss  # the ann extra: make test installs it
 import numpy as np
 
 import mnemex
-from mnemex.index import ann
-from mnemex.index.vectors import VectorIndex
+from mnemex.engine.sqlite import ann
+from mnemex.engine.sqlite.vectors import VectorIndex
 from tests.conftest import FakeEmbedder
 
 WORDS = (

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
-from mnemex.index.fts import _BM25, _varints, bm25_of, retrieve
+from mnemex.engine.sqlite.fts import _BM25, _varints, bm25_of, retrieve
 from mnemex.index.retrieval import Filters, plan, plan_raw
 from mnemex.store import Store
 

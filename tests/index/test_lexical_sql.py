@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mnemex.engine.sqlite.fts import exact_sql, lexical_sql, retrieve, shaped_sql
 from mnemex.errors import InvalidInput
-from mnemex.index.fts import exact_sql, lexical_sql, retrieve, shaped_sql
 from mnemex.index.retrieval import Filters, plan, plan_raw
 from mnemex.store import Store
 
@@ -141,7 +141,7 @@ def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
 def test_surface_of_reads_the_term_rows_first(filled: Store) -> None:
     """How a memory writes a term: the term's rows are read first, then their memories (the
     other way round, a memory at a time, costs seconds in a large namespace)."""
-    from mnemex.index.fts import surface_of
+    from mnemex.engine.sqlite.fts import surface_of
 
     session = filled.session
     conn = session.conn

@@ -28,7 +28,7 @@ from mnemex.embed.local import (
     sentence_windows,
 )
 from mnemex.engine.embedding import REWINDOWING
-from mnemex.index.vectors import row_steps, window_spans
+from mnemex.engine.sqlite.vectors import row_steps, window_spans
 from mnemex.migration import migrate
 from mnemex.store import Store
 from tests.conftest import PYTHON, python_env

@@ -450,7 +450,7 @@ def test_vector_snapshot_is_reused_and_kept_in_step(
 ) -> None:
     """A new process maps the snapshot instead of reading every vector from SQLite, then
     applies what changed since (new vectors, forgotten memories, changed kinds)."""
-    from mnemex.index import vectors as index
+    from mnemex.engine.sqlite import vectors as index
 
     monkeypatch.setattr(index, "SNAPSHOT_MIN_ROWS", 3)
     db = tmp_path / "snap.db"
@@ -487,7 +487,7 @@ def test_vector_snapshot_is_reused_and_kept_in_step(
 def test_a_stale_or_broken_vector_snapshot_is_never_used(
     tmp_path: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
-    from mnemex.index import vectors as index
+    from mnemex.engine.sqlite import vectors as index
 
     monkeypatch.setattr(index, "SNAPSHOT_MIN_ROWS", 1)
     db = tmp_path / "snap.db"
@@ -560,7 +560,7 @@ def test_a_snapshot_left_half_written_is_removed_by_the_next_writer(
 ) -> None:
     import os
 
-    from mnemex.index import vectors as index
+    from mnemex.engine.sqlite import vectors as index
 
     monkeypatch.setattr(index, "SNAPSHOT_MIN_ROWS", 1)
     db = tmp_path / "snap.db"

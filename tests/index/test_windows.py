@@ -12,7 +12,7 @@ import pytest
 
 import mnemex
 from mnemex.engine import engine_of
-from mnemex.index.vectors import SNAPSHOT_MAGIC, snapshot_path
+from mnemex.engine.sqlite.vectors import SNAPSHOT_MAGIC, snapshot_path
 from mnemex.storage import migrations
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder

@@ -1,5 +1,6 @@
 """What a session of any engine offers the code written over it (:class:`Session`), and
-the part of SQLite's session its own modules use besides (:class:`SqliteSurface`).
+the part of PostgreSQL's session its own modules use besides (:class:`PostgresSurface`;
+SQLite's is :class:`mnemex.engine.sqlite.surface.SqliteSurface`).
 
 The operations of an engine take a session typed by these protocols rather than by
 the session class that owns them, so that a session and its parts (its embedding
@@ -13,14 +14,11 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import sqlite3
     from datetime import datetime
-    from pathlib import Path
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.workspaces import WorkspaceTables
-    from mnemex.index.fts import Lexicon
     from mnemex.index.query import Term, Token
     from mnemex.index.retrieval import Filters, LexicalPlan
     from mnemex.models import Memory
@@ -208,23 +206,6 @@ class Session(Protocol):
     def read(self) -> AbstractContextManager[Any]: ...
 
     def after_write(self) -> None: ...
-
-
-class SqliteSurface(Session, Protocol):
-    """What SQLite's embedding lifecycle and check use of its session besides."""
-
-    @property
-    def conn(self) -> sqlite3.Connection: ...
-
-    @property
-    def lexicon(self) -> Lexicon: ...
-
-    @property
-    def path(self) -> Path: ...
-
-    def update_ann(self, embedder: Embedder) -> None: ...
-
-    def drop_ann(self, model_id: str) -> None: ...
 
 
 class PostgresSurface(Session, Protocol):

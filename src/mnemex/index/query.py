@@ -1,7 +1,7 @@
 """From tokens to FTS5 terms: pure functions, no I/O.
 
 A natural-language query never reaches FTS5 as typed. It is tokenized by
-FTS5's own tokenizer (see :mod:`mnemex.index.fts`), and every resulting term
+FTS5's own tokenizer (see :mod:`mnemex.engine.sqlite.fts`), and every resulting term
 is written as a double-quoted FTS5 string, so no input character can be read
 as FTS5 syntax. Terms are joined with ``OR`` (never AND-only), ranked by
 BM25, which weights rare terms above common ones.

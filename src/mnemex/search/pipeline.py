@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
 from mnemex.engine import engine_of
+from mnemex.engine.sqlite import fts
+from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
-from mnemex.index import fts
-from mnemex.index.fts import Lexicon
 from mnemex.index.query import normalized_score
 from mnemex.index.retrieval import Candidate, Filters, LexicalPlan, Retrieval, plan, plan_raw
 from mnemex.index.stopwords import STOPWORDS
@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from mnemex.engine.sqlite.vectors import VectorIndex
     from mnemex.index.retrieval import VectorHit
-    from mnemex.index.vectors import VectorIndex
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200

@@ -256,7 +256,7 @@ _WORKSPACES: Final = (
 )
 
 # Per-namespace statistics, so a namespace ranks as it would alone in its own store
-# (see mnemex.index.fts): its rows (``docs``), their FTS5 tokens over every column
+# (see mnemex.engine.sqlite.fts): its rows (``docs``), their FTS5 tokens over every column
 # (``tokens``, read from the row's ``memories_fts_docsize`` record), a counter bumped by
 # every change to its text (``changes``, the key of cached term statistics) and bounds
 # of its rows' seqs (``lo``..``hi``: every row of the namespace lies within them; a

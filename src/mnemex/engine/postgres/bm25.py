@@ -1,7 +1,7 @@
 """The lexical arm: BM25 from an inverted index kept in tables, per namespace.
 
 PostgreSQL's ``ts_rank`` is not BM25. Each row's score here is FTS5's
-``bm25()`` arithmetic (see :mod:`mnemex.index.fts`): for each query term,
+``bm25()`` arithmetic (see :mod:`mnemex.engine.sqlite.fts`): for each query term,
 ``idf · f·(k1+1) / (f + k1·(1 − b + b·len/avgdl))``, summed, where ``f`` is
 the term's frequency in the row, ``len`` the row's tokens, and N, avgdl and
 each term's document frequency are the namespace's own (``namespace_stats``,

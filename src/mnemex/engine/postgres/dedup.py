@@ -40,7 +40,7 @@ def lock_namespace(conn: Conn, namespace: str) -> None:
 @dataclass(frozen=True, slots=True)
 class NamespaceLexicon:
     """The tokenizer and a namespace's term statistics, as :func:`mnemex.dedup.coverage`
-    reads them (a :class:`~mnemex.index.fts.Lexicon`'s ``tokenize``, ``doc_freqs``,
+    reads them (a :class:`~mnemex.engine.sqlite.fts.Lexicon`'s ``tokenize``, ``doc_freqs``,
     ``n_docs``)."""
 
     conn: Conn
@@ -91,7 +91,7 @@ def beside(
     """BM25 of a text not stored yet, ``new`` = (content, tags JSON), and (seq, BM25) of
     the namespace's best ``limit`` rows, for the terms; both scored as they would be once
     the text is stored (it counts in the rows, their average length and the document
-    frequency of each term it holds), as :func:`mnemex.index.fts.bm25_beside` does. The
+    frequency of each term it holds), as :func:`mnemex.engine.sqlite.fts.bm25_beside` does. The
     rows are found as a search finds them, shaped by ``budget`` (on the rows stored)."""
     keys = [query_key(t) for t in terms]
     stats = bm25.statistics(conn, namespace, keys)

@@ -198,7 +198,7 @@ class PgEmbedding:
     ) -> EmbedReport | None:
         """Embed memories just written. On failure they stay stored without vectors; the
         memories an earlier write left so are caught up after (as SQLite's
-        :meth:`mnemex.engine.embedding.Embedding.embed_new` does)."""
+        :meth:`mnemex.engine.sqlite.embedding.Embedding.embed_new` does)."""
         from mnemex.engine.embedding import Backlog, catch_up_size
         from mnemex.results import EmbedReport
 

@@ -3,7 +3,7 @@
 
 The pipeline's planning, fusion, ranking and hits are shared; here are only the
 reads. The lexical plan is the SQLite arm's (the same tokenizer, expansion, stop
-words and rarest-terms cut, see :mod:`mnemex.index.fts`), with the statistics of
+words and rarest-terms cut, see :mod:`mnemex.engine.sqlite.fts`), with the statistics of
 the namespace searched (every namespace's with ``ALL``), and its candidates are
 scored by :func:`mnemex.engine.postgres.bm25.retrieve` (shaped by
 ``lexical_budget``, as on SQLite). A raw FTS5 expression is answered by

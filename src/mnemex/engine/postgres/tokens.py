@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mnemex.index.fts import Lexicon
+from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.index.query import Term
 from mnemex.storage import TOKENIZER
 from mnemex.text import has_cjk, segment, starts_cjk

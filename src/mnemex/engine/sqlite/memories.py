@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.sqlite import relations
+from mnemex.engine.sqlite.fts import filter_sql
 from mnemex.errors import UnknownMemory
-from mnemex.index.fts import filter_sql
 from mnemex.index.retrieval import Filters
 from mnemex.rows import FIELDS
 from mnemex.rows import memory as memory  # the engine's reading of a row
@@ -24,7 +24,7 @@ from mnemex.text import batched, clean_namespace, parse_stored_time, summarize
 
 if TYPE_CHECKING:
     from mnemex.embed import Embedder
-    from mnemex.engine.protocol import SqliteSurface
+    from mnemex.engine.sqlite.surface import SqliteSurface
     from mnemex.models import Memory
     from mnemex.results import Stats, TimelineEntry
 

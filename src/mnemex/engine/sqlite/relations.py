@@ -21,8 +21,8 @@ from mnemex.storage.sql import delete_ids
 from mnemex.text import batched
 
 if TYPE_CHECKING:
-    from mnemex.engine.protocol import SqliteSurface
-    from mnemex.index.fts import Lexicon
+    from mnemex.engine.sqlite.fts import Lexicon
+    from mnemex.engine.sqlite.surface import SqliteSurface
     from mnemex.index.query import Term, Token
     from mnemex.index.retrieval import LexicalPlan
 

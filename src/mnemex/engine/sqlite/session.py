@@ -22,14 +22,15 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.protocol import MemoryStatements
-    from mnemex.index.vectors import VectorIndex
+    from mnemex.engine.sqlite.vectors import VectorIndex
 
 from mnemex.engine import NamespaceArg, resolve_namespace
-from mnemex.engine.embedding import FROM_SETTINGS, Embedding
+from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import injections, memories, relations
+from mnemex.engine.sqlite.embedding import Embedding
+from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
-from mnemex.index.fts import Lexicon
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import (
     connect,
@@ -192,8 +193,8 @@ class SqliteSession:
         assert embedder is not None
         index = self._vector_index
         if index is None or index.model != embedder.model_id or index.dim != dim:
-            from mnemex.index import ann
-            from mnemex.index.vectors import VectorIndex, snapshot_path
+            from mnemex.engine.sqlite import ann
+            from mnemex.engine.sqlite.vectors import VectorIndex, snapshot_path
 
             in_memory = str(self.path) == ":memory:"
             snapshot = None if in_memory else snapshot_path(self.path, embedder.model_id)
@@ -205,7 +206,7 @@ class SqliteSession:
 
     def update_ann(self, embedder: Embedder) -> None:
         """Build or extend the HNSW index once the store is past ``ann_threshold`` vectors."""
-        from mnemex.index import ann
+        from mnemex.engine.sqlite import ann
 
         if self.settings.ann == "off" or not ann.available():
             return
@@ -227,8 +228,8 @@ class SqliteSession:
 
     def drop_ann(self, model_id: str) -> None:
         """Delete the model's HNSW index and vector snapshot files (to be built anew)."""
-        from mnemex.index import ann
-        from mnemex.index.vectors import snapshot_path
+        from mnemex.engine.sqlite import ann
+        from mnemex.engine.sqlite.vectors import snapshot_path
 
         graph = ann.sidecar(self.path, model_id)
         for path in (

@@ -20,13 +20,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from mnemex.embed import SENTENCE_BASE, Embedder, embed_checked
+from mnemex.engine.embedding import Cut
 from mnemex.results import EmbedReport, Pending
 from mnemex.storage import IN_CHUNK, marks, write_transaction
 
 if TYPE_CHECKING:
     import numpy as np
 
-Cut = Callable[[str], list[tuple[int, str]]]  # a text's numbered windows (one: (0, text))
 # A text's vectors by window number, in order: as stored, or views of the rows just embedded
 # (SQLite takes either as a BLOB; a view copies nothing).
 Windows = list[tuple[int, bytes | memoryview]]

@@ -1,7 +1,7 @@
 """The vector index: exact cosine over an in-process float32 matrix.
 
 SQLite holds the vectors (``embeddings``, float32 BLOBs stamped with their
-model, one per window of a memory's text: see :mod:`mnemex.index.embeddings`);
+model, one per window of a memory's text: see :mod:`mnemex.engine.sqlite.embeddings`);
 this module keeps one model's vectors in a numpy matrix, a row per window with
 the memory's seq beside it, loaded on first use and kept in step with every
 writer, this process or another:
@@ -56,7 +56,7 @@ from mnemex.storage import IN_CHUNK, marks
 if TYPE_CHECKING:
     import numpy as np
 
-    from mnemex.index.ann import HnswIndex
+    from mnemex.engine.sqlite.ann import HnswIndex
     from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
@@ -179,7 +179,7 @@ class VectorIndex:
         # (_loads, rows in seq order, their seqs) when last sorted (see _by_seq)
         self._seq_order: tuple[int, np.ndarray, np.ndarray] | None = None
         self.corrupt = 0  # rows skipped because their BLOB is not a valid vector
-        self.ann: HnswIndex | None = None  # optional approximate index (mnemex.index.ann)
+        self.ann: HnswIndex | None = None  # optional approximate index (mnemex.engine.sqlite.ann)
         self.snapshot = snapshot  # the snapshot file (None: never read or written)
         self.from_snapshot = 0  # vectors the first load took from the snapshot
         self._read = 0  # vectors read from SQLite since the snapshot was last written
