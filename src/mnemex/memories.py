@@ -6,10 +6,11 @@ The validation is here; the statements are each engine's (``session.memories``:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import MAX_SEARCH_LIMIT, check_count
+from mnemex.engine import threads
 from mnemex.engine.sqlite.session import WRITE_CHUNK, Conflict
 from mnemex.errors import InvalidInput, UnknownMemory
 from mnemex.index.retrieval import Filters
@@ -232,44 +233,7 @@ def thread(
     for name, value in (("before", before), ("after", after)):
         check_count(name, value, 0, MAX_SEARCH_LIMIT)
     ops = session.memories
-    rows = _thread(session, (ops.ENTRY, ops.entry, ops.MARK), ns, anchor_id, before, after)
+    rows = threads.around(session, (ops.ENTRY, ops.entry, ops.MARK), ns, anchor_id, before, after)
     if rows is None:
         raise UnknownMemory([anchor_id], ns)
     return rows
-
-
-def _thread(
-    session: SqliteSession,
-    engine: tuple[str, Callable[[Any], TimelineEntry], str],
-    ns: str,
-    ident: str,
-    before: int,
-    after: int,
-) -> list[TimelineEntry] | None:
-    """:func:`thread` on either engine: ``engine`` is its entry columns, the function
-    reading an entry from them, and its parameter mark."""
-    columns, entry, mark = engine
-    with session.read() as conn:
-        anchor = conn.execute(
-            f"SELECT m.seq, m.source, {columns} FROM memories AS m "
-            f"WHERE m.id = {mark} AND m.namespace = {mark}",
-            (ident, ns),
-        ).fetchone()
-        if anchor is None:
-            return None
-        seq, source = anchor[0], anchor[1]
-        if source is None:
-            return [entry(anchor[2:])]
-
-        def beside(op: str, order: str, count: int) -> list[Any]:
-            return list(
-                conn.execute(
-                    f"SELECT {columns} FROM memories AS m WHERE m.namespace = {mark} "
-                    f"AND m.source = {mark} AND m.seq {op} {mark} ORDER BY m.seq {order} "
-                    f"LIMIT {mark}",
-                    (ns, source, seq, count),
-                ).fetchall()
-            )
-
-        rows = [*reversed(beside("<", "DESC", before)), anchor[2:], *beside(">", "ASC", after)]
-    return [entry(r) for r in rows]

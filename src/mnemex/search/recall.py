@@ -27,13 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mnemex.engine import engine_of
 from mnemex.errors import MissingExtra
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Recalled, RecallResult
 from mnemex.search.rank import age_days
-from mnemex.storage import IN_CHUNK, marks
-from mnemex.text import batched
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -322,16 +319,7 @@ def counter(choice: str | TokenCounter) -> tuple[str, TokenCounter]:
 def read_bodies(session: Any, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
     """The whole content and the confidence of each memory, which a search hit lacks, from
     the store of ``session`` (SQLite or PostgreSQL)."""
-    if engine_of(session) != "SQLite":
-        from mnemex.engine.postgres import memories as pg_memories
-
-        return pg_memories.bodies(session, ids)
-    found: dict[str, tuple[str, float]] = {}
-    with session.connection() as conn:
-        for chunk in batched(ids, IN_CHUNK):
-            sql = f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})"
-            found.update((ident, (text, sure)) for ident, text, sure in conn.execute(sql, chunk))
-    return found
+    return dict(session.memories.bodies(session, ids))
 
 
 def recall(

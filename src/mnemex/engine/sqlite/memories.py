@@ -275,3 +275,13 @@ def notable(session: SqliteSurface, ns: str, skip: Sequence[str], limit: int) ->
             (ns, *skip, limit),
         ).fetchall()
     return [memory(row) for row in rows]
+
+
+def bodies(session: SqliteSurface, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """The whole content and the confidence of each memory (for recall)."""
+    found: dict[str, tuple[str, float]] = {}
+    with session.connection() as conn:
+        for chunk in batched(ids, IN_CHUNK):
+            sql = f"SELECT id, content, confidence FROM memories WHERE id IN ({marks(len(chunk))})"
+            found.update((ident, (text, sure)) for ident, text, sure in conn.execute(sql, chunk))
+    return found
