@@ -24,8 +24,9 @@ from mnemex.engine import postgres as pg
 from mnemex.engine.postgres import bm25, tokens
 from mnemex.engine.postgres import schema as pg_schema
 from mnemex.engine.postgres import vectors as pg_vectors
-from mnemex.engine.sqlite import fts, retrieval
+from mnemex.engine.sqlite import fts
 from mnemex.errors import IndexMismatch, InvalidInput, MissingExtra
+from mnemex.index import retrieval
 from mnemex.storage import connect as sqlite_connect
 from mnemex.text import content_hash
 
