@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from mnemex import dedup as dups
 from mnemex.cli import cli
+from mnemex.engine.sqlite import dedup as sqlite_dedup
 from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.sqlite.vectors import VectorIndex
 from mnemex.results import DedupReport
@@ -159,13 +160,13 @@ def test_cli_add_reports_dedup_and_the_dedup_command(tmp_path: Path) -> None:
 def test_remember_stores_a_prepared_row_or_merges_it(store: Store) -> None:
     lexicon = Lexicon(store.session.conn)
     row = prepare(BASE, "default", datetime(2026, 1, 1, tzinfo=UTC), False, 1000)
-    match, seq, _ = dups.remember(
+    match, seq, _ = sqlite_dedup.remember(
         store.session.connection, store.session.transaction, lexicon, store.settings, row
     )
     assert match is None and store.get(row[0]).memories[0].content == BASE
     again = prepare(BASE, "default", datetime(2026, 2, 1, tzinfo=UTC), False, 1000)
     lexicon.invalidate()
-    match, seq, _ = dups.remember(
+    match, seq, _ = sqlite_dedup.remember(
         store.session.connection, store.session.transaction, lexicon, store.settings, again
     )
     assert match is not None and (match.id, match.by, seq) == (row[0], "exact", 0)
@@ -190,14 +191,14 @@ def test_new_vector_reuses_a_stored_vector(
 ) -> None:
     vector_store.add("alpha beta gamma", namespace="other")
     calls = fake_embedder.calls
-    vectors = dups.Vectors(
+    vectors = sqlite_dedup.Vectors(
         fake_embedder,
         lambda embedder: None,
         lambda dim: VectorIndex(vector_store.session.conn, fake_embedder.model_id, dim),
     )
 
-    def new(text: str, given: dups.Vectors = vectors) -> tuple[Any, Any]:
-        return dups.new_vector(given, vector_store.session.connection, text, content_hash(text))
+    def new(text: str, given: sqlite_dedup.Vectors = vectors) -> tuple[Any, Any]:
+        return sqlite_dedup.new_vector(given, vector_store.session.connection, text, content_hash(text))
 
     vector, index = new("alpha beta gamma")
     assert fake_embedder.calls == calls and index is not None
@@ -206,4 +207,4 @@ def test_new_vector_reuses_a_stored_vector(
     assert vector is not None and vector.tobytes() == stored
     fake_embedder.fail = True
     assert new("delta") == (None, None)  # the write that follows reports the failure
-    assert new("delta", dups.Vectors(None, vectors.check_dimension, vectors.index)) == (None, None)
+    assert new("delta", sqlite_dedup.Vectors(None, vectors.check_dimension, vectors.index)) == (None, None)

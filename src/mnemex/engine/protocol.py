@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.duplicates import Match
     from mnemex.engine.workspaces import WorkspaceTables
     from mnemex.index.query import Term, Token
     from mnemex.index.retrieval import Filters, LexicalPlan
@@ -174,6 +175,26 @@ class MemoryStatements(Protocol):
     def notable(self, session: Any, ns: str, skip: Sequence[str], limit: int) -> list[Memory]: ...
 
 
+class DuplicateChecks(Protocol):
+    """An engine's duplicate checks (a module: ``engine/*/dedup.py``), each with the
+    engine's own reads and locking; the decisions are :mod:`mnemex.engine.duplicates`'."""
+
+    def remember_row(
+        self, session: Any, row: tuple[Any, ...], embed: bool
+    ) -> tuple[Match | None, int, Any]:
+        """Store a row of :func:`mnemex.rows.prepare` unless it repeats a memory of its
+        namespace: the memory it was merged into (or ``None`` and the new row's seq), and
+        the row's vector when the check made one (to embed the new memory with)."""
+        ...
+
+    def dedup_pass(
+        self, session: Any, namespace: str, moved_to: str, dry_run: bool
+    ) -> tuple[Sequence[tuple[Any, ...]], Callable[[Any, tuple[Any, ...]], Match | None]]:
+        """The rows of a dedup pass over ``namespace`` and the step that checks one (and,
+        unless ``dry_run``, merges it and moves it to ``moved_to``) in a transaction."""
+        ...
+
+
 class Session(Protocol):
     """One store's session: its settings, lock, connections and transactions."""
 
@@ -200,6 +221,9 @@ class Session(Protocol):
 
     @property
     def memories(self) -> MemoryStatements: ...
+
+    @property
+    def dedup(self) -> DuplicateChecks: ...
 
     def connection(self) -> AbstractContextManager[Any]: ...
 

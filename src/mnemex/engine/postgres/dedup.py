@@ -1,7 +1,7 @@
 """What the duplicate checks of :mod:`mnemex.dedup` read and write in PostgreSQL.
 
 The decisions (thresholds, the converse coverage, numbers and negations, what
-a merge records) are the shared code's; here are the reads: a text's BM25
+a merge records) are :mod:`mnemex.engine.duplicates`'; here are the reads: a text's BM25
 against the namespace's rows and against itself, its nearest first-window
 vectors, term statistics for the coverage, and the writes of a merge and of a
 move to the duplicates namespace.
@@ -16,13 +16,25 @@ unique index).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mnemex.config import Settings
+from mnemex.engine import logger
+from mnemex.engine.duplicates import (
+    CANDIDATES,
+    NEAR_MAX_CHARS,
+    Match,
+    NewMemory,
+    coverage,
+    markers,
+    merged,
+)
 from mnemex.engine.postgres import bm25
 from mnemex.engine.postgres.tokens import document_lex, lexeme_counts, lexicon, query_key
 from mnemex.engine.postgres.vectors import model_dim, param
+from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.query import Term, Token, idf
 from mnemex.index.retrieval import BM25_B, BM25_K1
 from mnemex.text import parse_stored_time, tags_columns
@@ -39,7 +51,7 @@ def lock_namespace(conn: Conn, namespace: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class NamespaceLexicon:
-    """The tokenizer and a namespace's term statistics, as :func:`mnemex.dedup.coverage`
+    """The tokenizer and a namespace's term statistics, as :func:`mnemex.engine.duplicates.coverage`
     reads them (a :class:`~mnemex.engine.sqlite.fts.Lexicon`'s ``tokenize``, ``doc_freqs``,
     ``n_docs``)."""
 
@@ -251,3 +263,171 @@ def move(conn: Conn, seq: int, namespace: str, duplicate_of: str) -> None:
             )
     except errors.UniqueViolation:
         conn.execute("DELETE FROM memories WHERE seq = %s", (seq,))
+
+
+# -- the checks, over the reads above ------------------------------------------------
+
+
+def _close_texts(
+    conn: Any,
+    new: NewMemory,
+    threshold: float,
+    stored: int | None = None,
+    budget: int = 0,
+) -> list[tuple[float, int, str]]:
+    """The namespace's rows whose text repeats ``new`` (not stored, or stored as row
+    ``stored``): (similarity, seq, "text"), as SQLite decides (the rows
+    found as a search shaped by ``budget`` finds them)."""
+    terms = query_terms(conn, new.content, new.namespace)
+    if not terms:
+        return []
+    if stored is None:
+        own, found = beside(conn, terms, new.namespace, new.indexed, CANDIDATES, budget)
+    else:
+        own = dict(scores(conn, terms, new.namespace, 1, [stored])).get(stored, 0.0)
+        found = scores(conn, terms, new.namespace, CANDIDATES + 1, budget=budget)
+    if own <= 0:
+        return []
+    close = [(seq, min(1.0, raw / own)) for seq, raw in found if seq != stored]
+    close = [(seq, ratio) for seq, ratio in close if ratio > threshold]
+    if not close:
+        return []
+    lexicon, others = (
+        NamespaceLexicon(conn, new.namespace),
+        texts(conn, [c[0] for c in close]),
+    )
+    out = []
+    for other, ratio in close:
+        text = others[other][1] if other in others else ""
+        back = coverage(lexicon, text, new.content, by_stored=stored is not None)
+        if min(ratio, back) > threshold:
+            out.append((min(ratio, back), other, "text"))
+    return out
+
+
+def _best(conn: Any, content: str, found: list[tuple[float, int, str]]) -> Match | None:
+    """The closest of ``found`` that is no file chunk and has the same
+    numbers and negations."""
+    rows = texts(conn, [f[1] for f in found]) if found else {}
+    mine = markers(content)
+    for similarity, other, by in sorted(found, key=lambda f: (-f[0], f[1])):
+        ident, text, kind = rows.get(other, ("", "", "chunk"))
+        if kind != "chunk" and markers(text) == mine:
+            return Match(other, ident, similarity, by)
+    return None
+
+
+def _lookup(
+    conn: Any, new: NewMemory, settings: Settings, vector: Any, model: str | None
+) -> Match | None:
+    """The memory ``new`` repeats in its namespace, if any (under the namespace's lock)."""
+    same = same_text(conn, new.namespace, new.content_hash)
+    if same is not None:
+        return Match(int(same[0]), same[1], 1.0, "exact")
+    if len(new.content) > NEAR_MAX_CHARS:
+        return None
+    close = _close_texts(conn, new, settings.dedup_text, budget=settings.lexical_budget)
+    if vector is not None and model is not None:
+        for seq, cosine in nearest(conn, vector, new.namespace, model, CANDIDATES + 1):
+            if cosine > settings.dedup_cosine:
+                close.append((cosine, seq, "cosine"))
+    return _best(conn, new.content, close)
+
+
+def _new_vector(session: Any, text: str, digest: str) -> Any:
+    """The new text's first-window vector (a stored one for the same text, else embedded),
+    or ``None`` without an embedder or when it fails (the write reports that)."""
+    embedder = session.embedder
+    if embedder is None:
+        return None
+    from mnemex.embed import embed_checked
+
+    try:
+        with session.connection() as conn:
+            known = vector_of_text(conn, embedder.model_id, digest)
+        if known is not None and known.shape[0] == embedder.dim:
+            return known
+        return embed_checked(embedder, [session.embedding.first(text)])[0]
+    except (EmbeddingError, MissingExtra, IndexMismatch) as exc:
+        logger().debug("duplicate check without vectors: %s", exc)
+        return None
+
+
+def remember_row(session: Any, row: tuple[Any, ...], embed: bool) -> tuple[Match | None, int, None]:
+    """The row stored unless it repeats a memory of its namespace: the check and the write
+    in one transaction, under the namespace's lock. The memory it was merged into (or
+    ``None`` and the new row's seq); no vector (the new memory is embedded afresh)."""
+    from mnemex.errors import DuplicateId
+
+    text, namespace = row[3], row[1]
+    vector = _new_vector(session, text, row[10]) if embed else None
+    model = session.embedder.model_id if vector is not None and session.embedder else None
+    indexed = (text, tags_columns(tuple(json.loads(row[4])))[0])
+    new = NewMemory(namespace, text, row[10], indexed)
+    with session.transaction() as conn:
+        lock_namespace(conn, namespace)
+        match = _lookup(conn, new, session.settings, vector, model)
+        if match is None:
+            written = session.insert_one(conn, row)
+            if not written.inserted:
+                if written.id == row[0]:
+                    raise DuplicateId(f"a memory with id {row[0]!r} already exists")
+                match = Match(written.seq, written.id, 1.0, "exact")
+        if match is not None:
+            _merge(conn, match, (None, text, *row[4:9]), session.settings.max_content_bytes)
+    return match, 0 if match is not None else written.seq, None
+
+
+def _merge(conn: Any, keep: Match, duplicate: Sequence[Any], max_bytes: int) -> None:
+    """Fold a duplicate into the memory it repeats (see :func:`mnemex.engine.duplicates.merged`)."""
+    old = for_merge(conn, keep.seq)
+    apply_merge(conn, keep.seq, merged(old, keep, duplicate, max_bytes))
+
+
+def _older_copy(
+    conn: Any, settings: Settings, namespace: str, row: tuple[Any, ...], model: str | None
+) -> Match | None:
+    """The older memory that row ``(seq, id, content, content_hash)`` repeats, if it is
+    still in the namespace and repeats one (as on SQLite)."""
+    seq, _, content, digest = row
+    if not present(conn, seq, namespace):
+        return None
+    same = same_text(conn, namespace, digest, seq)
+    if same is not None:
+        return Match(int(same[0]), same[1], 1.0, "exact")
+    new = NewMemory(namespace, content, digest, (content, ""))
+    found = [
+        f
+        for f in _close_texts(conn, new, settings.dedup_text, seq, settings.lexical_budget)
+        if f[1] < seq
+    ]
+    vector = None if model is None else stored_vector(conn, model, seq)
+    if vector is not None and model is not None:
+        for other, cosine in nearest(conn, vector, namespace, model, CANDIDATES + 1):
+            if other < seq and cosine > settings.dedup_cosine:
+                found.append((cosine, other, "cosine"))
+    return _best(conn, content, found)
+
+
+def dedup_pass(
+    session: Any, namespace: str, moved_to: str, dry_run: bool
+) -> tuple[list[tuple[Any, ...]], Callable[[Any, tuple[Any, ...]], Match | None]]:
+    """The rows ``(seq, id, content, content_hash)`` of a dedup pass over the namespace and
+    its step: a row checked against the older ones (and, unless ``dry_run``, merged into
+    the one it repeats and moved to ``moved_to``) under the namespace's lock, in the
+    caller's transaction."""
+    settings = session.settings
+    model = session.embedder.model_id if session.embedder is not None else None
+    with session.connection() as conn:
+        rows = namespace_rows(conn, namespace)
+
+    def step(conn: Any, row: tuple[Any, ...]) -> Match | None:
+        lock_namespace(conn, namespace)
+        pair = _older_copy(conn, settings, namespace, row, model)
+        if pair is not None and not dry_run:
+            stored = stored_row(conn, row[0])
+            _merge(conn, pair, (row[1], row[2], *stored), settings.max_content_bytes)
+            move(conn, row[0], moved_to, pair.id)
+        return pair
+
+    return rows, step

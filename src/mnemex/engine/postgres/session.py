@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine import NamespaceArg, resolve_namespace
-from mnemex.engine.postgres import injections, memories, relations
+from mnemex.engine.postgres import dedup, injections, memories, relations
 from mnemex.engine.postgres.connect import connect, pool, redact
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.workspaces import tables
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.postgres.embedding import PgEmbedding
-    from mnemex.engine.protocol import MemoryStatements
+    from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
 
 ENGINE = "PostgreSQL"
 Conn = Any  # psycopg.Connection[tuple[Any, ...]]
@@ -61,6 +61,7 @@ class PostgresSession:
         self.injections = injections  # the injection log's statements
         self.relations = relations  # the relations' statements
         self.memories: MemoryStatements = memories  # the memories' statements
+        self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding: PgEmbedding = PgEmbedding(

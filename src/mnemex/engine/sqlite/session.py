@@ -21,12 +21,12 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
-    from mnemex.engine.protocol import MemoryStatements
+    from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
     from mnemex.engine.sqlite.vectors import VectorIndex
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import injections, memories, relations
+from mnemex.engine.sqlite import dedup, injections, memories, relations
 from mnemex.engine.sqlite.embedding import Embedding
 from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.workspaces import SQLITE
@@ -84,6 +84,7 @@ class SqliteSession:
         self.injections = injections  # the injection log's statements
         self.relations = relations  # the relations' statements
         self.memories: MemoryStatements = memories  # the memories' statements
+        self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)

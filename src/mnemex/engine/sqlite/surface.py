@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
     from mnemex.embed import Embedder
     from mnemex.engine.sqlite.fts import Lexicon
+    from mnemex.engine.sqlite.vectors import VectorIndex
 
 
 class SqliteSurface(Session, Protocol):
@@ -26,6 +27,11 @@ class SqliteSurface(Session, Protocol):
 
     @property
     def path(self) -> Path: ...
+
+    @property
+    def embedder(self) -> Embedder | None: ...
+
+    def vectors(self, dim: int) -> VectorIndex: ...
 
     def update_ann(self, embedder: Embedder) -> None: ...
 
