@@ -198,7 +198,9 @@ def test_new_vector_reuses_a_stored_vector(
     )
 
     def new(text: str, given: sqlite_dedup.Vectors = vectors) -> tuple[Any, Any]:
-        return sqlite_dedup.new_vector(given, vector_store.session.connection, text, content_hash(text))
+        return sqlite_dedup.new_vector(
+            given, vector_store.session.connection, text, content_hash(text)
+        )
 
     vector, index = new("alpha beta gamma")
     assert fake_embedder.calls == calls and index is not None
@@ -207,4 +209,7 @@ def test_new_vector_reuses_a_stored_vector(
     assert vector is not None and vector.tobytes() == stored
     fake_embedder.fail = True
     assert new("delta") == (None, None)  # the write that follows reports the failure
-    assert new("delta", sqlite_dedup.Vectors(None, vectors.check_dimension, vectors.index)) == (None, None)
+    assert new("delta", sqlite_dedup.Vectors(None, vectors.check_dimension, vectors.index)) == (
+        None,
+        None,
+    )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class Pending(Protocol):
-    """The query's vector on its way (:class:`mnemex.search.workers.Job`)."""
+    """The query's vector on its way (:class:`mnemex.workers.Job`)."""
 
     def done(self) -> bool: ...
     def cancel(self) -> bool: ...
@@ -122,3 +122,8 @@ class Plan(NamedTuple):
     pending: Pending | None
     pool: int  # candidates each arm fetches
     notes: tuple[str, ...] = ()
+
+
+# The memories just before and after one in its thread (None at an end), and the thread:
+# its namespace and source.
+Neighbours = tuple[int | None, int | None, tuple[str, str]]

@@ -8,12 +8,12 @@ from collections.abc import Callable
 import pytest
 
 from mnemex import config
+from mnemex.engine.sqlite.retrieval import Engine
 from mnemex.eval.runner import Spec, run_queries
 from mnemex.index.retrieval import Filters
 from mnemex.request import Ranking, Request
 from mnemex.search import fusion
 from mnemex.search.pipeline import (
-    Engine,
     build_hits,
     complete_scores,
     fuse,

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from mnemex.search.workers import Workers
+from mnemex.workers import Workers
 from tests.conftest import SRC
 
 
@@ -45,7 +45,7 @@ def test_a_waiting_call_is_cancelled_and_never_runs() -> None:
 
 def test_exit_waits_for_a_running_call() -> None:
     code = (
-        "import time; from mnemex.search.workers import Workers\n"
+        "import time; from mnemex.workers import Workers\n"
         "w = Workers(1, 't'); w.submit(lambda: (time.sleep(0.3), print('finished', flush=True)))\n"
         "time.sleep(0.05)\n"
     )

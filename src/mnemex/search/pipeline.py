@@ -29,25 +29,17 @@ import contextlib
 import dataclasses
 import json
 import re
-import sqlite3
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import Embedder, embed_checked
-from mnemex.engine import engine_of
-from mnemex.engine.sqlite import fts
-from mnemex.engine.sqlite.fts import Lexicon
-from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.query import normalized_score
-from mnemex.index.retrieval import Candidate, Filters, LexicalPlan, Retrieval, plan, plan_raw
-from mnemex.index.stopwords import STOPWORDS
+from mnemex.index.retrieval import Candidate, Filters, LexicalPlan, Retrieval
 from mnemex.models import Hit, Location, SearchResult
-from mnemex.request import Pending, Plan, Ranking, Request
+from mnemex.request import Neighbours, Pending, Plan, Ranking, Request
 from mnemex.search import background, fusion, rank, spelling
 from mnemex.search.floor import (
     FLOOR_VERSION,
@@ -61,9 +53,8 @@ from mnemex.search.floor import (
 )
 from mnemex.search.floor import lift as floor_lift
 from mnemex.search.fusion import Fused
-from mnemex.search.workers import Job, Workers
-from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
+from mnemex.workers import Job, query_pool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,52 +62,14 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from mnemex.engine.sqlite.vectors import VectorIndex
     from mnemex.index.retrieval import VectorHit
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
 FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
-PARALLEL_MAX_ROWS = 250_000  # vector rows up to which the arms run side by side
-# Vector rows up to which a product done here runs on one BLAS thread: waking a second
-# thread costs more than it saves on so few rows, and far more on a busy machine.
-ONE_THREAD_MAX_ROWS = 20_000
 NOTHING_RELEVANT = (
     "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
 )
-
-_pool: Workers | None = None
-_pool_lock = threading.Lock()
-
-
-def _query_pool() -> Workers:
-    """The workers that embed the query and run the vector arm (made on first use: a
-    lexical search, as in a hook process, starts no thread)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = Workers(2, "mnemex-query")
-        return _pool
-
-
-_blas: Any = None
-
-
-def _one_blas_thread() -> Any:
-    """Limit the BLAS library to one thread (threadpoolctl) until the returned
-    limiter's ``restore_original_limits()``."""
-    global _blas
-    if _blas is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
-
-
-def wait_quietly(job: Job[Any]) -> None:
-    """Let a worker finish before its inputs go away (its error, if any, is already raised)."""
-    with contextlib.suppress(Exception):
-        job.result()
 
 
 def _wait_for_query(pending: Pending, timeout: float, notes: list[str]) -> Any:
@@ -142,15 +95,11 @@ class VectorArm(Protocol):
     def close(self) -> None: ...
 
 
-# The memories just before and after one in its thread (None at an end), and the thread:
-# its namespace and source.
-Neighbours = tuple[int | None, int | None, tuple[str, str]]
-
-
 class Retriever(Protocol):
     """The seam between the pipeline and a storage engine: what a search reads.
 
-    :class:`Engine` is SQLite's (FTS5 and the in-process vector index);
+    ``mnemex.engine.sqlite.retrieval.Engine`` is SQLite's (FTS5 and the in-process
+    vector index);
     ``mnemex.engine.postgres.retrieval.PostgresEngine`` is PostgreSQL's. Planning,
     fusion, ranking and building hits are the pipeline's, shared by both.
     """
@@ -187,120 +136,11 @@ class Retriever(Protocol):
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
 
 
-@dataclass
-class Engine:
-    """What a search reads in SQLite: the connection, the lexicon, and the vectors if any."""
-
-    conn: sqlite3.Connection
-    lexicon: Lexicon
-    settings: Settings
-    embedder: Embedder | None
-    vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
-    backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
-
-    def snapshot(self) -> AbstractContextManager[Any]:
-        return read_transaction(self.conn)
-
-    def plan(self, request: Request, text: str) -> LexicalPlan:
-        if request.raw:
-            return plan_raw(self.lexicon, text)
-        stopwords, ns = STOPWORDS if request.expand else None, request.filters.namespace
-        return plan(self.lexicon, text, stopwords, expand=request.expand, namespace=ns)
-
-    def with_dropped(self, lexical: LexicalPlan) -> LexicalPlan:
-        return lexical.with_dropped(self.lexicon)
-
-    def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
-        budget = self.settings.lexical_budget
-        return fts.retrieve(self.conn, lexical, request.filters, pool, budget)
-
-    def warm(self, dim: int) -> None:
-        self.vectors(dim).refresh()
-
-    def vector_arm(
-        self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
-    ) -> _VectorArm | None:
-        return _start_vector_arm(self, request, planned, qvec, side, notes)
-
-    def bm25_of(self, lexical: LexicalPlan, seqs: Sequence[int]) -> dict[int, float]:
-        return fts.bm25_of(self.conn, self.lexicon, lexical, seqs)
-
-    def cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
-        return dict(self.vectors(int(qvec.shape[0])).cosines_of(seqs, qvec))
-
-    def token_cosines_of(self, seqs: list[int], qvec: np.ndarray) -> dict[int, float]:
-        return dict(self.vectors(int(qvec.shape[0])).token_cosines_of(seqs, qvec))
-
-    def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]:
-        return dict(self.vectors(dim).vectors_of(seqs))
-
-    def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
-        return _rows(self.conn, seqs)
-
-    def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
-        return _meta(self.conn, seqs)
-
-    def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]:
-        return _neighbours(self.conn, seqs)
-
-    def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
-        sql = f"SELECT seq, content FROM memories WHERE seq IN ({marks(len(seqs))})"
-        return list(self.conn.execute(sql, seqs))
-
-    def similar_terms(
-        self, first: str, lengths: tuple[int, int], namespace: str | None
-    ) -> list[tuple[str, int]]:
-        return fts.similar_terms(self.lexicon, first, lengths, namespace)
-
-    def surface_of(self, term: str, namespace: str | None) -> str | None:
-        return fts.surface_of(self.conn, self.lexicon, term, namespace)
-
-    def vector_count(self, filters: Filters) -> int:
-        if self.embedder is None:
-            return 0
-        mask = self.vectors(self.embedder.dim).mask_for(filters)
-        return 0 if mask is None else int(mask.sum())
-
-    def best_cosines(self, filters: Filters, queries: np.ndarray) -> list[float]:
-        index = self.vectors(int(queries.shape[1]))
-        found: list[float] = index.best_cosines(index.mask_for(filters), queries).tolist()
-        return found
-
-    def sample_cosines(self, filters: Filters, queries: np.ndarray, rows: int) -> list[float]:
-        index = self.vectors(int(queries.shape[1]))
-        found: list[float] = index.sample_cosines(index.mask_for(filters), queries, rows).tolist()
-        return found
-
-    def avg_tokens(self, lexical: LexicalPlan) -> float:
-        if lexical.scope is not None:
-            return lexical.scope.avgdl
-        return fts.avg_tokens(self.conn)
-
-    def locations(self, seqs: list[int]) -> dict[int, Location]:
-        return SQLITE.locations(self.conn, seqs)
-
-    def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
-        s = self.settings
-        return fts.snippets(
-            self.conn,
-            match,
-            seqs,
-            start=s.highlight_start,
-            end=s.highlight_end,
-            tokens=s.snippet_tokens,
-        )
-
-
 def retriever(session: Any, conn: Any, embedder: Embedder | None) -> Retriever:
-    """What a search on ``conn``, a connection of ``session``, reads: :class:`Engine` for
-    SQLite, ``mnemex.engine.postgres.retrieval.PostgresEngine`` for PostgreSQL."""
-    if engine_of(session) != "SQLite":
-        from mnemex.engine.postgres.retrieval import PostgresEngine
-
-        return PostgresEngine(conn, session.settings, embedder, backgrounds=session.backgrounds)
-    return Engine(
-        conn, session.lexicon, session.settings, embedder, session.vectors, session.backgrounds
-    )
+    """What a search on ``conn``, a connection of ``session``, reads: the session's engine
+    (``mnemex.engine.sqlite.retrieval.Engine``, ``mnemex.engine.postgres.retrieval.PostgresEngine``)."""
+    retriever: Retriever = session.retriever(conn, embedder)
+    return retriever
 
 
 class Arms(NamedTuple):
@@ -555,7 +395,7 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
         return None
     if not text.strip():
         return None
-    pending = _query_pool().submit(
+    pending = query_pool().submit(
         embed_checked, engine.embedder, [text], within=engine.settings.query_timeout
     )
     if not getattr(engine.embedder, "lazy_dim", False):
@@ -564,58 +404,6 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
         with contextlib.suppress(IndexMismatch):  # reported where the vector arm runs
             engine.warm(engine.embedder.dim)
     return pending
-
-
-@dataclass
-class _VectorArm:
-    """The vector arm's hits, or the worker computing them and the BLAS limit in force."""
-
-    hits: list[VectorHit]
-    job: Job[list[VectorHit]] | None = None
-    limiter: Any = None
-
-    def result(self) -> list[VectorHit]:
-        return self.hits if self.job is None else self.job.result()
-
-    def close(self) -> None:
-        if self.job is not None and not self.job.cancel():
-            wait_quietly(self.job)
-        if self.limiter is not None:
-            self.limiter.restore_original_limits()
-
-
-def _start_vector_arm(
-    engine: Engine,
-    request: Request,
-    planned: Plan,
-    query_vector: np.ndarray,
-    side_by_side: bool,
-    notes: list[str],
-) -> _VectorArm | None:
-    """The vector arm, on a worker when ``side_by_side`` and its product is small, else
-    done here; ``None`` (with a note) when the vector index does not fit the query."""
-    try:
-        index = engine.vectors(int(query_vector.shape[0]))
-        mask = index.mask_for(request.filters)
-        # Before the arm starts: the index's lock is then free (a worker holds it while it
-        # searches, and the lexical arm would wait for it here instead of running beside).
-        notes.extend(_coverage_notes(engine, index))
-        if side_by_side and index.work(mask) <= PARALLEL_MAX_ROWS:
-            limiter = _one_blas_thread()  # in force until the vector arm is done
-            job = _query_pool().submit(index.top, query_vector, mask, planned.pool)
-            arm = _VectorArm([], job, limiter)
-        else:
-            work = index.work(mask)
-            limiter = _one_blas_thread() if 0 < work <= ONE_THREAD_MAX_ROWS else None
-            try:
-                arm = _VectorArm(index.top(query_vector, mask, planned.pool))
-            finally:
-                if limiter is not None:
-                    limiter.restore_original_limits()
-    except IndexMismatch as exc:
-        notes.append(f"{exc}; answered from the lexical arm")
-        return None
-    return arm
 
 
 def _relevant(
@@ -788,47 +576,6 @@ def _background(
     )
 
 
-def _rows(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
-    if not seqs:
-        return {}
-    return {
-        r[0]: r
-        for r in conn.execute(
-            f"SELECT seq, id, kind, tags, created_at, substr(content, 1, {SNIPPET_MAX_CHARS * 2}), "
-            f"namespace FROM memories WHERE seq IN ({marks(len(seqs))})",
-            seqs,
-        )
-    }
-
-
-def _coverage_notes(engine: Engine, index: VectorIndex) -> list[str]:
-    """Say when memories lack vectors for the configured model."""
-    notes = []
-    total = engine.lexicon.n_docs()
-    have = index.size
-    if have < total:
-        others = engine.conn.execute(
-            "SELECT model, count(*) FROM embeddings WHERE model != ? GROUP BY model "
-            "ORDER BY count(*) DESC LIMIT 3",
-            (index.model,),
-        ).fetchall()
-        if have == 0 and others:
-            notes.append(
-                f"the store's vectors were made by {others[0][0]}, not by the configured model "
-                f"{index.model}: run `mnemex reindex`"
-            )
-        else:
-            notes.append(
-                f"{total - have} of {total} memories have no vector for {index.model} yet: "
-                "run `mnemex embed` (or `mnemex reindex`)"
-            )
-    if index.corrupt:
-        notes.append(
-            f"{index.corrupt} stored vectors are unreadable and were skipped: run `mnemex reindex --force`"
-        )
-    return notes
-
-
 def _explainer(
     request: Request, arms: Arms, scores: Scores, fused: Fused, ranked: Ranked
 ) -> Callable[[int], dict[str, Any]]:
@@ -955,38 +702,3 @@ def _threads(
         for seq, stage in pulled.items():
             trace[seq].append(stage)
     return scores
-
-
-def _neighbours(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, Neighbours]:
-    """The memories just before and after each memory in its thread (its namespace and
-    source, in the order written), and the thread. Memories without a source, and
-    workspace chunks (a file's sections, in a structure of their own), are in no thread."""
-    out: dict[int, Neighbours] = {}
-    near = (
-        "SELECT {} FROM memories AS m WHERE m.namespace = c.namespace AND m.source = c.source "
-        "AND m.seq {} c.seq AND m.seq NOT IN (SELECT seq FROM chunks)"
-    )
-    for start in range(0, len(seqs), IN_CHUNK):
-        chunk = seqs[start : start + IN_CHUNK]
-        rows = conn.execute(
-            f"SELECT c.seq, ({near.format('max(m.seq)', '<')}), ({near.format('min(m.seq)', '>')}), "
-            f"c.namespace, c.source FROM memories AS c WHERE c.seq IN ({marks(len(chunk))}) "
-            "AND c.source != '' AND c.seq NOT IN (SELECT seq FROM chunks)",
-            chunk,
-        )
-        out.update((seq, (before, after, (ns, source))) for seq, before, after, ns, source in rows)
-    return out
-
-
-def _meta(conn: sqlite3.Connection, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
-    """created_at, confidence, pinned and source of each memory."""
-    out: dict[int, tuple[Any, ...]] = {}
-    for start in range(0, len(seqs), IN_CHUNK):
-        chunk = seqs[start : start + IN_CHUNK]
-        for seq, created, confidence, pinned, source in conn.execute(
-            "SELECT seq, created_at, confidence, pinned, source FROM memories "
-            f"WHERE seq IN ({marks(len(chunk))})",
-            chunk,
-        ):
-            out[seq] = (created, confidence, pinned, source)
-    return out

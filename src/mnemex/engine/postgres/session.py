@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.postgres.embedding import PgEmbedding
+    from mnemex.engine.postgres.retrieval import PostgresEngine
     from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
 
 ENGINE = "PostgreSQL"
@@ -201,6 +202,12 @@ class PostgresSession:
                     if w.inserted:
                         seqs.append(w.seq)
         return len(seqs), ids, seqs
+
+    def retriever(self, conn: Conn, embedder: Embedder | None) -> PostgresEngine:
+        """What a search on ``conn``, one of this session's connections, reads."""
+        from mnemex.engine.postgres.retrieval import PostgresEngine  # with search only
+
+        return PostgresEngine(conn, self.settings, embedder, backgrounds=self.backgrounds)
 
     def insert_one(self, conn: Conn, row: tuple[Any, ...]) -> Written:
         """Insert one prepared row in the caller's transaction (its text already stored in

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
     from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
+    from mnemex.engine.sqlite.retrieval import Engine
     from mnemex.engine.sqlite.vectors import VectorIndex
 
 from mnemex.engine import NamespaceArg, resolve_namespace
@@ -186,6 +187,12 @@ class SqliteSession:
     def embedder(self) -> Embedder | None:
         """The store's embedder (see :attr:`Embedding.embedder`), or ``None``: lexical only."""
         return self.embedding.embedder
+
+    def retriever(self, conn: sqlite3.Connection, embedder: Embedder | None) -> Engine:
+        """What a search on ``conn``, one of this session's connections, reads."""
+        from mnemex.engine.sqlite.retrieval import Engine  # with search only
+
+        return Engine(conn, self.lexicon, self.settings, embedder, self.vectors, self.backgrounds)
 
     def vectors(self, dim: int) -> VectorIndex:
         """The in-process index of the embedder's ``dim``-dimensional vectors (kept between

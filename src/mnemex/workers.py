@@ -1,4 +1,5 @@
-"""Worker threads for the search pipeline: the query's embedding and the vector arm.
+"""Worker threads for search: the query's embedding and SQLite's vector arm
+(:func:`query_pool`), and a limit of the BLAS library to one thread.
 
 What the pipeline needs of :mod:`concurrent.futures` (submit a call, wait for its
 result with a time limit, cancel it while it waits), without importing it:
@@ -8,6 +9,7 @@ one prompt, would load for nothing.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -106,3 +108,37 @@ class Workers:
         for job in jobs:
             if not job.cancel():
                 job.wait()
+
+
+_pool: Workers | None = None
+_pool_lock = threading.Lock()
+
+
+def query_pool() -> Workers:
+    """The workers that embed the query and run the vector arm (made on first use: a
+    lexical search, as in a hook process, starts no thread)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = Workers(2, "mnemex-query")
+        return _pool
+
+
+_blas: Any = None
+
+
+def one_blas_thread() -> Any:
+    """Limit the BLAS library to one thread (threadpoolctl) until the returned
+    limiter's ``restore_original_limits()``."""
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
+
+
+def wait_quietly(job: Job[Any]) -> None:
+    """Let a worker finish before its inputs go away (its error, if any, is already raised)."""
+    with contextlib.suppress(Exception):
+        job.result()
