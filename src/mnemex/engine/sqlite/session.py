@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS
-from mnemex.engine.sqlite import dedup, injections, memories, relations
+from mnemex.engine.sqlite import injections, memories, relations
 from mnemex.engine.sqlite.embedding import Embedding
 from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.workspaces import SQLITE
@@ -85,7 +85,6 @@ class SqliteSession:
         self.injections = injections  # the injection log's statements
         self.relations = relations  # the relations' statements
         self.memories: MemoryStatements = memories  # the memories' statements
-        self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
         self.embedding = Embedding(self, embedder)
@@ -187,6 +186,14 @@ class SqliteSession:
     def embedder(self) -> Embedder | None:
         """The store's embedder (see :attr:`Embedding.embedder`), or ``None``: lexical only."""
         return self.embedding.embedder
+
+    @property
+    def dedup(self) -> DuplicateChecks:
+        """The duplicate checks (imported by the first write that checks: a process that
+        only searches, as the prompt hook's, does not load them)."""
+        from mnemex.engine.sqlite import dedup
+
+        return dedup
 
     def retriever(self, conn: sqlite3.Connection, embedder: Embedder | None) -> Engine:
         """What a search on ``conn``, one of this session's connections, reads."""
