@@ -429,16 +429,19 @@ def remember_row(session: SqliteSession, row: tuple[Any, ...], embed: bool) -> A
     if pg is not None:
         return _pg_remember(pg, session, row, embed)
     vectors = Vectors.of(session) if embed else None
-    match, seq, vector = remember(
-        session.connection, session.transaction, session.lexicon, session.settings, row, vectors
-    )
-    session.after_write()
-    if match is not None:
-        logger().info("merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity)
-        return Added(match.id, True, match.similarity, match.by)
-    if embed:
-        primed = None if vector is None else {session.embedding.first(row[3]): vector}
-        session.embedding.embed_new([seq], primed=primed)
+    with session.lean(len(row[3])):
+        match, seq, vector = remember(
+            session.connection, session.transaction, session.lexicon, session.settings, row, vectors
+        )
+        session.after_write()
+        if match is not None:
+            logger().info(
+                "merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity
+            )
+            return Added(match.id, True, match.similarity, match.by)
+        if embed:
+            primed = None if vector is None else {session.embedding.first(row[3]): vector}
+            session.embedding.embed_new([seq], primed=primed)
     return Added(row[0])
 
 
