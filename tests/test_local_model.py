@@ -167,6 +167,13 @@ def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
     stale = cache / f".{folder.name}.1.tmp"  # abandoned by a process stopped while folding
     stale.mkdir()
     os.utime(stale, (0, 0))
+    recent = cache / f".{folder.name}.2.tmp"  # another process folding right now
+    recent.mkdir()
+    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)  # loads the folder
+    assert not stale.exists() and recent.exists()
+    recent.rmdir()
+    stale.mkdir()
+    os.utime(stale, (0, 0))
     other = cache / "all-MiniLM-L6-v2-int8-8199be6f-ort0.0.1"  # another ONNX Runtime's
     other.mkdir()
     import shutil

@@ -162,3 +162,47 @@ def test_any_ascii_text_has_its_tokens_where_tokenizers_finds_them(parts: list[s
 @given(st.lists(st.one_of(st.text(max_size=6), SEPARATE), max_size=120))
 def test_any_text_has_its_tokens_where_tokenizers_finds_them(parts: list[str]) -> None:
     assert same_spans("".join(parts), shared_pieces())
+
+
+# Characters that start a token of their own, and others, with no space between them: a
+# segment read in parts (a part is PART_CHARS characters, here 3, or a few more).
+GLUED = st.sampled_from(
+    ["数", "据", "。", "、", "「", "」", "[UNK]", "]", "[", "!", "a", "é", "\u0301", "$"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=4), GLUED), max_size=80))
+def test_a_long_segment_read_in_parts_has_its_tokens_where_tokenizers_finds_them(
+    parts: list[str],
+) -> None:
+    pieces = shared_pieces()
+    before = wordpiece.PART_CHARS
+    wordpiece.PART_CHARS = 3  # monkeypatch is function-scoped, hypothesis runs many examples
+    try:
+        assert same_spans("".join(parts), pieces)
+    finally:
+        wordpiece.PART_CHARS = before
+
+
+def test_a_text_without_spaces_is_read_a_part_at_a_time(vocab: dict[str, int]) -> None:
+    """A megabyte of Chinese is one segment: it is read in parts, and the places kept stay
+    bounded (about SPANS_KEPT of them), not a place per token of the text."""
+    rng = random.Random(5)
+    text = "".join(
+        "".join(chr(0x4E00 + rng.randrange(3000)) for _ in range(rng.randint(8, 30))) + "。"
+        for _ in range(20_000)
+    )
+    read: list[int] = []
+
+    def counted(segment: str) -> list[tuple[int, int]]:
+        read.append(len(segment))
+        return reference_offsets(segment)
+
+    pieces = wordpiece.Pieces(vocab, counted)
+    tokens = wordpiece.Tokens(text, pieces)
+    assert len(tokens) == len(text)  # an ideograph or a full stop: a token each
+    assert max(read) < 2 * wordpiece.PART_CHARS
+    assert sum(len(spans) for spans in pieces.values()) <= wordpiece.SPANS_KEPT + max(read)
+    for token in (0, 1, len(text) // 2, len(text) - 1):
+        assert tokens.span(token) == (token, token + 1)

@@ -56,14 +56,17 @@ def remember_row(session: Session, row: tuple[Any, ...], embed: bool) -> Added:
     """The row stored unless it repeats a memory of its namespace (by the engine's check,
     comparing vectors when ``embed``), then the new memory embedded; see
     :meth:`mnemex.Store.remember`."""
-    match, seq, vector = session.dedup.remember_row(session, row, embed)
-    session.after_write()
-    if match is not None:
-        logger().info("merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity)
-        return Added(match.id, True, match.similarity, match.by)
-    if embed:
-        primed = None if vector is None else {session.embedding.first(row[3]): vector}
-        session.embedding.embed_new([seq], primed=primed)
+    with session.lean(len(row[3])):
+        match, seq, vector = session.dedup.remember_row(session, row, embed)
+        session.after_write()
+        if match is not None:
+            logger().info(
+                "merged a new memory into %s (%s %.3f)", match.id, match.by, match.similarity
+            )
+            return Added(match.id, True, match.similarity, match.by)
+        if embed:
+            primed = None if vector is None else {session.embedding.first(row[3]): vector}
+            session.embedding.embed_new([seq], primed=primed)
     return Added(row[0])
 
 

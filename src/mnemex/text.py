@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 SEGMENT_MARK = "\u200b"
 CJK_SEGMENTATION = "cjk-unigram-zwsp-v1"
+SEGMENT_CHARS = 1 << 16  # a long text is segmented this many characters at a time
 
 _CJK_CLASS = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -77,10 +78,18 @@ def starts_cjk(text: str) -> bool:
 
 
 def segment(text: str) -> str | None:
-    """Text as indexed, or ``None`` when it needs no segmentation (no CJK)."""
+    """Text as indexed, or ``None`` when it needs no segmentation (no CJK).
+
+    A long text is segmented ``SEGMENT_CHARS`` characters at a time (each character is
+    marked alone, so any cut is right): a substitution holds a piece per match until it
+    joins them, about 100 bytes a character, which for megabytes of Chinese was most of
+    what storing the text took."""
     if not has_cjk(text):
         return None
-    return cjk_pattern("([CJK])").sub(SEGMENT_MARK + r"\1" + SEGMENT_MARK, text)
+    sub = functools.partial(cjk_pattern("([CJK])").sub, SEGMENT_MARK + r"\1" + SEGMENT_MARK)
+    if len(text) <= SEGMENT_CHARS:
+        return sub(text)
+    return "".join(sub(text[at : at + SEGMENT_CHARS]) for at in range(0, len(text), SEGMENT_CHARS))
 
 
 def unsegment(text: str) -> str:

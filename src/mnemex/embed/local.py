@@ -166,7 +166,9 @@ def folded_session(ort: Any, source: Path, cache: Path, threads: int) -> Any:
     if stamp is not None and stamp == _read_stamp(folder):
         options = session_options(ort, threads, level.ORT_DISABLE_ALL, prepack=False)
         with contextlib.suppress(Exception):  # damaged: folded again below
-            return ort.InferenceSession(str(folder / FOLDED_MODEL), options, providers=PROVIDERS)
+            loaded = ort.InferenceSession(str(folder / FOLDED_MODEL), options, providers=PROVIDERS)
+            _remove_others(folder)  # a folder left by a process stopped while folding
+            return loaded
     if stamp is not None:  # a folder appears whole (renamed into place): this one is damaged
         _remove(folder)
     session = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 VOCAB = Path(__file__).parent / "minilm" / "vocab.txt"
@@ -44,6 +44,18 @@ _NOT_PLAIN = re.compile("|".join([r"[^\t\n\r\x20-\x7e]", *map(re.escape, SPECIAL
 # (special tokens, cleaning, accents, lower case, splitting, pieces) reads across these.
 _SEGMENT = re.compile(r"([^ \t\n\r]+)")
 PIECES_KEPT = 1 << 15  # distinct segments Pieces keeps, about 14 MB (it starts over past them)
+SPANS_KEPT = 1 << 18  # and tokens' places in them at most, about 30 MB
+# A segment longer than this is read in parts (a text without spaces, as Chinese or Japanese is,
+# would be one segment): each part ends before a character no token crosses, as close past
+# this length as there is one. `tokenizers` makes a token of each CJK ideograph and of each
+# punctuation character (and the ideographic space splits); `]` is left out, as it ends the
+# special tokens (`[UNK]`).
+PART_CHARS = 128
+_PART_START = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf"
+    "\U0002f800-\U0002fa1f!-/:-@\\[\\^-`{-~\u3000-\u3003\u3008-\u3011\u3014-\u301f"
+    "\u3030\u303d\uff01-\uff03\uff05-\uff0a\uff0c-\uff0f]"
+)
 
 
 def load_vocab(path: Path = VOCAB) -> dict[str, int]:
@@ -98,6 +110,19 @@ def plain(text: str) -> bool:
     return _NOT_PLAIN.search(text) is None
 
 
+def _parts(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The segment ``text[start:end]`` in parts of ``PART_CHARS`` characters or a few more,
+    each cut before a character that starts a token of its own (``_PART_START``); whole
+    when it is short or has no such character."""
+    while end - start > PART_CHARS:
+        cut = _PART_START.search(text, start + PART_CHARS, end)
+        if cut is None:
+            break
+        yield start, cut.start()
+        start = cut.start()
+    yield start, end
+
+
 Spans = tuple[tuple[int, int], ...]  # tokens' (start, end) in a text, in order
 
 
@@ -112,10 +137,12 @@ class Pieces(dict[str, Spans]):
         self.vocab = vocab
         self.other = other
         self._words: dict[str, tuple[int, ...]] = {}  # a word's pieces' lengths
+        self._spans = 0  # tokens' places kept
 
     def __missing__(self, segment: str) -> Spans:
-        if len(self) >= PIECES_KEPT:
+        if len(self) >= PIECES_KEPT or self._spans >= SPANS_KEPT:
             self.clear()
+            self._spans = 0
         if _NOT_PLAIN.search(segment) is None:
             at, found = 0, []
             for word in _WORD.findall(segment):  # its words, one after the other
@@ -126,6 +153,7 @@ class Pieces(dict[str, Spans]):
         else:
             spans = tuple(self.other(segment))
         self[segment] = spans
+        self._spans += len(spans)
         return spans
 
     def _lengths(self, word: str) -> tuple[int, ...]:
@@ -145,7 +173,9 @@ class Tokens:
 
     Each segment is kept as three machine integers (where it starts and ends, and how
     many tokens the text has up to its end), not as a string: a text of megabytes
-    costs about 24 bytes a word here."""
+    costs about 24 bytes a word here. A segment of more than ``PART_CHARS`` characters
+    is read in parts (:func:`_parts`), so that no one reading holds a whole text's
+    tokens."""
 
     __slots__ = ("_ends", "_last", "_pieces", "_starts", "_text")
 
@@ -154,11 +184,11 @@ class Tokens:
         self._starts, self._ends, self._last = array("q"), array("q"), array("q")
         total = 0
         for match in _SEGMENT.finditer(text):
-            start, end = match.span()
-            self._starts.append(start)
-            self._ends.append(end)
-            total += len(pieces[text[start:end]])
-            self._last.append(total)  # how many tokens the text has up to this segment's end
+            for start, end in _parts(text, *match.span()):
+                self._starts.append(start)
+                self._ends.append(end)
+                total += len(pieces[text[start:end]])
+                self._last.append(total)  # how many tokens the text has up to its end
         self._pieces = pieces
 
     def __len__(self) -> int:

@@ -235,6 +235,11 @@ class Session(Protocol):
 
     def read(self) -> AbstractContextManager[Any]: ...
 
+    def lean(self, size: int) -> AbstractContextManager[None]:
+        """Around the writes of a memory of ``size`` bytes: whatever keeps the process's
+        memory bounded while they run (SQLite: a small page cache)."""
+        ...
+
     def after_write(self) -> None: ...
 
 

@@ -57,12 +57,14 @@ _WIDE = (
     "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
 )
 _HANGUL = "[\uac00-\ud7a3]"
-_FIRST_WIDE = "\u2e80"  # the lowest character either class matches
+# From the lowest character either class matches up: searched for, it finds in a few kB of
+# text what max(text) does several times slower (recall counts a block per line it tries).
+_FROM_FIRST_WIDE = "[^\x00-\u2e7f]"
 
 
 def _narrow(text: str) -> bool:
     """Whether ``text`` has no character of ``_WIDE`` or ``_HANGUL``."""
-    return text.isascii() or max(text, default="") < _FIRST_WIDE
+    return text.isascii() or re.search(_FROM_FIRST_WIDE, text) is None
 
 
 def count_chars(text: str) -> int:

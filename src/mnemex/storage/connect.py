@@ -26,6 +26,8 @@ Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 """What opens one block of work on a store's connection (its ``connection`` or ``transaction``)."""
 _LOCKED = ("database is locked", "database is busy", "database table is locked")
 
+CACHE_KIB = 65_536  # the page cache of a connection (64 MiB)
+
 
 def connect(path: Path, *, busy_timeout: float) -> sqlite3.Connection:
     """Open (creating if needed) the store file with mnemex's connection settings.
@@ -62,7 +64,7 @@ def connect(path: Path, *, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         conn.execute("PRAGMA mmap_size = 268435456")
     except BaseException:
         conn.close()

@@ -3,6 +3,7 @@ on real files."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,36 @@ def test_drop_ann_deletes_the_graph_its_meta_and_the_snapshot(tmp_path: Path) ->
     session.drop_ann("m")
     assert [path.exists() for path in files] == [False, False, False]
     session.close()
+
+
+def test_a_large_memory_is_written_with_a_small_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past LEAN_BYTES, a memory's writes run with the small page cache, and the cache is
+    the usual one again after them, when they fail too."""
+    import mnemex
+    from mnemex.engine.sqlite import session as module
+
+    monkeypatch.setattr(module, "LEAN_BYTES", 1_000)
+    seen: list[int] = []
+    transaction = SqliteSession.transaction
+
+    @contextlib.contextmanager
+    def recorded(self: SqliteSession) -> Any:
+        with transaction(self) as conn:
+            seen.append(conn.execute("PRAGMA cache_size").fetchone()[0])
+            yield conn
+
+    monkeypatch.setattr(SqliteSession, "transaction", recorded)
+    with mnemex.open(tmp_path / "s.db") as store:
+        store.add("a short memory")
+        assert set(seen) == {-module.CACHE_KIB}
+        seen.clear()
+        large = " ".join(["the large memory"] * 100)
+        ident = store.add(large)
+        assert seen and set(seen) == {-module.LEAN_CACHE_KIB}
+        with pytest.raises(DuplicateId):
+            store.add(large + "again", id=ident)
+        with store.session.connection() as conn:
+            assert conn.execute("PRAGMA cache_size").fetchone()[0] == -module.CACHE_KIB
+        assert store.get(ident).memories[0].content == large

@@ -156,6 +156,10 @@ class PostgresSession:
         """How many times this process has written through this session."""
         return self._generation
 
+    def lean(self, size: int) -> contextlib.AbstractContextManager[None]:
+        """Nothing to keep small here: the server holds the pages."""
+        return contextlib.nullcontext()
+
     def after_write(self) -> None:
         self._generation += 1
 

@@ -41,6 +41,7 @@ from mnemex.storage import (
     translate_errors,
     write_transaction,
 )
+from mnemex.storage.connect import CACHE_KIB
 from mnemex.text import clean_namespace
 
 Conflict = Literal["error", "skip"]
@@ -48,6 +49,8 @@ WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in a bulk write
 OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
 OPTIMIZE_MIN_ROWS = 10_000
 OPTIMIZE_MAX_ROWS = 2_000_000
+LEAN_BYTES = 1 << 20  # a memory this large is written with a small page cache (see lean)
+LEAN_CACHE_KIB = 8_192
 _MAX_SEQ = "SELECT coalesce(max(seq), 0) FROM memories"
 
 
@@ -165,6 +168,24 @@ class SqliteSession:
         """:meth:`connection` inside one read snapshot (several statements, one state)."""
         with self.lock, self.errors(), read_transaction(self.conn) as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def lean(self, size: int) -> Iterator[None]:
+        """Around the writes of a memory of ``size`` bytes: past ``LEAN_BYTES``, the page
+        cache is kept to ``LEAN_CACHE_KIB`` while they run and emptied after them. A memory
+        of megabytes would otherwise fill the cache with pages no search reads (its text,
+        its index entries and its vectors): 64 MiB of a 5 MiB memory's add."""
+        if size < LEAN_BYTES:
+            yield
+            return
+        with self.connection() as conn:
+            conn.execute(f"PRAGMA cache_size = -{LEAN_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            with self.connection() as conn:
+                conn.execute("PRAGMA shrink_memory")
+                conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
 
     @property
     def generation(self) -> int:
