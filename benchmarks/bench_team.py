@@ -209,6 +209,10 @@ def main() -> None:
             "write p50 / p95 | searches | search p50 / p95 |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
             *rows,
+            "",
+            "PostgreSQL: 16 + pgvector 0.6 from `pgserver` on the same machine (Unix socket), "
+            "each process with its own pool. Before and after the PostgreSQL write changes: "
+            'RESULTS.md History, "PostgreSQL writes (issue 30)".',
         ]
     )
     print(body)

@@ -536,7 +536,13 @@ def test_duplicate_ids(store: Store) -> None:
         store.add("two", id="fixed")
     with pytest.raises(DuplicateId, match="more than once"):
         store.add_many([{"content": "a", "id": "x"}, {"content": "b", "id": "x"}])
+    with pytest.raises(DuplicateId, match="already exists"):  # nothing of the batch stays
+        store.add_many([{"content": "fresh", "id": "z"}, {"content": "two", "id": "fixed"}])
     assert store.count() == 1
+    store.add("other", id="o")
+    with pytest.raises(DuplicateId, match="already exists"):  # its text held by another id
+        store.add("other", id="fixed")
+    store.forget("o")
     ids = store.add_many(
         [{"content": "one again", "id": "fixed"}, {"content": "new", "id": "y"}],
         on_conflict="skip",

@@ -183,6 +183,51 @@ def test_statistics_follow_inserts_updates_and_deletes(conn: Any) -> None:
 
 
 @postgres
+def test_writers_of_one_namespace_do_not_wait_for_each_others_counts(
+    conn: Any, pg_url: str
+) -> None:
+    """A write not yet committed holds its slot's counts, not the namespace's: a second
+    writer of the same words (and a delete, and an update) goes through at once, and
+    the counts of both, summed over the slots, are what the rows give."""
+    pg.insert_rows(conn, rows_of(TEXTS[:2]))
+    with pg.connect(pg_url) as other:
+        with conn.transaction():
+            pg.insert_rows(conn, rows_of(TEXTS[2:4], prefix="a"))
+            other.execute("SET lock_timeout = '2s'")
+            pg.insert_rows(other, rows_of(TEXTS[4:6], prefix="b"))  # raised LockNotAvailable
+            other.execute("DELETE FROM memories WHERE id = 'm0'")
+            other.execute("UPDATE memories SET tags = '[]', lex = '' WHERE id = 'b0'")
+            assert bm25.check(other) == []  # the rows committed, and their counts
+        slots = conn.execute("SELECT count(DISTINCT slot) FROM namespace_stats").fetchone()[0]
+        assert slots == 2
+        assert bm25.check(conn) == []
+        stats = bm25.statistics(conn, "ns", ["refund", "reconcil"])
+        assert (stats.docs, stats.doc_freqs) == (5, {"refund": 1, "reconcil": 1})
+        assert [i for i, _ in pg_ranking(conn, "refunds reconciliation", None, 10)] == ["a1"]
+
+
+@postgres
+def test_counts_of_a_store_made_before_slots_are_kept(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 12 puts every counter in slot 0 and the writes after it add to it."""
+    before = [m for m in pg_schema.MIGRATIONS if m[0] < 12]
+    with pg.connect(pg_url) as c:
+        with monkeypatch.context() as patched:
+            patched.setattr(pg_schema, "MIGRATIONS", tuple(before))
+            patched.setattr(pg_schema, "LATEST", before[-1][0])
+            assert pg_schema.migrate(c) == 11
+        pg.insert_rows(c, rows_of(TEXTS))
+        counts = bm25.statistics(c, "ns", ["refund", "the"])
+        assert pg.migrate(c) == 12
+        assert bm25.statistics(c, "ns", ["refund", "the"]) == counts
+        assert c.execute("SELECT DISTINCT slot FROM term_stats").fetchall() == [(0,)]
+        pg.insert_rows(c, rows_of(TEXTS[:3], namespace="ns2"))
+        c.execute("DELETE FROM memories WHERE id = 'm1'")
+        assert bm25.check(c) == []
+
+
+@postgres
 def test_index_terms_and_lengths_are_fts5s(conn: Any, tmp_path: Path) -> None:
     pg.insert_rows(conn, rows_of(TEXTS))
     with mnemex.open(tmp_path / "m.db") as store:

@@ -116,7 +116,7 @@ _OF = f"""
 # The note of a shaped search that found fewer candidates than asked (as on SQLite).
 FALLBACK = "shaped candidates < pool; scored every matching row"
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
-_EVERY = "CROSS JOIN {index}namespace_stats AS n"
+_EVERY = "CROSS JOIN (SELECT DISTINCT namespace FROM {index}namespace_stats) AS n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,13 +355,14 @@ def _kept_and_rebuilt(table: str, index: str) -> tuple[tuple[str, str, str], ...
     return (
         (
             f"{index}namespace_stats",
-            f"SELECT namespace, docs, tokens FROM {index}namespace_stats "
-            "WHERE docs <> 0 OR tokens <> 0",
+            f"SELECT namespace, sum(docs), sum(tokens) FROM {index}namespace_stats "
+            "GROUP BY namespace HAVING sum(docs) <> 0 OR sum(tokens) <> 0",
             f"SELECT namespace, count(*), sum(lex_len) FROM {table} GROUP BY namespace",
         ),
         (
             f"{index}term_stats",
-            f"SELECT namespace, term, docs FROM {index}term_stats WHERE docs <> 0",
+            f"SELECT namespace, term, sum(docs) FROM {index}term_stats GROUP BY 1, 2 "
+            "HAVING sum(docs) <> 0",
             f"SELECT namespace, t, count(*) FROM {table}, unnest(tsvector_to_array(lex)) AS t "
             "GROUP BY 1, 2",
         ),

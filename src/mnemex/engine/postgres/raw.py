@@ -169,14 +169,16 @@ _SCORES = f"""
           GROUP BY p.seq, u.i) AS x
     GROUP BY x.seq"""
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
-_EVERY = "CROSS JOIN namespace_stats AS n"
+_EVERY = "CROSS JOIN (SELECT DISTINCT namespace FROM namespace_stats) AS n"
 
 # Each prefix's terms in the store (not CJK pairs: FTS5 has no such term), and the rows
 # holding any of them.
 _PREFIXES = """
     SELECT u.i, array_agg(DISTINCT t.term), count(DISTINCT p.seq)
     FROM unnest(%(prefixes)s::text[]) WITH ORDINALITY AS u (prefix, i)
-    JOIN term_stats AS t ON starts_with(t.term, u.prefix) AND strpos(t.term, ' ') = 0
+    CROSS JOIN LATERAL (
+        SELECT DISTINCT namespace, term FROM term_stats
+        WHERE starts_with(term, u.prefix) AND strpos(term, ' ') = 0) AS t
     JOIN postings AS p ON p.namespace = t.namespace AND p.term = t.term
     GROUP BY u.i"""
 CHECKED = 50  # rows FTS5 checks first, best first (then twice as many each time)

@@ -314,8 +314,9 @@ class PostgresEngine:
         if namespace is None:
             return []
         rows = self.conn.execute(
-            "SELECT term, docs FROM term_stats WHERE namespace = %s AND term >= %s "
-            "AND term < %s AND length(term) BETWEEN %s AND %s AND docs > 0",
+            "SELECT term, sum(docs) FROM term_stats WHERE namespace = %s AND term >= %s "
+            "AND term < %s AND length(term) BETWEEN %s AND %s GROUP BY term "
+            "HAVING sum(docs) > 0",
             (namespace, first, first + "\U0010ffff", *lengths),
         ).fetchall()
         return [(str(t), int(d)) for t, d in rows]

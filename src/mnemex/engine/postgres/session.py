@@ -14,6 +14,7 @@ the same one back, so nested calls use one connection and one transaction.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -188,23 +189,22 @@ class PostgresSession:
         which two writers racing cannot break). An id already stored raises
         :class:`~mnemex.errors.DuplicateId` (``on_conflict="error"``) or is kept as
         it is (``"skip"``).
+
+        One row alone is one statement, its own transaction: one round trip.
         """
         ids: list[str] = []
         seqs: list[int] = []
         seen: set[str] = set()
+        given = iter(chunks)
+        first = next(given, [])
+        second = next(given, None)  # validated before anything is written
+        if second is None and len(first) <= 1:
+            with self.connection() as conn:
+                _insert_checked(conn, first, on_conflict, seen, (ids, seqs))
+            return len(seqs), ids, seqs
         with self.transaction() as conn:
-            for rows in chunks:
-                if not rows:
-                    continue
-                if on_conflict == "error":
-                    _refuse_known_ids(conn, rows, seen)
-                written = insert_rows(conn, [pg_row(r) for r in rows])
-                for row, w in zip(rows, written, strict=True):
-                    if not w.inserted and w.id == row[0] and on_conflict == "error":
-                        raise _duplicate(row[0])
-                    ids.append(w.id)
-                    if w.inserted:
-                        seqs.append(w.seq)
+            for rows in itertools.chain([first, second], given):
+                _insert_checked(conn, rows or [], on_conflict, seen, (ids, seqs))
         return len(seqs), ids, seqs
 
     def retriever(self, conn: Conn, embedder: Embedder | None) -> PostgresEngine:
@@ -240,15 +240,31 @@ def _duplicate(ident: str) -> DuplicateId:
     )
 
 
-def _refuse_known_ids(conn: Conn, rows: Sequence[tuple[Any, ...]], seen: set[str]) -> None:
-    for row in rows:
-        if row[0] in seen:
-            raise DuplicateId(
-                f"id {row[0]!r} appears more than once in the batch; ids must be unique"
-            )
-        seen.add(row[0])
-    found = conn.execute(
-        "SELECT id FROM memories WHERE id = ANY(%s) LIMIT 1", ([r[0] for r in rows],)
-    ).fetchone()
-    if found:
-        raise _duplicate(found[0])
+def _insert_checked(
+    conn: Conn,
+    rows: Sequence[tuple[Any, ...]],
+    on_conflict: str,
+    seen: set[str],
+    out: tuple[list[str], list[int]],
+) -> None:
+    """Insert a chunk of prepared rows; the id holding each row appended to ``out[0]``,
+    the seqs inserted to ``out[1]``. With ``on_conflict="error"``, an id given twice
+    (``seen``: the ids of the chunks before) or already stored raises
+    :class:`~mnemex.errors.DuplicateId` (the caller's transaction then writes nothing:
+    a row alone was not inserted)."""
+    if not rows:
+        return
+    if on_conflict == "error":
+        for row in rows:
+            if row[0] in seen:
+                raise DuplicateId(
+                    f"id {row[0]!r} appears more than once in the batch; ids must be unique"
+                )
+            seen.add(row[0])
+    written = insert_rows(conn, [pg_row(r) for r in rows])
+    for row, w in zip(rows, written, strict=True):
+        if w.taken and on_conflict == "error":
+            raise _duplicate(row[0])
+        out[0].append(w.id)
+        if w.inserted:
+            out[1].append(w.seq)

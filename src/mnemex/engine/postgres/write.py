@@ -49,11 +49,13 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    """What became of one row: the seq and id that hold its text, and whether it is new."""
+    """What became of one row: the seq and id that hold its text, whether it is new, and
+    whether a stored memory held its id already (``taken``)."""
 
     seq: int
     id: str
     inserted: bool
+    taken: bool = False
 
 
 _INSERT = """
@@ -110,8 +112,9 @@ def _retrying(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) 
         return conn.execute(query.encode(), params).fetchall()
     for attempt in range(RETRIES):
         try:
-            with conn.transaction():
-                return conn.execute(query.encode(), params).fetchall()
+            # One statement of an autocommit connection: a transaction of its own, in one
+            # round trip (no BEGIN and COMMIT of their own).
+            return conn.execute(query.encode(), params).fetchall()
         except errors.DeadlockDetected:
             if attempt == RETRIES - 1:
                 raise
@@ -154,7 +157,7 @@ def _resolve(
             raise StoreError(
                 f"memory {r.id!r} was neither stored nor found (deleted meanwhile?); write it again"
             )
-        out.append(Written(holder[0], holder[1], False))
+        out.append(Written(holder[0], holder[1], False, r.id in by_id))
     return out
 
 
