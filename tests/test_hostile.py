@@ -29,6 +29,7 @@ from mnemex import InvalidInput, StoreError
 from mnemex.cli import cli
 from mnemex.config import load_settings
 from mnemex.mcp.server import build_server
+from mnemex.search import stages
 from mnemex.store import ALL, Store
 from mnemex.text import MAX_METADATA_DEPTH
 from mnemex.transfer import export_lines, import_jsonl
@@ -405,6 +406,18 @@ _API = [
 ]  # fmt: skip
 
 
+def _parameters(call: Any) -> dict[str, inspect.Parameter]:
+    """A method's parameters, with the ranking stages' options its ``**stages`` takes."""
+    out = {}
+    for name, parameter in inspect.signature(call).parameters.items():
+        if parameter.kind is not parameter.VAR_KEYWORD:
+            out[name] = parameter
+        elif name == "stages":
+            for option in stages.options():
+                out[option] = inspect.Parameter(option, parameter.KEYWORD_ONLY, default=None)
+    return out
+
+
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -419,7 +432,7 @@ def test_fuzzed_api_calls_raise_only_mnemex_errors(
         store.relate("api", "uses", "postgres", source_memory="m0")
     call = getattr(store, method)
     args, kwargs = [], {}
-    for name, parameter in inspect.signature(call).parameters.items():
+    for name, parameter in _parameters(call).items():
         if name == "embed":
             continue
         required = parameter.default is inspect.Parameter.empty

@@ -167,15 +167,55 @@ class Settings:
     injection_log: bool = INJECTION_LOG  # false: the prompt hook records nothing
     injection_log_days: int = INJECTION_LOG_DAYS  # older entries are deleted
     injection_log_entries: int = INJECTION_LOG_ENTRIES  # the newest this many are kept
+    # The values of the settings added by registered ranking stages (ADDED), by name.
+    added: tuple[tuple[str, Any], ...] = ()
 
     def replace(self, **changes: Any) -> Settings:
+        added = {name: changes.pop(name) for name in list(changes) if name in ADDED}
+        if added:
+            changes["added"] = tuple(sorted({**dict(self.added), **added}.items()))
         return dataclasses.replace(self, **changes)
+
+    def value(self, name: str) -> Any:
+        """The setting ``name``: a field, or one a registered ranking stage added."""
+        if name in ADDED:
+            return dict(self.added).get(name, ADDED[name])
+        return getattr(self, name)
 
 
 _ENV_PREFIX = "MNEMEX_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-_TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path", "db_url")}
+_TUNABLES = {
+    f.name: f for f in fields(Settings) if f.name not in ("home", "db_path", "db_url", "added")
+}
+# The settings registered ranking stages add (mnemex.search.stages.register) and their
+# defaults: a config file, a variable or an argument sets them like the fields of Settings.
+ADDED: dict[str, bool | float] = {}
+
+
+def add_setting(name: str, default: bool | float) -> None:
+    """Make ``name`` a setting with ``default`` (a bool or a number; a field of
+    :class:`Settings` already is one)."""
+    if name in _TUNABLES or name in ADDED:
+        return
+    if not name.isidentifier() or not isinstance(default, bool | int | float):
+        raise ValueError(f"a setting is a name and a bool or a number, got {name!r}={default!r}")
+    ADDED[name] = default
+
+
+def setting_default(name: str) -> Any:
+    """The default of the setting ``name`` (KeyError: there is none)."""
+    return ADDED[name] if name in ADDED else _TUNABLES[name].default
+
+
+def _kind(name: str) -> Any:
+    """The type of the setting ``name`` (as the dataclass names it)."""
+    if name in ADDED:
+        return type(ADDED[name]).__name__
+    return _TUNABLES[name].type
+
+
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -208,7 +248,7 @@ def default_text(*names: str) -> str:
     """Help text for defaults that settings give, e.g. ``default 6 (setting search_limit)``."""
     shown = []
     for name in names:
-        value = _TUNABLES[name].default
+        value = setting_default(name)
         if isinstance(value, bool):
             value = "on" if value else "off"
         elif isinstance(value, float):
@@ -319,7 +359,7 @@ def config_path(
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
-    kind = _TUNABLES[name].type
+    kind = _kind(name)
     if kind in ("bool", bool):
         if isinstance(value, bool):
             return value
@@ -374,14 +414,13 @@ def load_settings(
         for key, value in data.items():
             if key == "db_path":
                 _store_at(values, str(value))
-            elif key in _TUNABLES:
+            elif key in _TUNABLES or key in ADDED:
                 values[key] = _coerce(key, value, str(cfg_path))
             else:
-                raise InvalidInput(
-                    f"{cfg_path}: unknown setting {key!r}; known: {', '.join(sorted(_TUNABLES))}"
-                )
+                known = ", ".join(sorted([*_TUNABLES, *ADDED]))
+                raise InvalidInput(f"{cfg_path}: unknown setting {key!r}; known: {known}")
 
-    for key in _TUNABLES:
+    for key in [*_TUNABLES, *ADDED]:
         raw = env.get(_ENV_PREFIX + key.upper())
         if raw is not None and raw != "":
             values[key] = _coerce(key, raw, _ENV_PREFIX + key.upper())
@@ -391,14 +430,15 @@ def load_settings(
     for key, value in overrides.items():
         if value is None:
             continue
-        if key not in _TUNABLES:
+        if key not in _TUNABLES and key not in ADDED:
             raise TypeError(f"unknown setting {key!r}")
         values[key] = _coerce(key, value, "argument")
 
     if db is not None:
         _store_at(values, db)
     values.setdefault("db_path", home_path / DB_FILENAME)
-    settings = Settings(home=home_path, **values)
+    added = tuple(sorted((key, values.pop(key)) for key in list(values) if key in ADDED))
+    settings = Settings(home=home_path, added=added, **values)
     _validate(settings)
     return settings
 
@@ -530,16 +570,14 @@ def check_weights(weights: object, name: str = "weights") -> tuple[float, float]
     return pair[0], pair[1]
 
 
-# Each per-call search option and the setting it defaults to.
+# Each per-call search option and the setting it defaults to (the ranking stages' options
+# are their entries', mnemex.search.stages).
 _SEARCH_SETTINGS = {
     "limit": "search_limit",
     "mode": "search_mode",
     "fusion": "fusion",
     "relations": "search_relations",
     "expand": "query_expansion",
-    "decay": "decay",
-    "confidence": "confidence_weighting",
-    "mmr": "mmr",
 }
 
 
@@ -549,6 +587,8 @@ class SearchOptions:
 
     Build it with :meth:`of`; a ``None`` argument means "as the settings say".
     ``mode`` stays ``auto`` until :meth:`mode_for` knows whether an embedder is there.
+    ``stages`` holds the ranking stages' options the caller gave (decay, confidence, mmr,
+    ...), which :func:`mnemex.search.stages.switches` resolves and checks.
     """
 
     limit: int
@@ -556,21 +596,17 @@ class SearchOptions:
     fusion: str
     relations: int
     expand: bool
-    decay: bool
-    confidence: bool
-    mmr: bool
     threshold: bool
     vector_weight: float
     text_weight: float
     rrf_k: int
+    stages: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(
         cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
     ) -> SearchOptions:
-        """``given``: limit, mode, fusion, relations, expand, decay, confidence, mmr."""
-        if unknown := sorted(set(given) - set(_SEARCH_SETTINGS)):
-            raise TypeError(f"unknown search option(s): {', '.join(unknown)}")
+        """``given``: limit, mode, fusion, relations, expand, and the ranking stages' options."""
         v = {
             key: getattr(settings, name) if given.get(key) is None else given[key]
             for key, name in _SEARCH_SETTINGS.items()
@@ -581,13 +617,15 @@ class SearchOptions:
         pair = (settings.vector_weight, settings.text_weight)
         vector_weight, text_weight = pair if weights is None else check_weights(weights)
         check_count("relations", v["relations"], 0, MAX_SEARCH_LIMIT)
-        v.update({key: bool(v[key]) for key in ("expand", "decay", "confidence", "mmr")})
+        v["expand"] = bool(v["expand"])
+        stages = {k: g for k, g in given.items() if k not in _SEARCH_SETTINGS and g is not None}
         return cls(
             **v,
             threshold=threshold is None or bool(threshold),
             vector_weight=vector_weight,
             text_weight=text_weight,
             rrf_k=settings.rrf_k,
+            stages=stages,
         )
 
     @property

@@ -448,14 +448,12 @@ class Store:
         explain: bool = False,
         raw: bool = False,
         snippets: bool = True,
-        decay: bool | None = None,
-        confidence: bool | None = None,
-        mmr: bool | None = None,
         threshold: bool | None = None,
         expand: bool | None = None,
         relations: int | None = None,
         now: datetime | str | None = None,
         namespace: NamespaceArg = None,
+        **stages: Any,
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
@@ -471,6 +469,7 @@ class Store:
         alone in every mode: the expression decides what matches, BM25 ranks it;
         ``snippets=False`` is faster.
         """
+        from mnemex.search import stages as ranking
         from mnemex.search.pipeline import retriever, run_search
 
         ns = self.resolve_namespace(namespace, allow_all=True)
@@ -484,14 +483,13 @@ class Store:
             fusion=fusion,
             relations=relations,
             expand=expand,
-            decay=decay,
-            confidence=confidence,
-            mmr=mmr,
+            **stages,
         )
         options, notes = _lexically(options, mode) if raw else (options, [])
         embedder = self.embedder if options.wants_vectors else None
         flags, vectors = (raw, explain, snippets), embedder is not None
-        request = Request.of(query, filters, options, self.settings, vectors, flags, now)
+        switches = ranking.switches(self.settings, options.stages)
+        request = Request.of(query, filters, options, self.settings, vectors, flags, now, switches)
         started = time.perf_counter()
         fresh, stale = self._freshen(filters.namespace)
         notes.extend(fresh)
@@ -525,11 +523,10 @@ class Store:
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         mode: str | None = None,
-        decay: bool | None = None,
-        mmr: bool | None = None,
         now: datetime | str | None = None,
         token_counter: str | Callable[[str], int] | None = None,
         namespace: NamespaceArg = None,
+        **stages: Any,
     ) -> RecallResult:
         """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
 
@@ -539,7 +536,8 @@ class Store:
         (``recall_max``, ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
         not fit the room left is replaced by its excerpt, the lines around the part that matches
         ``task`` best (``cut`` is then true), or skipped when less than ``MIN_EXCERPT_TOKENS`` are
-        left (see :mod:`mnemex.search.recall`).
+        left (see :mod:`mnemex.search.recall`). ``stages``: the ranking stages' options, as
+        :meth:`search` takes them (``decay``, ``mmr``, ...).
         """
         from mnemex.search import recall as packing
 
@@ -553,12 +551,11 @@ class Store:
             since=since,
             until=until,
             mode=mode,
-            decay=decay,
-            mmr=mmr,
             now=moment,
             snippets=False,
             relations=0,  # a recall block holds memories only
             namespace=namespace,
+            **stages,
         )
         bodies = packing.read_bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
