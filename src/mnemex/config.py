@@ -84,7 +84,9 @@ INJECTION_LOG_ENTRIES = 10_000
 MAX_INJECTION_LOG_DAYS = 36_500
 MAX_INJECTION_LOG_ENTRIES = 10_000_000
 MODES = ("auto", "lexical", "vector", "hybrid")
-EMBEDDERS = ("auto", "local", "sentence-transformers", "openai", "none")  # mnemex.embed providers
+# The values of the setting embedder: mnemex.embed.PROVIDERS' names and those registered
+# (mnemex.embed.register adds to the list), auto and none.
+EMBEDDERS = ["auto", "local", "sentence-transformers", "openai", "none"]
 SIMILARITIES = ("auto", "jaccard", "cosine")
 TOKEN_COUNTERS = ("chars", "wordpiece")
 FUSIONS = ("rrf", "weighted", "adaptive")
