@@ -585,12 +585,15 @@ _SEARCH_SETTINGS = {
 
 @dataclass(frozen=True, slots=True)
 class SearchOptions:
-    """One search's knobs: the settings, overridden by what the caller said, checked once.
+    """One search: what the caller said, the settings for the rest, checked once.
 
-    Build it with :meth:`of`; a ``None`` argument means "as the settings say".
-    ``mode`` stays ``auto`` until :meth:`mode_for` knows whether an embedder is there.
-    ``stages`` holds the ranking stages' options the caller gave (decay, confidence, mmr,
-    ...), which :func:`mnemex.search.stages.switches` resolves and checks.
+    Build it with :meth:`of` (``Store.search`` takes it, or builds it from the same
+    keyword arguments); a ``None`` argument means "as the settings say". ``mode`` stays
+    ``auto`` until :meth:`mode_for` knows whether an embedder is there. ``stages`` holds
+    the ranking stages' options the caller gave (decay, confidence, mmr, ...), which
+    :func:`mnemex.search.stages.switches` resolves and checks. The filters (``kinds``,
+    ``tags``, ``since``, ``until``) are checked where they become
+    :class:`~mnemex.index.fts.Filters`, ``namespace`` where the store resolves it.
     """
 
     limit: int
@@ -603,14 +606,45 @@ class SearchOptions:
     text_weight: float
     rrf_k: int
     stages: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    kinds: Any = None  # Iterable[str] | str | None
+    tags: Any = None  # Iterable[str] | str | None
+    since: Any = None  # datetime | str | None
+    until: Any = None  # datetime | str | None
+    now: Any = None  # datetime | str | None: the time ages are measured from
+    namespace: Any = None  # mnemex.engine.NamespaceArg
+    explain: bool = False
+    raw: bool = False
+    snippets: bool = True
+    notes: tuple[str, ...] = ()  # what the search says of the options (a raw query's mode)
 
     @classmethod
     def of(
-        cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
+        cls,
+        settings: Settings,
+        *,
+        limit: int | None = None,
+        kinds: Any = None,
+        tags: Any = None,
+        since: Any = None,
+        until: Any = None,
+        mode: str | None = None,
+        fusion: str | None = None,
+        weights: object = None,
+        explain: bool = False,
+        raw: bool = False,
+        snippets: bool = True,
+        threshold: bool | None = None,
+        expand: bool | None = None,
+        relations: int | None = None,
+        now: Any = None,
+        namespace: Any = None,
+        **stages: Any,
     ) -> SearchOptions:
-        """``given``: limit, mode, fusion, relations, expand, and the ranking stages' options."""
-        v = {
-            key: getattr(settings, name) if given.get(key) is None else given[key]
+        """The options of one search (``stages``: the ranking stages' options)."""
+        given: dict[str, Any] = {"limit": limit, "mode": mode, "fusion": fusion}
+        given.update(relations=relations, expand=expand)
+        v: dict[str, Any] = {
+            key: getattr(settings, name) if given[key] is None else given[key]
             for key, name in _SEARCH_SETTINGS.items()
         }
         check_count("limit", v["limit"], 1, MAX_SEARCH_LIMIT)
@@ -620,14 +654,28 @@ class SearchOptions:
         vector_weight, text_weight = pair if weights is None else check_weights(weights)
         check_count("relations", v["relations"], 0, MAX_SEARCH_LIMIT)
         v["expand"] = bool(v["expand"])
-        stages = {k: g for k, g in given.items() if k not in _SEARCH_SETTINGS and g is not None}
+        notes: tuple[str, ...] = ()
+        if raw:  # an FTS5 expression: the lexical arm alone, whatever the mode
+            if mode not in (None, "auto", "lexical"):
+                notes = (f"a raw FTS5 expression is answered by the lexical arm, not {mode}",)
+            v["mode"] = "lexical"
         return cls(
             **v,
             threshold=threshold is None or bool(threshold),
             vector_weight=vector_weight,
             text_weight=text_weight,
             rrf_k=settings.rrf_k,
-            stages=stages,
+            stages={k: value for k, value in stages.items() if value is not None},
+            kinds=kinds,
+            tags=tags,
+            since=since,
+            until=until,
+            now=now,
+            namespace=namespace,
+            explain=explain,
+            raw=raw,
+            snippets=snippets,
+            notes=notes,
         )
 
     @property

@@ -71,14 +71,12 @@ class Request:
         options: SearchOptions,
         settings: Settings,
         vectors: bool,
-        flags: tuple[bool, bool, bool],
-        now: datetime | str | None,
         stages: Mapping[str, Any],
     ) -> Request:
         """What the pipeline runs: the ``options``, with ``auto`` resolved by whether
-        there are ``vectors``, the (raw, explain, snippets) ``flags`` and the value of each
-        ranking stage (:func:`mnemex.search.stages.switches`)."""
-        s, threshold, (raw, explain, snippets) = settings, options.threshold, flags
+        there are ``vectors``, and the value of each ranking stage
+        (:func:`mnemex.search.stages.switches`)."""
+        s, threshold, now = settings, options.threshold, options.now
         ranking = Ranking(
             min_text_score=s.min_text_score if threshold else 0.0,
             min_vector_score=s.min_vector_score if threshold else -1.0,
@@ -94,9 +92,9 @@ class Request:
             rrf_k=options.rrf_k,
             vector_weight=options.vector_weight,
             text_weight=options.text_weight,
-            raw=raw,
-            explain=explain,
-            snippets=snippets,
+            raw=options.raw,
+            explain=options.explain,
+            snippets=options.snippets,
             ranking=ranking,
             expand=options.expand,
             now=None if now is None else parse_time(now, what="now"),
