@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mnemex.config import EMBEDDERS
 from mnemex.errors import EmbeddingError, MissingExtra
@@ -155,15 +155,21 @@ def _local(settings: Settings, few_queries: bool, fold: bool = True) -> Embedder
         return found
 
 
-class Provider(NamedTuple):
+class Provider:
     """An embedder chosen by name (the setting ``embedder``): ``load`` makes it from the
     record a store keeps of it (:func:`describe`) and the settings' tunables (batch size,
     timeout, ...); ``record`` is the record the settings ask for (``None``: the provider's
     name and ``embed_model``). The embedder's ``describe()`` returns that record, so that a
     store indexed with it loads it again by itself (:func:`settle`)."""
 
-    load: Callable[[Mapping[str, Any], Settings], Embedder]
-    record: Callable[[Settings], dict[str, Any]] | None = None
+    __slots__ = ("load", "record")  # a plain class: cheaper to define, on the hook's path
+
+    def __init__(
+        self,
+        load: Callable[[Mapping[str, Any], Settings], Embedder],
+        record: Callable[[Settings], dict[str, Any]] | None = None,
+    ) -> None:
+        self.load, self.record = load, record
 
 
 PROVIDERS: dict[str, Provider] = {}

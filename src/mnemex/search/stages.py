@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mnemex import config
 from mnemex.errors import InvalidInput
@@ -50,31 +49,52 @@ Trace = dict[int, dict[str, Any]]
 Neighbours = tuple[int | None, int | None, tuple[str, str]]
 
 
-class Reads(Protocol):
-    """What a stage may read of the store (the pipeline's ``Retriever`` offers it)."""
+if TYPE_CHECKING:  # typing only: a hook process imports this module, and a Protocol costs
 
-    settings: Settings
+    class Reads(Protocol):
+        """What a stage may read of the store (the pipeline's ``Retriever`` offers it)."""
 
-    def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
-    def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]: ...
-    def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
-    def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
+        settings: Settings
+
+        def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]: ...
+        def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]: ...
+        def vectors_of(self, seqs: list[int], dim: int) -> dict[int, Any]: ...
+        def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
 
 
-@dataclass
 class Candidates:
     """What a stage reads: the candidates (fused order, or by score for a stage that
     picks), their scores now and after fusion, each one's ``meta`` (created at,
     confidence, pinned, source), the request, and the store (``engine``)."""
 
-    engine: Reads
-    request: Request
-    order: list[int]
-    scores: dict[int, float]
-    fused: dict[int, float]
-    meta: dict[int, tuple[Any, ...]]
-    query_vector: np.ndarray | None
-    _neighbours: dict[int, Neighbours] | None = field(default=None, repr=False)
+    __slots__ = (
+        "_neighbours",
+        "engine",
+        "fused",
+        "meta",
+        "order",
+        "query_vector",
+        "request",
+        "scores",
+    )
+
+    def __init__(
+        self,
+        engine: Reads,
+        request: Request,
+        order: list[int],
+        scores: dict[int, float],
+        meta: dict[int, tuple[Any, ...]],
+        query_vector: np.ndarray | None,
+    ) -> None:
+        self.engine, self.request, self.meta, self.query_vector = (
+            engine,
+            request,
+            meta,
+            query_vector,
+        )
+        self.order, self.scores, self.fused = order, scores, scores
+        self._neighbours: dict[int, Neighbours] | None = None
 
     def setting(self, name: str) -> Any:
         """A setting of the store searched (a stage's further parameters)."""
@@ -88,15 +108,20 @@ class Candidates:
         return self._neighbours
 
 
-class Step(NamedTuple):
-    """What a stage returns: the scores, its trace, and for a stage that picks, the order."""
+class Step:
+    """What a stage returns: the scores, its trace, and for a stage that picks, the order.
+    (Plain classes with slots here and in :class:`Stage`: cheaper to define than named
+    tuples, and this module is on the hook's path.)"""
 
-    scores: dict[int, float]
-    trace: Trace
-    order: list[int] | None = None
+    __slots__ = ("order", "scores", "trace")
+
+    def __init__(
+        self, scores: dict[int, float], trace: Trace, order: list[int] | None = None
+    ) -> None:
+        self.scores, self.trace, self.order = scores, trace, order
 
 
-class Stage(NamedTuple):
+class Stage:
     """A ranking stage: its function, the setting that switches it on (a bool, or a weight
     where 0 is off), the option that overrides it for one search, its help, its explain line.
 
@@ -106,15 +131,34 @@ class Stage(NamedTuple):
     that rescore); ``cli``: ``mnemex search`` and ``mnemex recall`` have its option.
     """
 
-    run: Callable[[Candidates, Any], Step]
-    setting: str
-    option: str | None = None
-    help: str = ""
-    explain: Callable[[dict[str, Any]], str] | None = None
-    default: bool | float | None = None
-    params: tuple[str, ...] = ()
-    picks: bool = False
-    cli: bool = True
+    __slots__ = (
+        "cli",
+        "default",
+        "explain",
+        "help",
+        "option",
+        "params",
+        "picks",
+        "run",
+        "setting",
+    )
+
+    def __init__(
+        self,
+        run: Callable[[Candidates, Any], Step],
+        setting: str,
+        *,
+        option: str | None = None,
+        help: str = "",
+        explain: Callable[[dict[str, Any]], str] | None = None,
+        default: bool | float | None = None,
+        params: tuple[str, ...] = (),
+        picks: bool = False,
+        cli: bool = True,
+    ) -> None:
+        self.run, self.setting, self.option, self.help = run, setting, option, help
+        self.explain, self.default, self.params = explain, default, params
+        self.picks, self.cli = picks, cli
 
 
 STAGES: dict[str, Stage] = {}
@@ -186,7 +230,7 @@ def rerank(
     meta = engine.meta(order)
     order = [seq for seq in order if seq in meta]  # deleted meanwhile
     scores = {seq: scores[seq] for seq in order}
-    c = Candidates(engine, request, order, scores, scores, meta, query_vector)
+    c = Candidates(engine, request, order, scores, meta, query_vector)
     trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
     for picks in (False, True):
         if picks:
