@@ -244,7 +244,7 @@ def cli_page() -> str:
 
 def settings_fields() -> dict[str, dataclasses.Field[Any]]:
     """The settings a config file, a variable or an argument may set."""
-    skip = {"home", "db_path", "db_url"}
+    skip = {"home", "db_path", "db_url", "added"}
     return {f.name: f for f in dataclasses.fields(config.Settings) if f.name not in skip}
 
 

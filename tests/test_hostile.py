@@ -27,8 +27,9 @@ from mcp import Client
 import mnemex
 from mnemex import InvalidInput, StoreError
 from mnemex.cli import cli
-from mnemex.config import load_settings
+from mnemex.config import SearchOptions, load_settings
 from mnemex.mcp.server import build_server
+from mnemex.search import stages
 from mnemex.store import ALL, Store
 from mnemex.text import MAX_METADATA_DEPTH
 from mnemex.transfer import export_lines, import_jsonl
@@ -405,6 +406,24 @@ _API = [
 ]  # fmt: skip
 
 
+def _parameters(call: Any) -> dict[str, inspect.Parameter]:
+    """A method's parameters, with the fields of SearchOptions and the ranking stages'
+    options that its ``**given`` (search) or ``**search`` (recall) takes."""
+    out = {}
+    for name, parameter in inspect.signature(call).parameters.items():
+        if parameter.kind is parameter.POSITIONAL_ONLY and name == "options":
+            continue  # search(query, options): its fields come as keyword arguments below
+        if parameter.kind is not parameter.VAR_KEYWORD:
+            out[name] = parameter
+            continue
+        fields = inspect.signature(SearchOptions.of).parameters.values()
+        taken = {"settings", "limit", "snippets", "relations", "now"} if name == "search" else set()
+        out.update((f.name, f) for f in fields if f.kind is f.KEYWORD_ONLY and f.name not in taken)
+        for option in stages.options():
+            out[option] = inspect.Parameter(option, parameter.KEYWORD_ONLY, default=None)
+    return out
+
+
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -419,7 +438,7 @@ def test_fuzzed_api_calls_raise_only_mnemex_errors(
         store.relate("api", "uses", "postgres", source_memory="m0")
     call = getattr(store, method)
     args, kwargs = [], {}
-    for name, parameter in inspect.signature(call).parameters.items():
+    for name, parameter in _parameters(call).items():
         if name == "embed":
             continue
         required = parameter.default is inspect.Parameter.empty
@@ -427,7 +446,10 @@ def test_fuzzed_api_calls_raise_only_mnemex_errors(
             continue
         plausible = name in _PLAUSIBLE and data.draw(st.integers(0, 3)) > 0
         value = data.draw(_PLAUSIBLE[name] if plausible else _HOSTILE)
-        if required and parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+        if required and parameter.kind in (
+            parameter.POSITIONAL_ONLY,
+            parameter.POSITIONAL_OR_KEYWORD,
+        ):
             args.append(value)
         else:
             kwargs[name] = value

@@ -22,6 +22,7 @@ from mnemex.config import (
     load_settings,
 )
 from mnemex.errors import InvalidInput
+from mnemex.search.stages import switches
 
 
 @pytest.fixture
@@ -35,23 +36,21 @@ def test_search_defaults_come_from_the_settings(settings: Settings) -> None:
     assert (options.mode, options.fusion) == ("auto", "adaptive")
     assert (options.vector_weight, options.text_weight) == (0.5, 0.5)
     assert (options.relations, options.rrf_k) == (5, 60)
-    assert (options.expand, options.decay, options.confidence, options.mmr) == (
-        True,
-        False,
-        True,
-        False,
-    )
+    assert options.expand is True and options.stages == {}
+    assert switches(settings, options.stages) == {
+        "thread": 0.3,
+        "thread_best": 0.3,
+        "decay": False,
+        "confidence": True,
+        "mmr": False,
+    }
     assert options.threshold is True
     tuned = settings.replace(
         search_limit=9, search_mode="lexical", fusion="rrf", decay=True, search_relations=0
     )
     options = SearchOptions.of(tuned)
-    assert (options.limit, options.mode, options.fusion, options.decay) == (
-        9,
-        "lexical",
-        "rrf",
-        True,
-    )
+    assert (options.limit, options.mode, options.fusion) == (9, "lexical", "rrf")
+    assert switches(tuned, options.stages)["decay"] is True
     assert options.relations == 0
 
 
@@ -71,8 +70,9 @@ def test_search_overrides_beat_the_settings(settings: Settings) -> None:
     )
     assert (options.limit, options.mode, options.fusion) == (MAX_SEARCH_LIMIT, "vector", "weighted")
     assert (options.vector_weight, options.text_weight) == (1.0, 0.0)
-    assert (options.relations, options.expand, options.decay) == (0, False, True)
-    assert (options.confidence, options.mmr, options.threshold) == (False, False, False)
+    assert (options.relations, options.expand, options.threshold) == (0, False, False)
+    on = switches(settings.replace(mmr=True), options.stages)
+    assert (on["decay"], on["confidence"], on["mmr"]) == (True, False, False)
 
 
 def test_auto_is_resolved_in_one_place(settings: Settings) -> None:
@@ -196,7 +196,7 @@ def test_help_text_names_the_setting_and_its_default() -> None:
 
 def test_an_unknown_option_is_a_programming_error(settings: Settings) -> None:
     with pytest.raises(TypeError, match="unknown search option"):
-        SearchOptions.of(settings, limt=3)
+        switches(settings, SearchOptions.of(settings, limt=3).stages)
 
 
 def test_the_store_and_namespace_given_come_from_options_then_the_environment() -> None:

@@ -323,16 +323,53 @@ mode_option = click.option(
     help=f"Search arms to run; {config.default_text('search_mode')}: hybrid with an "
     "embedder, else lexical.",
 )
-decay_option = click.option(
-    "--decay/--no-decay",
-    default=None,
-    help=f"Rank older memories lower; {config.default_text('decay', 'half_life_days')}.",
-)
-mmr_option = click.option(
-    "--mmr/--no-mmr",
-    default=None,
-    help=f"Prefer memories that do not repeat each other; {config.default_text('mmr')}.",
-)
+_stage_options: dict[Any, click.Option] = {}  # by stage (mnemex.search.stages.Stage)
+
+
+class StagedCommand(click.Command):
+    """A command with the option of each ranking stage that has one
+    (:data:`mnemex.search.stages.STAGES`: its flag, help and setting come from its entry),
+    placed before the option named ``stages_before``; a stage registered after this module
+    was imported gets its option too."""
+
+    def __init__(self, *args: Any, stages_before: str, **kwargs: Any) -> None:
+        self.stages_before = stages_before
+        self._staged: list[click.Option] = []
+        super().__init__(*args, **kwargs)
+
+    @property
+    def params(self) -> list[click.Parameter]:
+        """The command's parameters with the stages' options as registered now (the same
+        list, updated in place: click adds its help option to it and takes it back)."""
+        from mnemex.search.stages import STAGES
+
+        staged = [_stage_option(s.option, s) for s in STAGES.values() if s.option and s.cli]
+        if staged != self._staged:
+            own = [p for p in self._params if p not in self._staged]
+            at = next(i for i, p in enumerate(own) if p.name == self.stages_before)
+            self._params[:] = [*own[:at], *staged, *own[at:]]
+            self._staged = staged
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
+
+
+def _stage_option(name: str, stage: Any) -> click.Option:
+    """A ranking stage's option: ``--NAME/--no-NAME`` for a stage switched by a bool,
+    ``--NAME WEIGHT`` for one weighed by a number (made once per stage)."""
+    if stage not in _stage_options:
+        flag = name.replace("_", "-")
+        described = f"{stage.help}; {config.default_text(stage.setting, *stage.params)}."
+        if isinstance(config.setting_default(stage.setting), bool):
+            made = click.Option([f"--{flag}/--no-{flag}", name], default=None, help=described)
+        else:
+            made = click.Option([f"--{flag}", name], type=float, metavar="WEIGHT", help=described)
+        _stage_options[stage] = made
+    return _stage_options[stage]
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 kind_option = click.option(
     "--kind", "kinds", multiple=True, help="Only this kind (repeat or comma-separate)."
@@ -494,7 +531,7 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     return vector, text
 
 
-@cli.command()
+@cli.command(cls=StagedCommand, stages_before="no_threshold")
 @click.argument("query")
 @click.option(
     "-l",
@@ -524,8 +561,6 @@ def _weights(value: str | None) -> tuple[float, float] | None:
     is_flag=True,
     help='QUERY is an FTS5 expression (AND, NEAR, "phrases"), matched lexically in any mode.',
 )
-@decay_option
-@mmr_option
 @click.option("--no-threshold", is_flag=True, help="Keep hits below the minimum scores as well.")
 @click.option(
     "--relations",
@@ -546,7 +581,7 @@ def search(
     no_threshold: bool,
     all_namespaces: bool,
     as_json: bool,
-    **given: Any,  # limit, since, until, mode, fusion, explain, raw, decay, mmr, relations
+    **given: Any,  # limit, since, until, mode, fusion, explain, raw, relations, stages' options
 ) -> None:
     """Find the memories that best match QUERY (plain text; any characters are fine).
 
@@ -641,14 +676,6 @@ def _explain_line(explain: dict[str, Any]) -> str:
 
 def _stage_text(stage: dict[str, Any]) -> str:
     name = stage["stage"]
-    if name == "decay":
-        if "exempt" in stage:
-            return f"no decay ({stage['exempt']})"
-        return f"decay x{stage['factor']:.3f} ({stage['age_days']:.1f}d)"
-    if name == "confidence":
-        return f"confidence x{stage['factor']:.2f}"
-    if name == "mmr":
-        return f"mmr pick {stage['pick']} ({stage['similarity']}, lambda {stage['lambda']:g})"
     if name == "top_k":
         return f"top {stage['k']} of {stage['kept']} kept / {stage['candidates']} candidates"
     if name == "floor":
@@ -658,10 +685,12 @@ def _stage_text(stage: dict[str, Any]) -> str:
             f"floor: cosine {stage['above']:+.3f} over the store's level {stage['level']:.3f}, "
             f"{stage['beyond']:+.3f} over one memory's {stage['memory']:.3f}"
         )
-    return str(name)
+    from mnemex.search.stages import explain_line
+
+    return explain_line(stage)
 
 
-@cli.command()
+@cli.command(cls=StagedCommand, stages_before="token_counter")
 @click.argument("task")
 @click.option(
     "-b",
@@ -682,8 +711,6 @@ def _stage_text(stage: dict[str, Any]) -> str:
 @kind_option
 @tag_option
 @mode_option
-@decay_option
-@mmr_option
 @click.option(
     "--tokens",
     "token_counter",
@@ -703,7 +730,7 @@ def recall(
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
     as_json: bool,
-    **given: Any,  # budget_tokens, mode, decay, mmr, token_counter
+    **given: Any,  # budget_tokens, mode, token_counter, the ranking stages' options
 ) -> None:
     """Print the memories relevant to TASK as a markdown block for a prompt.
 

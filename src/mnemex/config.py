@@ -84,7 +84,9 @@ INJECTION_LOG_ENTRIES = 10_000
 MAX_INJECTION_LOG_DAYS = 36_500
 MAX_INJECTION_LOG_ENTRIES = 10_000_000
 MODES = ("auto", "lexical", "vector", "hybrid")
-EMBEDDERS = ("auto", "local", "sentence-transformers", "openai", "none")  # mnemex.embed providers
+# The values of the setting embedder: mnemex.embed.PROVIDERS' names and those registered
+# (mnemex.embed.register adds to the list), auto and none.
+EMBEDDERS = ["auto", "local", "sentence-transformers", "openai", "none"]
 SIMILARITIES = ("auto", "jaccard", "cosine")
 TOKEN_COUNTERS = ("chars", "wordpiece")
 FUSIONS = ("rrf", "weighted", "adaptive")
@@ -167,15 +169,55 @@ class Settings:
     injection_log: bool = INJECTION_LOG  # false: the prompt hook records nothing
     injection_log_days: int = INJECTION_LOG_DAYS  # older entries are deleted
     injection_log_entries: int = INJECTION_LOG_ENTRIES  # the newest this many are kept
+    # The values of the settings added by registered ranking stages (ADDED), by name.
+    added: tuple[tuple[str, Any], ...] = ()
 
     def replace(self, **changes: Any) -> Settings:
+        added = {name: changes.pop(name) for name in list(changes) if name in ADDED}
+        if added:
+            changes["added"] = tuple(sorted({**dict(self.added), **added}.items()))
         return dataclasses.replace(self, **changes)
+
+    def value(self, name: str) -> Any:
+        """The setting ``name``: a field, or one a registered ranking stage added."""
+        if name in ADDED:
+            return dict(self.added).get(name, ADDED[name])
+        return getattr(self, name)
 
 
 _ENV_PREFIX = "MNEMEX_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-_TUNABLES = {f.name: f for f in fields(Settings) if f.name not in ("home", "db_path", "db_url")}
+_TUNABLES = {
+    f.name: f for f in fields(Settings) if f.name not in ("home", "db_path", "db_url", "added")
+}
+# The settings registered ranking stages add (mnemex.search.stages.register) and their
+# defaults: a config file, a variable or an argument sets them like the fields of Settings.
+ADDED: dict[str, bool | float] = {}
+
+
+def add_setting(name: str, default: bool | float) -> None:
+    """Make ``name`` a setting with ``default`` (a bool or a number; a field of
+    :class:`Settings` already is one)."""
+    if name in _TUNABLES or name in ADDED:
+        return
+    if not name.isidentifier() or not isinstance(default, bool | int | float):
+        raise ValueError(f"a setting is a name and a bool or a number, got {name!r}={default!r}")
+    ADDED[name] = default
+
+
+def setting_default(name: str) -> Any:
+    """The default of the setting ``name`` (KeyError: there is none)."""
+    return ADDED[name] if name in ADDED else _TUNABLES[name].default
+
+
+def _kind(name: str) -> Any:
+    """The type of the setting ``name`` (as the dataclass names it)."""
+    if name in ADDED:
+        return type(ADDED[name]).__name__
+    return _TUNABLES[name].type
+
+
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -208,7 +250,7 @@ def default_text(*names: str) -> str:
     """Help text for defaults that settings give, e.g. ``default 6 (setting search_limit)``."""
     shown = []
     for name in names:
-        value = _TUNABLES[name].default
+        value = setting_default(name)
         if isinstance(value, bool):
             value = "on" if value else "off"
         elif isinstance(value, float):
@@ -319,7 +361,7 @@ def config_path(
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
-    kind = _TUNABLES[name].type
+    kind = _kind(name)
     if kind in ("bool", bool):
         if isinstance(value, bool):
             return value
@@ -374,14 +416,13 @@ def load_settings(
         for key, value in data.items():
             if key == "db_path":
                 _store_at(values, str(value))
-            elif key in _TUNABLES:
+            elif key in _TUNABLES or key in ADDED:
                 values[key] = _coerce(key, value, str(cfg_path))
             else:
-                raise InvalidInput(
-                    f"{cfg_path}: unknown setting {key!r}; known: {', '.join(sorted(_TUNABLES))}"
-                )
+                known = ", ".join(sorted([*_TUNABLES, *ADDED]))
+                raise InvalidInput(f"{cfg_path}: unknown setting {key!r}; known: {known}")
 
-    for key in _TUNABLES:
+    for key in [*_TUNABLES, *ADDED]:
         raw = env.get(_ENV_PREFIX + key.upper())
         if raw is not None and raw != "":
             values[key] = _coerce(key, raw, _ENV_PREFIX + key.upper())
@@ -391,14 +432,15 @@ def load_settings(
     for key, value in overrides.items():
         if value is None:
             continue
-        if key not in _TUNABLES:
+        if key not in _TUNABLES and key not in ADDED:
             raise TypeError(f"unknown setting {key!r}")
         values[key] = _coerce(key, value, "argument")
 
     if db is not None:
         _store_at(values, db)
     values.setdefault("db_path", home_path / DB_FILENAME)
-    settings = Settings(home=home_path, **values)
+    added = tuple(sorted((key, values.pop(key)) for key in list(values) if key in ADDED))
+    settings = Settings(home=home_path, added=added, **values)
     _validate(settings)
     return settings
 
@@ -530,25 +572,28 @@ def check_weights(weights: object, name: str = "weights") -> tuple[float, float]
     return pair[0], pair[1]
 
 
-# Each per-call search option and the setting it defaults to.
+# Each per-call search option and the setting it defaults to (the ranking stages' options
+# are their entries', mnemex.search.stages).
 _SEARCH_SETTINGS = {
     "limit": "search_limit",
     "mode": "search_mode",
     "fusion": "fusion",
     "relations": "search_relations",
     "expand": "query_expansion",
-    "decay": "decay",
-    "confidence": "confidence_weighting",
-    "mmr": "mmr",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class SearchOptions:
-    """One search's knobs: the settings, overridden by what the caller said, checked once.
+    """One search: what the caller said, the settings for the rest, checked once.
 
-    Build it with :meth:`of`; a ``None`` argument means "as the settings say".
-    ``mode`` stays ``auto`` until :meth:`mode_for` knows whether an embedder is there.
+    Build it with :meth:`of` (``Store.search`` takes it, or builds it from the same
+    keyword arguments); a ``None`` argument means "as the settings say". ``mode`` stays
+    ``auto`` until :meth:`mode_for` knows whether an embedder is there. ``stages`` holds
+    the ranking stages' options the caller gave (decay, confidence, mmr, ...), which
+    :func:`mnemex.search.stages.switches` resolves and checks. The filters (``kinds``,
+    ``tags``, ``since``, ``until``) are checked where they become
+    :class:`~mnemex.index.fts.Filters`, ``namespace`` where the store resolves it.
     """
 
     limit: int
@@ -556,23 +601,50 @@ class SearchOptions:
     fusion: str
     relations: int
     expand: bool
-    decay: bool
-    confidence: bool
-    mmr: bool
     threshold: bool
     vector_weight: float
     text_weight: float
     rrf_k: int
+    stages: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    kinds: Any = None  # Iterable[str] | str | None
+    tags: Any = None  # Iterable[str] | str | None
+    since: Any = None  # datetime | str | None
+    until: Any = None  # datetime | str | None
+    now: Any = None  # datetime | str | None: the time ages are measured from
+    namespace: Any = None  # mnemex.engine.NamespaceArg
+    explain: bool = False
+    raw: bool = False
+    snippets: bool = True
+    notes: tuple[str, ...] = ()  # what the search says of the options (a raw query's mode)
 
     @classmethod
     def of(
-        cls, settings: Settings, weights: object = None, threshold: bool | None = None, **given: Any
+        cls,
+        settings: Settings,
+        *,
+        limit: int | None = None,
+        kinds: Any = None,
+        tags: Any = None,
+        since: Any = None,
+        until: Any = None,
+        mode: str | None = None,
+        fusion: str | None = None,
+        weights: object = None,
+        explain: bool = False,
+        raw: bool = False,
+        snippets: bool = True,
+        threshold: bool | None = None,
+        expand: bool | None = None,
+        relations: int | None = None,
+        now: Any = None,
+        namespace: Any = None,
+        **stages: Any,
     ) -> SearchOptions:
-        """``given``: limit, mode, fusion, relations, expand, decay, confidence, mmr."""
-        if unknown := sorted(set(given) - set(_SEARCH_SETTINGS)):
-            raise TypeError(f"unknown search option(s): {', '.join(unknown)}")
-        v = {
-            key: getattr(settings, name) if given.get(key) is None else given[key]
+        """The options of one search (``stages``: the ranking stages' options)."""
+        given: dict[str, Any] = {"limit": limit, "mode": mode, "fusion": fusion}
+        given.update(relations=relations, expand=expand)
+        v: dict[str, Any] = {
+            key: getattr(settings, name) if given[key] is None else given[key]
             for key, name in _SEARCH_SETTINGS.items()
         }
         check_count("limit", v["limit"], 1, MAX_SEARCH_LIMIT)
@@ -581,13 +653,29 @@ class SearchOptions:
         pair = (settings.vector_weight, settings.text_weight)
         vector_weight, text_weight = pair if weights is None else check_weights(weights)
         check_count("relations", v["relations"], 0, MAX_SEARCH_LIMIT)
-        v.update({key: bool(v[key]) for key in ("expand", "decay", "confidence", "mmr")})
+        v["expand"] = bool(v["expand"])
+        notes: tuple[str, ...] = ()
+        if raw:  # an FTS5 expression: the lexical arm alone, whatever the mode
+            if mode not in (None, "auto", "lexical"):
+                notes = (f"a raw FTS5 expression is answered by the lexical arm, not {mode}",)
+            v["mode"] = "lexical"
         return cls(
             **v,
             threshold=threshold is None or bool(threshold),
             vector_weight=vector_weight,
             text_weight=text_weight,
             rrf_k=settings.rrf_k,
+            stages={k: value for k, value in stages.items() if value is not None},
+            kinds=kinds,
+            tags=tags,
+            since=since,
+            until=until,
+            now=now,
+            namespace=namespace,
+            explain=explain,
+            raw=raw,
+            snippets=snippets,
+            notes=notes,
         )
 
     @property

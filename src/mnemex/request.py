@@ -8,9 +8,10 @@ them from here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mnemex.config import SearchOptions, Settings
 from mnemex.index.retrieval import Filters, LexicalPlan
@@ -30,24 +31,19 @@ class Pending(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """Which stages run after fusion, and their parameters."""
+    """What the ranking keeps after fusion (each arm's minimum score, the relevance floor)
+    and the ranking stages that run then: each one's value by name
+    (:data:`mnemex.search.stages.STAGES`; absent, false or 0: it does not run)."""
 
-    decay: bool = False
-    half_life_days: float = 30.0
-    confidence: bool = True
-    mmr: bool = False
-    mmr_lambda: float = 0.7
-    mmr_similarity: str = "auto"  # auto | jaccard | cosine
     min_text_score: float = 0.0
     min_vector_score: float = 0.0
     floor: bool = False  # the relevance floor (mnemex.search.floor)
-    thread: float = 0.0  # what a memory's neighbours in its thread lend it (0: off)
-    thread_best: float = 0.0  # how far a memory moves toward its thread's best score (0: off)
+    stages: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def reorders(self) -> bool:
         """True when a stage may change the fused order (so more candidates are needed)."""
-        return self.decay or self.confidence or self.mmr or self.thread > 0 or self.thread_best > 0
+        return any(self.stages.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,24 +71,17 @@ class Request:
         options: SearchOptions,
         settings: Settings,
         vectors: bool,
-        flags: tuple[bool, bool, bool],
-        now: datetime | str | None,
+        stages: Mapping[str, Any],
     ) -> Request:
         """What the pipeline runs: the ``options``, with ``auto`` resolved by whether
-        there are ``vectors``, and the (raw, explain, snippets) ``flags``."""
-        s, threshold, (raw, explain, snippets) = settings, options.threshold, flags
+        there are ``vectors``, and the value of each ranking stage
+        (:func:`mnemex.search.stages.switches`)."""
+        s, threshold, now = settings, options.threshold, options.now
         ranking = Ranking(
-            decay=options.decay,
-            half_life_days=s.half_life_days,
-            confidence=options.confidence,
-            mmr=options.mmr,
-            mmr_lambda=s.mmr_lambda,
-            mmr_similarity=s.mmr_similarity,
             min_text_score=s.min_text_score if threshold else 0.0,
             min_vector_score=s.min_vector_score if threshold else -1.0,
             floor=s.relevance_floor and threshold,
-            thread=s.thread_context,
-            thread_best=s.thread_best,
+            stages=stages,
         )
         return cls(
             query=query,
@@ -103,9 +92,9 @@ class Request:
             rrf_k=options.rrf_k,
             vector_weight=options.vector_weight,
             text_weight=options.text_weight,
-            raw=raw,
-            explain=explain,
-            snippets=snippets,
+            raw=options.raw,
+            explain=options.explain,
+            snippets=options.snippets,
             ranking=ranking,
             expand=options.expand,
             now=None if now is None else parse_time(now, what="now"),

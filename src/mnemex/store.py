@@ -434,64 +434,47 @@ class Store:
         )
 
     def search(
-        self,
-        query: str,
-        limit: int | None = None,
-        *,
-        kinds: Iterable[str] | str | None = None,
-        tags: Iterable[str] | str | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        mode: str | None = None,
-        fusion: str | None = None,
-        weights: tuple[float, float] | None = None,
-        explain: bool = False,
-        raw: bool = False,
-        snippets: bool = True,
-        decay: bool | None = None,
-        confidence: bool | None = None,
-        mmr: bool | None = None,
-        threshold: bool | None = None,
-        expand: bool | None = None,
-        relations: int | None = None,
-        now: datetime | str | None = None,
-        namespace: NamespaceArg = None,
+        self, query: str, options: SearchOptions | int | None = None, /, **given: Any
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
-        ``query`` is any natural-language text. An argument left ``None`` takes its setting
-        (:class:`~mnemex.config.SearchOptions` checks them all): ``mode`` (``auto``: hybrid with an
-        embedder, else lexical), ``fusion`` (``rrf``, ``weighted``, ``adaptive``) with ``weights`` =
-        (vector, text), the ranking stages of :mod:`mnemex.search.rank` (``decay`` by age from
-        ``now``, ``confidence``, ``mmr``, each arm's minimum score ``threshold``), ``expand`` (query
-        expansion) and ``relations``: the most relations, ranked by BM25 · confidence, returned
-        apart in ``SearchResult.relations`` (the memory filters do not apply to them). ``explain``
-        attaches each hit's rank and score in each arm; with ``raw`` the query is an FTS5 expression
-        (syntax errors raise :class:`~mnemex.errors.InvalidQuery`), which the lexical arm answers
-        alone in every mode: the expression decides what matches, BM25 ranks it;
-        ``snippets=False`` is faster.
+        ``query`` is any natural-language text. ``options`` is a
+        :class:`~mnemex.config.SearchOptions` (``SearchOptions.of(store.settings, ...)``),
+        or its fields are given here as keyword arguments (an ``int`` in its place is the
+        ``limit``). A field left ``None`` takes its setting: ``mode`` (``auto``: hybrid with
+        an embedder, else lexical), ``fusion`` (``rrf``, ``weighted``, ``adaptive``) with
+        ``weights`` = (vector, text), the ranking stages' options
+        (:data:`mnemex.search.stages.STAGES`: ``decay`` by age from ``now``, ``confidence``,
+        ``mmr``, ...), each arm's minimum score ``threshold``, ``expand`` (query expansion)
+        and ``relations``: the most relations, ranked by BM25 · confidence, returned apart
+        in ``SearchResult.relations`` (the memory filters ``kinds``, ``tags``, ``since``,
+        ``until`` do not apply to them). ``explain`` attaches each hit's rank and score in
+        each arm; with ``raw`` the query is an FTS5 expression (syntax errors raise
+        :class:`~mnemex.errors.InvalidQuery`), which the lexical arm answers alone in every
+        mode: the expression decides what matches, BM25 ranks it; ``snippets=False`` is
+        faster.
         """
+        if isinstance(options, SearchOptions):
+            if given:
+                raise TypeError("search takes SearchOptions or keyword arguments, not both")
+        else:
+            if options is not None:
+                if "limit" in given:
+                    raise TypeError("search got the limit twice")
+                given["limit"] = options
+            options = SearchOptions.of(self.settings, **given)
+        return self._search(query, options)
+
+    def _search(self, query: str, options: SearchOptions) -> SearchResult:
+        from mnemex.search import stages as ranking
         from mnemex.search.pipeline import retriever, run_search
 
-        ns = self.resolve_namespace(namespace, allow_all=True)
-        filters = Filters.of(ns, kinds, tags, since, until)
-        options = SearchOptions.of(
-            self.settings,
-            weights,
-            threshold,
-            limit=limit,
-            mode=mode,
-            fusion=fusion,
-            relations=relations,
-            expand=expand,
-            decay=decay,
-            confidence=confidence,
-            mmr=mmr,
-        )
-        options, notes = _lexically(options, mode) if raw else (options, [])
+        ns = self.resolve_namespace(options.namespace, allow_all=True)
+        filters = Filters.of(ns, options.kinds, options.tags, options.since, options.until)
+        notes = list(options.notes)
         embedder = self.embedder if options.wants_vectors else None
-        flags, vectors = (raw, explain, snippets), embedder is not None
-        request = Request.of(query, filters, options, self.settings, vectors, flags, now)
+        switches = ranking.switches(self.settings, options.stages)
+        request = Request.of(query, filters, options, self.settings, embedder is not None, switches)
         started = time.perf_counter()
         fresh, stale = self._freshen(filters.namespace)
         notes.extend(fresh)
@@ -520,46 +503,37 @@ class Store:
         budget_tokens: int | None = None,
         max_memories: int | None = None,
         *,
-        kinds: Iterable[str] | str | None = None,
-        tags: Iterable[str] | str | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        mode: str | None = None,
-        decay: bool | None = None,
-        mmr: bool | None = None,
-        now: datetime | str | None = None,
         token_counter: str | Callable[[str], int] | None = None,
-        namespace: NamespaceArg = None,
+        now: datetime | str | None = None,
+        **search: Any,
     ) -> RecallResult:
         """The best memories for ``task`` as a ``## Relevant Memories`` block for a prompt.
 
         At most ``max_memories`` memories, best first, in at most ``budget_tokens`` tokens counted
         by ``token_counter``: ``chars`` (``len / 4``, one a CJK character), ``wordpiece`` (the local
         model's tokenizer) or any callable from text to a count; left ``None``, each is its setting
-        (``recall_max``, ``recall_budget``, ``token_counter``: 5, 500, chars). A memory that does
-        not fit the room left is replaced by its excerpt, the lines around the part that matches
-        ``task`` best (``cut`` is then true), or skipped when less than ``MIN_EXCERPT_TOKENS`` are
-        left (see :mod:`mnemex.search.recall`).
+        (``recall_max``, ``recall_budget``, ``token_counter``: 5, 500, chars;
+        :class:`~mnemex.config.RecallOptions`). A memory that does not fit the room left is
+        replaced by its excerpt, the lines around the part that matches ``task`` best (``cut`` is
+        then true), or skipped when less than ``MIN_EXCERPT_TOKENS`` are left (see
+        :mod:`mnemex.search.recall`). ``search``: the fields of the search behind it
+        (:meth:`search`: ``kinds``, ``tags``, ``since``, ``until``, ``mode``, ``namespace``, the
+        ranking stages' options, ...), but its limit, snippets and relations, which recall sets.
         """
-        from mnemex.search import recall as packing
-
         options = RecallOptions.of(self.settings, budget_tokens, max_memories, token_counter)
+        if fixed := sorted({"limit", "snippets", "relations"} & set(search)):
+            raise TypeError(f"recall sets {', '.join(fixed)} itself")
         moment = utcnow() if now is None else parse_time(now, what="now")
         found = self.search(
             task,
             limit=options.candidates,
-            kinds=kinds,
-            tags=tags,
-            since=since,
-            until=until,
-            mode=mode,
-            decay=decay,
-            mmr=mmr,
             now=moment,
             snippets=False,
             relations=0,  # a recall block holds memories only
-            namespace=namespace,
+            **search,
         )
+        from mnemex.search import recall as packing
+
         bodies = packing.read_bodies(self.session, [hit.id for hit in found.hits])
         echoed = echo(task if isinstance(task, str) else found.query)
         return packing.recall(echoed, found, bodies, options, moment)
@@ -848,12 +822,3 @@ def _state_key(key: str) -> str:
     if not isinstance(key, str) or not key.startswith(STATE_PREFIX):
         raise InvalidInput(f"a state key starts with {STATE_PREFIX!r}, got {key!r}")
     return key
-
-
-def _lexically(options: SearchOptions, mode: str | None) -> tuple[SearchOptions, list[str]]:
-    """A raw FTS5 expression's options: the lexical arm alone, whatever the mode (with a
-    note when another mode was asked for)."""
-    notes = []
-    if mode not in (None, "auto", "lexical"):
-        notes.append(f"a raw FTS5 expression is answered by the lexical arm, not {mode}")
-    return dataclasses.replace(options, mode="lexical"), notes

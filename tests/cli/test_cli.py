@@ -282,7 +282,8 @@ def test_import_and_help_stay_light() -> None:
     code = (
         "import sys, mnemex, mnemex.cli; "
         "heavy = [m for m in ('rich', 'sqlite3', 'mnemex.store', 'ir_measures', 'numpy', "
-        "'starlette', 'uvicorn', 'jinja2', 'mnemex.ui') "
+        "'starlette', 'uvicorn', 'jinja2', 'mnemex.ui', 'onnxruntime', 'tokenizers', 'httpx', "
+        "'mnemex.embed.local', 'mnemex.embed.openai', 'mnemex.search.stages') "
         "if m in sys.modules]; print(','.join(heavy))"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=python_env())

@@ -58,7 +58,7 @@ def request(
         "rrf_k": 60,
         "vector_weight": 0.5,
         "text_weight": 0.5,
-        "ranking": Ranking(confidence=True),
+        "ranking": Ranking(stages={"confidence": True}),
     }
     fields.update(kw)
     return Request(**fields)  # type: ignore[arg-type]
@@ -169,7 +169,7 @@ def test_an_embedder_that_fails_leaves_the_lexical_arm(hybrid: Store) -> None:
 
 def test_the_floor_and_thresholds_say_why_nothing_is_left(hybrid: Store) -> None:
     engine = engine_of(hybrid)
-    strict = Ranking(confidence=False, min_text_score=2.0, min_vector_score=2.0)
+    strict = Ranking(min_text_score=2.0, min_vector_score=2.0)
     asked = request("deploy script", ranking=strict)
     with hybrid.session.connection():
         arms = retrieve_arms(engine, asked, plan_arms(engine, asked))

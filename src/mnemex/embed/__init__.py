@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from mnemex.config import EMBEDDERS as PROVIDERS
+from mnemex.config import EMBEDDERS
 from mnemex.errors import EmbeddingError, MissingExtra
 
 if TYPE_CHECKING:
@@ -155,6 +155,42 @@ def _local(settings: Settings, few_queries: bool, fold: bool = True) -> Embedder
         return found
 
 
+class Provider:
+    """An embedder chosen by name (the setting ``embedder``): ``load`` makes it from the
+    record a store keeps of it (:func:`describe`) and the settings' tunables (batch size,
+    timeout, ...); ``record`` is the record the settings ask for (``None``: the provider's
+    name and ``embed_model``). The embedder's ``describe()`` returns that record, so that a
+    store indexed with it loads it again by itself (:func:`settle`)."""
+
+    __slots__ = ("load", "record")  # a plain class: cheaper to define, on the hook's path
+
+    def __init__(
+        self,
+        load: Callable[[Mapping[str, Any], Settings], Embedder],
+        record: Callable[[Settings], dict[str, Any]] | None = None,
+    ) -> None:
+        self.load, self.record = load, record
+
+
+PROVIDERS: dict[str, Provider] = {}
+"""The embedders by name (``auto`` and ``none`` are not embedders: :func:`resolve`)."""
+
+
+def register(name: str, provider: Provider) -> Provider:
+    """Add ``provider`` as ``name``, a value of the setting ``embedder``; returns it."""
+    if name in PROVIDERS or name in EMBEDDERS:
+        raise ValueError(f"an embedder {name!r} exists")
+    PROVIDERS[name] = provider
+    EMBEDDERS.append(name)
+    return provider
+
+
+def unregister(name: str) -> None:
+    """Remove the embedder ``name``."""
+    del PROVIDERS[name]
+    EMBEDDERS.remove(name)
+
+
 def resolve(settings: Settings, *, few_queries: bool = False, fold: bool = True) -> Embedder | None:
     """The embedder the settings ask for (``None`` means lexical only).
 
@@ -168,62 +204,91 @@ def resolve(settings: Settings, *, few_queries: bool = False, fold: bool = True)
         name = "local" if local_available() else "none"
     if name == "none":
         return None
-    if name == "local":
+    if name == "local":  # one model per process, shared by its stores
         return _local(settings, few_queries, fold)
-    if name == "sentence-transformers":
-        if not settings.embed_model:
-            raise EmbeddingError(
-                "the sentence-transformers embedder needs a model: set embed_model "
-                "(MNEMEX_EMBED_MODEL) to a model name or a local folder"
-            )
-        return _build({"provider": name, "model": settings.embed_model}, settings)
-    if name == "openai":
-        return _build(
-            {
-                "provider": name,
-                "model": settings.embed_model or "text-embedding-3-small",
-                "base_url": settings.openai_base_url,
-                "api_key_env": settings.openai_api_key_env,
-                "dimensions": settings.embed_dimensions,
-            },
-            settings,
-        )
-    raise EmbeddingError(f"unknown embedder {name!r}; choose one of {', '.join(PROVIDERS)}")
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        raise EmbeddingError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
+    record = (
+        {"provider": name, "model": settings.embed_model}
+        if provider.record is None
+        else provider.record(settings)
+    )
+    return provider.load(record, settings)
 
 
 def _build(record: Mapping[str, Any], settings: Settings) -> Embedder:
-    """A provider from a record's identity and the settings' tunables (batch size, timeout)."""
-    provider = record.get("provider")
-    if provider == "local":
-        from mnemex.embed.local import LocalEmbedder
-
-        return LocalEmbedder(threads=settings.embed_threads, batch_size=settings.embed_batch_size)
-    if provider == "sentence-transformers":
-        from mnemex.embed.sentence_transformers import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(
-            str(record["model"]), batch_size=settings.embed_batch_size
+    """An embedder from a record's identity and the settings' tunables (batch size, timeout)."""
+    provider = PROVIDERS.get(str(record.get("provider")))
+    if provider is None:
+        raise EmbeddingError(
+            f"the store's vectors are from {record.get('model_id', '?')}, an embedder mnemex "
+            "cannot load by itself: configure it (embedder, embed_model; MNEMEX_EMBEDDER, ...) "
+            "or pass it to mnemex.open(embedder=...), or run `mnemex reindex` with another one"
         )
-    if provider == "openai":
-        from mnemex.embed.breaker import state_file
-        from mnemex.embed.openai import OpenAIEmbedder
+    return provider.load(record, settings)
 
-        return OpenAIEmbedder(
-            model=str(record["model"]),
-            base_url=str(record.get("base_url") or settings.openai_base_url),
-            api_key_env=str(record.get("api_key_env") or settings.openai_api_key_env),
-            batch_size=settings.embed_batch_size,
-            timeout=settings.embed_timeout,
-            dim=int(record.get("dim") or 0) or None,
-            dimensions=int(record.get("dimensions") or 0),
-            cooldown=settings.embed_cooldown,
-            state_file=state_file(settings.db_path),
+
+# -- the providers -------------------------------------------------------------------
+
+
+def _load_local(record: Mapping[str, Any], settings: Settings) -> Embedder:
+    from mnemex.embed.local import LocalEmbedder
+
+    return LocalEmbedder(threads=settings.embed_threads, batch_size=settings.embed_batch_size)
+
+
+def _load_sentence_transformers(record: Mapping[str, Any], settings: Settings) -> Embedder:
+    from mnemex.embed.sentence_transformers import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(str(record["model"]), batch_size=settings.embed_batch_size)
+
+
+def _sentence_transformers_record(settings: Settings) -> dict[str, Any]:
+    if not settings.embed_model:
+        raise EmbeddingError(
+            "the sentence-transformers embedder needs a model: set embed_model "
+            "(MNEMEX_EMBED_MODEL) to a model name or a local folder"
         )
-    raise EmbeddingError(
-        f"the store's vectors are from {record.get('model_id', '?')}, an embedder mnemex "
-        "cannot load by itself: configure it (embedder, embed_model; MNEMEX_EMBEDDER, ...) "
-        "or pass it to mnemex.open(embedder=...), or run `mnemex reindex` with another one"
+    return {"provider": "sentence-transformers", "model": settings.embed_model}
+
+
+def _load_openai(record: Mapping[str, Any], settings: Settings) -> Embedder:
+    from mnemex.embed.breaker import state_file
+    from mnemex.embed.openai import OpenAIEmbedder
+
+    return OpenAIEmbedder(
+        model=str(record["model"]),
+        base_url=str(record.get("base_url") or settings.openai_base_url),
+        api_key_env=str(record.get("api_key_env") or settings.openai_api_key_env),
+        batch_size=settings.embed_batch_size,
+        timeout=settings.embed_timeout,
+        dim=int(record.get("dim") or 0) or None,
+        dimensions=int(record.get("dimensions") or 0),
+        cooldown=settings.embed_cooldown,
+        state_file=state_file(settings.db_path),
     )
+
+
+def _openai_record(settings: Settings) -> dict[str, Any]:
+    return {
+        "provider": "openai",
+        "model": settings.embed_model or "text-embedding-3-small",
+        "base_url": settings.openai_base_url,
+        "api_key_env": settings.openai_api_key_env,
+        "dimensions": settings.embed_dimensions,
+    }
+
+
+PROVIDERS.update(
+    {
+        "local": Provider(_load_local),  # resolve shares one per process (_local)
+        "sentence-transformers": Provider(
+            _load_sentence_transformers, _sentence_transformers_record
+        ),
+        "openai": Provider(_load_openai, _openai_record),
+    }
+)
 
 
 def describe(embedder: Embedder) -> dict[str, Any]:
@@ -341,15 +406,18 @@ __all__ = [
     "PROVIDERS",
     "SENTENCE_BASE",
     "Embedder",
+    "Provider",
     "Unavailable",
     "describe",
     "embed_checked",
     "is_sentence",
     "local_available",
     "numbered_windows",
+    "register",
     "resolve",
     "settle",
     "time_left",
+    "unregister",
     "window_numbers",
     "windows",
 ]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from mnemex.models import RecallResult
+    from mnemex.search.recall import Packed
     from mnemex.store import Store
 
 SESSION_START = "SessionStart"
@@ -468,9 +469,7 @@ def prompt_decision(
     conversation already.
     """
     from mnemex.hooks.injected import clean_text
-    from mnemex.search import recall as packing
 
-    settings = store.settings
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
     found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
     late = _late(store, found, until)
@@ -480,7 +479,7 @@ def prompt_decision(
     # The session's own memories are in the conversation already: ask for more, leave them out.
     found = store.recall(
         task,
-        max_memories=settings.recall_max + SESSION_EXTRA,
+        max_memories=found.max_memories + SESSION_EXTRA,  # the first recall's RecallOptions
         namespace=namespace,
         mode="lexical" if late else None,  # no second wait for the model
     )
@@ -488,9 +487,7 @@ def prompt_decision(
     kept = [m for m in found.memories if m.id not in own]
     if not kept:
         return Decision("", task, found, (), own, 0, late)
-    packed = packing.pack(
-        [m.line for m in kept], settings.recall_budget, settings.recall_max, _counter(store)
-    )
+    packed = _pack(store, [m.line for m in kept])
     chosen = tuple(kept[i].id for i in packed.chosen)
     return Decision(packed.markdown, task, found, chosen, own, packed.tokens, late)
 
@@ -587,15 +584,18 @@ def session_context(store: Store, namespace: str | None = None) -> str:
     for m in store.notable(limit=NOTABLE_CANDIDATES, skip_kinds=skip, namespace=namespace):
         age = packing.format_age(age_days(m.created_at, now))
         lines.append(packing.render_line(m.kind, m.content, m.confidence, age))
-    settings = store.settings
-    packed = packing.pack(lines, settings.recall_budget, settings.recall_max, _counter(store))
-    return packed.markdown
+    return _pack(store, lines).markdown
 
 
-def _counter(store: Store) -> Any:
+def _pack(store: Store, lines: list[str]) -> Packed:
+    """``lines`` packed into a block as a recall packs its memories (the store's
+    :class:`~mnemex.config.RecallOptions`: budget, most memories, token counter)."""
+    from mnemex.config import RecallOptions
     from mnemex.search import recall as packing
 
-    return packing.COUNTERS.get(store.settings.token_counter, packing.count_chars)
+    options = RecallOptions.of(store.settings)
+    count = packing.counter(options.token_counter)[1]
+    return packing.pack(lines, options.budget, options.most, count)
 
 
 def _context(event_name: str, block: str) -> str:

@@ -15,9 +15,9 @@
 4. Fuse (:func:`fuse`, formulas in :data:`mnemex.search.fusion.FORMULAS`): adaptive
    (default: weighted, the weights moved towards the arm surer of this query's
    answer), weighted or RRF; a single arm keeps its own normalized score.
-5. Rank (:func:`rank_candidates`, stages in :mod:`mnemex.search.rank`): the relevance
-   floor, each arm's threshold in its own units, then decay, confidence and MMR as
-   configured.
+5. Rank (:func:`rank_candidates`): the relevance floor, each arm's threshold in its own
+   units, then the ranking stages switched on (:data:`mnemex.search.stages.STAGES`:
+   thread, decay, confidence, MMR, and any registered).
 6. Build the hits (:func:`build_hits`, I/O): the top ``limit`` memories, their
    snippets and, for chunks of workspace files, their place (``path:start-end``), in
    one query each; the explain trace, when asked, from what the stages returned.
@@ -39,7 +39,7 @@ from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.query import normalized_score
 from mnemex.index.retrieval import Candidate, Filters, LexicalPlan, Retrieval
 from mnemex.models import Hit, Location, SearchResult
-from mnemex.request import Neighbours, Pending, Plan, Ranking, Request
+from mnemex.request import Neighbours, Pending, Plan, Request
 from mnemex.search import background, fusion, rank, spelling
 from mnemex.search.floor import (
     FLOOR_VERSION,
@@ -53,7 +53,8 @@ from mnemex.search.floor import (
 )
 from mnemex.search.floor import lift as floor_lift
 from mnemex.search.fusion import Fused
-from mnemex.text import clean_query, clip, parse_stored_time, summarize, utcnow
+from mnemex.search.stages import rerank
+from mnemex.text import clean_query, clip, parse_stored_time, summarize
 from mnemex.workers import Job, query_pool
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ def rank_candidates(
     }
     ranked, stages = fused.scores, dict[int, list[dict[str, Any]]]()
     if order and ranking.reorders:
-        ranked, order, stages = _rerank(engine, request, order, fused.scores, arms.query_vector)
+        ranked, order, stages = rerank(engine, request, order, fused.scores, arms.query_vector)
     trace = {
         seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
         for seq in order
@@ -617,88 +618,3 @@ def _explainer(
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
-
-
-def _rerank(
-    engine: Retriever,
-    request: Request,
-    order: list[int],
-    scores: dict[int, float],
-    query_vector: np.ndarray | None,
-) -> tuple[dict[int, float], list[int], dict[int, list[dict[str, Any]]]]:
-    """Thread, decay, confidence and MMR over the candidates that passed the threshold:
-    their scores, their order and what each stage did to each."""
-    ranking = request.ranking
-    meta = engine.meta(order)
-    order = [seq for seq in order if seq in meta]  # deleted meanwhile
-    scores = {seq: scores[seq] for seq in order}
-    trace: dict[int, list[dict[str, Any]]] = {seq: [] for seq in order}
-    if ranking.thread > 0 or ranking.thread_best > 0:
-        scores = _threads(engine, ranking, scores, [seq for seq in order if meta[seq][3]], trace)
-    if ranking.decay:
-        made = {s: (parse_stored_time(meta[s][0]), *meta[s][2:]) for s in order}
-        scores, decayed = rank.decay(scores, made, request.now or utcnow(), ranking.half_life_days)
-        for seq in order:
-            trace[seq].append(decayed[seq])
-    if ranking.confidence:
-        confidences = {seq: float(meta[seq][1]) for seq in order}
-        scores = rank.apply_confidence(scores, confidences)
-        for seq in order:
-            trace[seq].append({"stage": "confidence", "factor": confidences[seq]})
-    order = rank.ranked(scores, order)
-    if ranking.mmr and len(order) > 1:
-        similarity, name = _similarity(engine, ranking, order, query_vector)
-        picked = rank.mmr(order, scores, similarity, request.limit, ranking.mmr_lambda)
-        for position, seq in enumerate(picked, start=1):
-            trace[seq].append(
-                {"stage": "mmr", "similarity": name, "lambda": ranking.mmr_lambda, "pick": position}
-            )
-        chosen = set(picked)
-        order = picked + [seq for seq in order if seq not in chosen]
-    return scores, order, trace
-
-
-def _similarity(
-    engine: Retriever, ranking: Ranking, order: list[int], query_vector: np.ndarray | None
-) -> tuple[Callable[[int, int], float], str]:
-    """Cosine between stored vectors when every candidate has one, else Jaccard over words."""
-    if ranking.mmr_similarity != "jaccard" and query_vector is not None:
-        vectors = engine.vectors_of(order, int(query_vector.shape[0]))
-        if len(vectors) == len(order):
-            cache: dict[tuple[int, int], float] = {}
-
-            def cosine(a: int, b: int) -> float:
-                key = (a, b) if a < b else (b, a)
-                if key not in cache:
-                    cache[key] = float(vectors[a] @ vectors[b])
-                return cache[key]
-
-            return cosine, "cosine"
-    words = {seq: rank.word_set(content) for seq, content in engine.contents(order)}
-    return (
-        lambda a, b: rank.jaccard(words.get(a, frozenset()), words.get(b, frozenset()))
-    ), "jaccard"
-
-
-def _threads(
-    engine: Retriever,
-    ranking: Ranking,
-    scores: dict[int, float],
-    threaded: list[int],
-    trace: dict[int, list[dict[str, Any]]],
-) -> dict[int, float]:
-    """The thread stage over the candidates with a source (``threaded``): what their
-    neighbours lend, then the pull of their thread's best; each change in ``trace``."""
-    found = engine.neighbours(threaded) if len(threaded) > 1 else {}
-    before = scores
-    if ranking.thread > 0:
-        near = {seq: (previous, following) for seq, (previous, following, _) in found.items()}
-        scores, lent = rank.thread_context(scores, near, ranking.thread)
-        for seq, stage in lent.items():
-            trace[seq].append(stage)
-    if ranking.thread_best > 0:
-        threads = {seq: thread for seq, (_, _, thread) in found.items()}
-        scores, pulled = rank.thread_best(before, scores, threads, ranking.thread_best)
-        for seq, stage in pulled.items():
-            trace[seq].append(stage)
-    return scores
