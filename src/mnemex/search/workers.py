@@ -99,6 +99,7 @@ class Workers:
             job.run()
             with self._lock:
                 self._jobs.discard(job)
+            del job  # a thread waiting for the next holds nothing of the last (a closed store)
 
     def _drain(self) -> None:
         with self._lock:

@@ -88,7 +88,8 @@ class SqliteSession:
         self.embedding = Embedding(self, embedder)
 
     def close(self) -> None:
-        """Wait for the writer thread and close the connection (again: nothing)."""
+        """Wait for the writer thread, close the connection and let go of what was kept
+        for it: the vector index (its matrix) and the caches (again: nothing)."""
         with self.lock:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
@@ -96,6 +97,9 @@ class SqliteSession:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._vector_index = None
+            self.backgrounds.clear()
+            self.files_cache.clear()
 
     @property
     def conn(self) -> sqlite3.Connection:
