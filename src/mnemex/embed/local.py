@@ -245,6 +245,15 @@ def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         return found
 
 
+def _file_key(path: Path) -> tuple[Any, ...]:
+    """What tells a model file from another: its real path, size, time and inode."""
+    try:
+        stat = path.stat()
+    except OSError:  # no such file: making the session says so
+        return (path,)
+    return (path.resolve(), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
 def _new_tokenizer() -> Any:
     try:
         from tokenizers import Tokenizer
@@ -300,31 +309,27 @@ class LocalEmbedder:
     def load(self) -> None:
         """Check the model file and load it, and the tokenizer (which a process embedding
         few queries loads only for text that is not ASCII: see :mod:`mnemex.embed.wordpiece`).
-        The session is the process's one for the file and the options (:func:`shared`)."""
+        The session is the process's one for the file and the options (:func:`shared`),
+        but for a folded model (:func:`folded_session`), whose folder is read each time."""
         with self._lock:
             if self._session is not None:
                 return
-            path = model_file()
             try:
-                stat = path.stat()
-                stamp: tuple[Any, ...] = (
-                    path.resolve(),
-                    stat.st_size,
-                    stat.st_mtime_ns,
-                    stat.st_ino,
-                )
-            except OSError:  # no such file: making the session says so
-                stamp = (path,)
-            key = ("session", stamp, self.threads, self.optimize, self.folded_cache)
-            self._session = shared(key, lambda: self._new_session(path))
+                import onnxruntime as ort
+            except ImportError as exc:
+                raise MissingExtra(
+                    "embed", "the local embedder", exc.name or "onnxruntime"
+                ) from None
+            path = model_file()
+            key = ("session", _file_key(path), self.threads, self.optimize)
+            if self.folded_cache is None:
+                self._session = shared(key, lambda: self._new_session(ort, path))
+            else:
+                self._session = self._new_session(ort, path)
             if self.optimize:
                 self._load_tokenizer()
 
-    def _new_session(self, path: Path) -> Any:
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise MissingExtra("embed", "the local embedder", exc.name or "onnxruntime") from None
+    def _new_session(self, ort: Any, path: Path) -> Any:
         if not path.is_file():
             raise EmbeddingError(f"the local model file {path} does not exist")
         if not checked(path, self.checksum_cache):
