@@ -128,6 +128,12 @@ def snapshot_path(db_path: Path, model: str) -> Path:
     return db_path.with_name(f"{db_path.name}.{safe}.vectors")
 
 
+def backgrounds_path(snapshot: Path) -> Path:
+    """Where the backgrounds measured on a snapshot's vectors are kept, beside it
+    (``<db>.<model>.background``: see :class:`mnemex.search.background.Saved`)."""
+    return snapshot.with_suffix(".background")
+
+
 def window_spans(windows: np.ndarray) -> tuple[int, int]:
     """(the highest token window number + 1, the highest sentence window number's place
     among sentence windows + 1) of window numbers: of a memory's rows, the token windows

@@ -269,6 +269,18 @@ class Engine:
         found: list[float] = index.sample_cosines(index.mask_for(filters), queries, rows).tolist()
         return found
 
+    def saved_backgrounds(self, dim: int) -> background.Saved | None:
+        """Where the store's backgrounds are kept for the next process: beside the vector
+        snapshot, stamped as it is (none for a store in memory)."""
+        from mnemex.index.vectors import backgrounds_path
+
+        index = self.vectors(dim)
+        if index.snapshot is None:
+            return None
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'created_at'").fetchone()
+        stamp = {"lineage": "" if row is None else str(row[0]), "model": index.model, "dim": dim}
+        return background.Saved(backgrounds_path(index.snapshot), stamp)
+
     def avg_tokens(self, lexical: LexicalPlan) -> float:
         if lexical.scope is not None:
             return lexical.scope.avgdl
@@ -777,12 +789,14 @@ def _background(
     if queries.shape[1] != query_vector.shape[0]:
         return None
     filters = request.filters
+    dim, timeless = int(queries.shape[1]), filters.since is None and filters.until is None
     return background.cached(
         engine.backgrounds,
         (engine.embedder.model_id, filters),
         engine.vector_count(filters),
         lambda: engine.best_cosines(filters, queries),
         lambda: engine.sample_cosines(filters, queries, background.PAIR_ROWS),
+        lambda: engine.saved_backgrounds(dim) if isinstance(engine, Engine) and timeless else None,
     )
 
 

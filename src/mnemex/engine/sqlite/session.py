@@ -230,15 +230,18 @@ class SqliteSession:
             index.ann = graph
 
     def drop_ann(self, model_id: str) -> None:
-        """Delete the model's HNSW index and vector snapshot files (to be built anew)."""
+        """Delete the model's HNSW index, vector snapshot and background files (to be built
+        anew)."""
         from mnemex.index import ann
-        from mnemex.index.vectors import snapshot_path
+        from mnemex.index.vectors import backgrounds_path, snapshot_path
 
         graph = ann.sidecar(self.path, model_id)
+        snapshot = snapshot_path(self.path, model_id)
         for path in (
             graph,
             graph.with_suffix(graph.suffix + ".json"),
-            snapshot_path(self.path, model_id),
+            snapshot,
+            backgrounds_path(snapshot),
         ):
             path.unlink(missing_ok=True)
         if self._vector_index is not None:
