@@ -232,13 +232,10 @@ _STORES_PROBE = """
 import json, sys, mnemex
 def rss(): return next(int(x.split()[1]) for x in open("/proc/self/status") if x[:6] == "VmRSS:") / 1024
 def search(s): assert s.search(sys.argv[1], 10, mode="hybrid").mode_used == "hybrid"
-paths, stores = sys.argv[2:], [mnemex.open(p) for p in sys.argv[2:3]]
-search(stores[0])
-out = {"one": rss()}
-stores += [mnemex.open(p) for p in paths[1:]]
-for s in stores: search(s)
-out["ten"] = rss()
-for s in stores: s.close()
+paths, stores = sys.argv[2:], [mnemex.open(sys.argv[2])]
+search(stores[0]); out = {"one": rss()}
+stores += [mnemex.open(p) for p in paths[1:]]; [search(s) for s in stores]; out["ten"] = rss()
+[s.close() for s in stores]
 for i in range(100):
     with mnemex.open(paths[i % len(paths)]) as s: search(s)
 print(json.dumps(out | {"cycled": rss()}))
