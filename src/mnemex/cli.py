@@ -64,7 +64,11 @@ class Context:
         ``few_queries``: the command embeds a text or two (a search, one memory), so the
         local model loads fast rather than runs fast, as in a hook."""
         global one_shot
-        one_shot = one_shot or few_queries
+        if few_queries and not one_shot:
+            from mnemex.hooks.run import quiet_blas
+
+            one_shot = True
+            quiet_blas(threads="1")  # before numpy loads: its products are small, as a hook's
         if self._store is None:
             settings = self.settings()
             path = Path(settings.db_path)
