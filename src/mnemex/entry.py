@@ -39,9 +39,15 @@ def main() -> None:
         cli.main()
     except SystemExit as done:
         code = done.code
-        if cli.one_shot and (code is None or isinstance(code, int)):
+        if cli.one_shot and (code is None or isinstance(code, int)) and _idle():
             with contextlib.suppress(OSError):  # else the teardown reports it, as before
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code or 0)  # the store is closed: skip the teardown, as a hook does
         raise
+
+
+def _idle() -> bool:
+    """Whether no search worker still runs a call (see :func:`mnemex.search.workers.idle`)."""
+    workers = sys.modules.get("mnemex.search.workers")
+    return workers is None or bool(workers.idle())
