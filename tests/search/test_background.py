@@ -94,6 +94,11 @@ def test_a_saved_background_is_read_by_the_next_session_while_it_is_fresh(tmp_pa
     assert saved.read() == {"'ns'": (121, Background(0.5, 0.0))}
     assert cached({}, "none", 0, best, lambda: [0.0], lambda: saved) is None  # nothing kept
     assert list(saved.read()) == ["'ns'"] and len(calls) == 5
+    path.write_text(
+        '{"stamp": {"lineage": "a", "model": "m", "dim": 3}, "backgrounds": '
+        '[["\'ns\'", 121, "high", 0.0]]}'
+    )  # a level that is no number
+    assert saved.read() == {} and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.model
