@@ -529,9 +529,9 @@ def main() -> None:
         "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
-        "a session, writes the store's vector snapshot (`<db>.<model>.vectors`), the "
-        "model file's checksum stamp and the folded model (`models/` in the data folder), "
-        "which the hybrid runs then read.",
+        "a session, writes the store's vector snapshot (`<db>.<model>.vectors`) and background "
+        "levels (`.background`), the model file's checksum stamp and the folded model "
+        "(`models/` in the data folder), which the hybrid runs then read.",
         "",
         "| process | median | × `python -c pass` |",
         "| --- | ---: | ---: |",

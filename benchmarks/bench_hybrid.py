@@ -228,6 +228,63 @@ def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+_STORES_PROBE = """
+import json, sys, mnemex
+def rss(): return next(int(x.split()[1]) for x in open("/proc/self/status") if x[:6] == "VmRSS:") / 1024
+def search(s): assert s.search(sys.argv[1], 10, mode="hybrid").mode_used == "hybrid"
+paths, stores = sys.argv[2:], [mnemex.open(sys.argv[2])]
+search(stores[0]); out = {"one": rss()}
+stores += [mnemex.open(p) for p in paths[1:]]; [search(s) for s in stores]; out["ten"] = rss()
+[s.close() for s in stores]
+for i in range(100):
+    with mnemex.open(paths[i % len(paths)]) as s: search(s)
+print(json.dumps(out | {"cycled": rss()}))
+"""
+
+
+def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) -> str:  # type: ignore[no-untyped-def]
+    """RSS of a process (MB) with one store of 1,000 memories open and searched (hybrid, the
+    local model the store records), ten, then after opening, searching and closing one 100
+    times; three runs of each code in ``srcs``, alternating, medians (section bench_stores)."""
+    from mnemex.embed import describe
+
+    paths, model = [tmp / f"small-{i}.db" for i in range(10)], LocalEmbedder()
+    for i, path in enumerate(paths):
+        build_sqlite(path, texts[i * 1000 : i * 1000 + 1000], vectors[i * 1000 :], model.model_id)
+        with sqlite3.connect(path) as conn:
+            record = json.dumps(describe(model), sort_keys=True)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?)", (record,))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in srcs}
+    for _ in range(3):
+        for name, src in srcs.items():
+            env.update(MNEMEX_HOME=str(tmp / "home"), PYTHONPATH=str(src))
+            probe = [sys.executable, "-c", _STORES_PROBE, query, *map(str, paths)]
+            done = subprocess.run(probe, capture_output=True, text=True, env=env, check=True)
+            runs[name].append(json.loads(done.stdout))
+    lines = [
+        "## Many stores in one process: RSS (`benchmarks/bench_hybrid.py --stores`)",
+        "",
+        f"Machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
+        "",
+        "A new process opens a store of 1,000 memories (real local-model vectors; the store "
+        "records its embedder, none is configured) and runs a hybrid search; then nine more, "
+        "each searched; closes the ten; then opens, searches and closes one of them 100 "
+        "times. RSS (MB), median of 3 runs, alternating when there are two codes:",
+        "",
+        "| code | one store | ten open | after 100 opened, searched, closed | ten / one | 100 / one |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, found in runs.items():
+        one, ten, cycled = (
+            statistics.median(r[k] for r in found) for k in ("one", "ten", "cycled")
+        )
+        lines.append(
+            f"| {name} | {one:.0f} | {ten:.0f} | {cycled:.0f} | {ten / one:.2f}× | {cycled / one:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
 def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
     env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
     env["PYTHONPATH"] = str(ROOT / "src")
@@ -356,9 +413,22 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--stores", action="store_true", help="only: RSS of many stores")
+    parser.add_argument("--against", metavar="REF", help="with --stores: also commit REF's code")
     args = parser.parse_args()
     folder = data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.stores:
+        from bench_hooks import checkout
+
+        texts, vectors, _ = scale_corpus(folder, 10_000)
+        with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp:
+            srcs = {"this commit": ROOT / "src"}
+            if args.against:
+                srcs = {f"`{args.against}`": checkout(args.against, Path(tmp) / "ref"), **srcs}
+            section = many_stores(texts, vectors, queries(folder)[0], Path(tmp), srcs)
+        print(section)
+        return None if args.no_write else write_section("bench_stores", section)
     texts, vectors, base_texts = scale_corpus(folder, max(sizes))
     qs = queries(folder)[: args.queries]
     model_id, table, embed_ms = query_vectors(qs)

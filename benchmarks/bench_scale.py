@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
+from bench_hybrid import process_memory
 from common import (
     CACHE,
     Precomputed,
@@ -395,6 +396,8 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
 
     path = root / f"scale-{size}.db"
     built = sqlite_build(path, texts[:size], vectors[:size], model_id, table)
+    modes = ("off", "on") if ann.available() else ("off",)
+    built["rss_mb"] = {m: process_memory(path, qs[0], m)["rss_mb"] for m in modes}
     print(json.dumps(built, default=float), flush=True)
     results["builds"].append(built)
     url = None
@@ -474,10 +477,14 @@ def build_lines(builds: list[dict[str, Any]]) -> list[str]:
             f"({b['size'] / b['rows_s']:,.0f}/s) | {vec} | {index} | {b['total_s']:.0f} s | "
             f"{mb(b['disk'])} | {loads} |"
         )
-    lines += ["", "Disk, by part:", ""]
+    lines += ["", "Disk, by part (SQLite: and the peak RSS of a new process that opens the "]
+    lines += ["store and runs one hybrid search with the local model, exact / through HNSW):", ""]
     for b in builds:
         parts = ", ".join(f"{name} {mb(n)}" for name, n in b["disk_parts"].items())
-        lines.append(f"- {b['engine']} at {b['size']:,}: {parts}.")
+        rss = " / ".join(f"{v:,.0f} MB" for v in b.get("rss_mb", {}).values())
+        lines.append(
+            f"- {b['engine']} at {b['size']:,}: {parts}" + (f"; RSS {rss}." if rss else ".")
+        )
     return lines
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import mnemex
+from mnemex.embed.local import LocalEmbedder
 from tests.conftest import python_env
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -33,8 +35,8 @@ for i in range(10):
 ten = rss()
 for store in stores:
     store.close()
-for i in range(40):
-    store = mnemex.open(f"{folder}/s{i % 10}.db", embedder="local")
+for i in range(40):  # the embedder the store records (none is configured)
+    store = mnemex.open(f"{folder}/s{i % 10}.db")
     store.search("deploy")
     store.close()
 gc.collect()
@@ -50,9 +52,27 @@ def test_stores_of_one_process_share_the_local_model(tmp_path: Path) -> None:
         text=True,
         timeout=600,
         check=False,
-        env=python_env() | {"MNEMEX_HOME": str(tmp_path)},
+        env={k: v for k, v in python_env().items() if k != "MNEMEX_EMBEDDER"}
+        | {"MNEMEX_HOME": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["ten"] <= 1.3 * found["one"], found  # each store held its own copy: 5x
     assert found["cycled"] <= 1.3 * found["one"], found  # and kept it once closed
+
+
+def test_stores_indexed_with_the_local_model_share_its_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened with no embedder configured builds one from its record, an
+    embedder per store: they all run the process's one session of the model."""
+    for name in ("a.db", "b.db"):
+        with mnemex.open(tmp_path / name, embedder="local") as store:
+            store.add("the deploy runs on Fridays")
+    monkeypatch.delenv("MNEMEX_EMBEDDER")  # the default: the store's own embedder
+    with mnemex.open(tmp_path / "a.db") as a, mnemex.open(tmp_path / "b.db") as b:
+        for store in (a, b):
+            assert store.search("when do we deploy", mode="hybrid").mode_used == "hybrid"
+        assert isinstance(a.embedder, LocalEmbedder) and isinstance(b.embedder, LocalEmbedder)
+        assert a.embedder is not b.embedder  # each built from its store's record
+        assert a.embedder.session is not None and a.embedder.session is b.embedder.session

@@ -593,7 +593,7 @@ class SearchOptions:
     the ranking stages' options the caller gave (decay, confidence, mmr, ...), which
     :func:`mnemex.search.stages.switches` resolves and checks. The filters (``kinds``,
     ``tags``, ``since``, ``until``) are checked where they become
-    :class:`~mnemex.index.fts.Filters`, ``namespace`` where the store resolves it.
+    :class:`~mnemex.index.retrieval.Filters`, ``namespace`` where the store resolves it.
     """
 
     limit: int

@@ -3,11 +3,13 @@
 ``mnemex hook`` runs before every prompt an agent sends, in a new process: it
 is dispatched here without loading the CLI (click and every command's
 module), and it ends with ``os._exit`` once its answer is written; everything
-else goes to :func:`mnemex.cli.main`.
+else goes to :func:`mnemex.cli.main`, where ``search``, ``add`` and ``recall`` end
+with ``os._exit`` too once their store is closed (:data:`mnemex.cli.one_shot`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -31,6 +33,21 @@ def main() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-    from mnemex.cli import main as cli
+    from mnemex import cli
 
-    cli()
+    try:
+        cli.main()
+    except SystemExit as done:
+        code = done.code
+        if cli.one_shot and (code is None or isinstance(code, int)) and _idle():
+            with contextlib.suppress(OSError):  # else the teardown reports it, as before
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code or 0)  # the store is closed: skip the teardown, as a hook does
+        raise
+
+
+def _idle() -> bool:
+    """Whether no search worker still runs a call (see :func:`mnemex.workers.idle`)."""
+    workers = sys.modules.get("mnemex.workers")
+    return workers is None or bool(workers.idle())

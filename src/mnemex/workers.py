@@ -72,6 +72,16 @@ class Job(Generic[T]):
         return self._value  # type: ignore[no-any-return]
 
 
+_pools: list[Workers] = []  # every pool of the process
+
+
+def idle() -> bool:
+    """Whether no call submitted to a pool of this process is unfinished (a process that
+    ends with ``os._exit`` cuts none off mid-way: an embedder's request past the search's
+    time limit still records its endpoint as slow)."""
+    return not any(pool.busy() for pool in _pools)
+
+
 class Workers:
     """``size`` daemon threads running submitted calls in order. At the interpreter's exit
     the calls running are waited for and the waiting ones cancelled, as
@@ -87,6 +97,11 @@ class Workers:
         for index in range(size):
             threading.Thread(target=self._work, name=f"{name}_{index}", daemon=True).start()
         atexit.register(self._drain)
+        _pools.append(self)
+
+    def busy(self) -> bool:
+        with self._lock:
+            return any(not job.done() for job in self._jobs)
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Job[T]:
         job = Job(lambda: fn(*args, **kwargs))
@@ -101,6 +116,7 @@ class Workers:
             job.run()
             with self._lock:
                 self._jobs.discard(job)
+            del job  # a thread waiting for the next holds nothing of the last (a closed store)
 
     def _drain(self) -> None:
         with self._lock:

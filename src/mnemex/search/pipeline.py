@@ -60,6 +60,7 @@ from mnemex.workers import Job, query_pool
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractContextManager
+    from pathlib import Path
 
     import numpy as np
 
@@ -132,6 +133,7 @@ class Retriever(Protocol):
     def vector_count(self, filters: Filters) -> int: ...
     def best_cosines(self, filters: Filters, queries: np.ndarray) -> list[float]: ...
     def sample_cosines(self, filters: Filters, queries: np.ndarray, rows: int) -> list[float]: ...
+    def saved_backgrounds(self, dim: int) -> tuple[Path, dict[str, Any]] | None: ...
     def avg_tokens(self, lexical: LexicalPlan) -> float: ...
     def locations(self, seqs: list[int]) -> dict[int, Location]: ...
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]: ...
@@ -568,13 +570,21 @@ def _background(
     if queries.shape[1] != query_vector.shape[0]:
         return None
     filters = request.filters
+    dim, timeless = int(queries.shape[1]), filters.since is None and filters.until is None
     return background.cached(
         engine.backgrounds,
         (engine.embedder.model_id, filters),
         engine.vector_count(filters),
         lambda: engine.best_cosines(filters, queries),
         lambda: engine.sample_cosines(filters, queries, background.PAIR_ROWS),
+        lambda: _saved(engine, dim) if timeless else None,
     )
+
+
+def _saved(engine: Retriever, dim: int) -> background.Saved | None:
+    """Where the engine keeps the store's backgrounds for the next process, if it does."""
+    place = engine.saved_backgrounds(dim)
+    return None if place is None else background.Saved(*place)
 
 
 def _explainer(

@@ -160,6 +160,23 @@ def test_the_vector_index_is_kept_and_sees_writes(tmp_path: Path, fake_embedder:
     session.close()
 
 
+def test_close_lets_go_of_the_vector_index(tmp_path: Path, fake_embedder: Any) -> None:
+    """A closed store keeps no vector matrix: a process that opens, searches and closes
+    store after store stays the size of one."""
+    import weakref
+
+    import mnemex
+
+    store = mnemex.open(tmp_path / "s.db", embedder=fake_embedder)
+    store.add_many([f"billing webhooks retry {i}" for i in range(50)])
+    assert store.search("billing webhooks", mode="hybrid").mode_used == "hybrid"
+    index = weakref.ref(store.session.vectors(fake_embedder.dim))
+    assert index() is not None and index().size == 50  # type: ignore[union-attr]
+    store.close()
+    assert index() is None  # freed at once: nothing else held it
+    assert not store.session.backgrounds
+
+
 def test_drop_ann_deletes_the_graph_its_meta_and_the_snapshot(tmp_path: Path) -> None:
     from mnemex.engine.sqlite import ann
     from mnemex.engine.sqlite.vectors import snapshot_path

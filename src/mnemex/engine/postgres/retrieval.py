@@ -63,6 +63,8 @@ from mnemex.storage import TOKENIZER
 from mnemex.text import format_time, segment, unsegment
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from mnemex.request import Plan, Request
@@ -414,6 +416,10 @@ class PostgresEngine:
             },
         ).fetchall()
         return [float(c) for (c,) in found]
+
+    def saved_backgrounds(self, dim: int) -> tuple[Path, dict[str, Any]] | None:
+        """None: the backgrounds of a server's store are measured by each process."""
+        return None
 
     def avg_tokens(self, lexical: LexicalPlan) -> float:
         """The namespace's mean memory length in tokens."""

@@ -500,7 +500,7 @@ def bm25_of(
     if lexical.scope is not None and lexical.raw is None:
         import numpy as np
 
-        wanted = np.unique(np.asarray(list(seqs), dtype=np.int64))
+        wanted = np.asarray(sorted(set(seqs)), dtype=np.int64)  # numpy.unique imports numpy.ma
         live = [p for p, df in zip(lexical.postings, lexical.doc_freqs, strict=True) if df]
         found, lengths = _allowed(conn, Filters(None), live)
         keep = np.isin(found, wanted)

@@ -28,6 +28,8 @@ from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.workers import Job, one_blas_thread, query_pool, wait_quietly
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from mnemex.engine.sqlite.vectors import VectorIndex
@@ -121,6 +123,19 @@ class Engine:
         index = self.vectors(int(queries.shape[1]))
         found: list[float] = index.sample_cosines(index.mask_for(filters), queries, rows).tolist()
         return found
+
+    def saved_backgrounds(self, dim: int) -> tuple[Path, dict[str, Any]] | None:
+        """Where the store's backgrounds are kept for the next process, and the stamp they
+        must carry: beside the vector snapshot, stamped as it is (none for a store in
+        memory; see :class:`mnemex.search.background.Saved`)."""
+        from mnemex.engine.sqlite.vectors import backgrounds_path
+
+        index = self.vectors(dim)
+        if index.snapshot is None:
+            return None
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'created_at'").fetchone()
+        stamp = {"lineage": "" if row is None else str(row[0]), "model": index.model, "dim": dim}
+        return backgrounds_path(index.snapshot), stamp
 
     def avg_tokens(self, lexical: LexicalPlan) -> float:
         if lexical.scope is not None:

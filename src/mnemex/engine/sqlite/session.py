@@ -93,7 +93,8 @@ class SqliteSession:
         self.embedding = Embedding(self, embedder)
 
     def close(self) -> None:
-        """Wait for the writer thread and close the connection (again: nothing)."""
+        """Wait for the writer thread, close the connection and let go of what was kept
+        for it: the vector index (its matrix) and the caches (again: nothing)."""
         with self.lock:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
@@ -101,6 +102,9 @@ class SqliteSession:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._vector_index = None
+            self.backgrounds.clear()
+            self.files_cache.clear()
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -263,15 +267,18 @@ class SqliteSession:
             index.ann = graph
 
     def drop_ann(self, model_id: str) -> None:
-        """Delete the model's HNSW index and vector snapshot files (to be built anew)."""
+        """Delete the model's HNSW index, vector snapshot and background files (to be built
+        anew)."""
         from mnemex.engine.sqlite import ann
-        from mnemex.engine.sqlite.vectors import snapshot_path
+        from mnemex.engine.sqlite.vectors import backgrounds_path, snapshot_path
 
         graph = ann.sidecar(self.path, model_id)
+        snapshot = snapshot_path(self.path, model_id)
         for path in (
             graph,
             graph.with_suffix(graph.suffix + ".json"),
-            snapshot_path(self.path, model_id),
+            snapshot,
+            backgrounds_path(snapshot),
         ):
             path.unlink(missing_ok=True)
         if self._vector_index is not None:
