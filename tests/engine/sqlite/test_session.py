@@ -226,3 +226,28 @@ def test_a_large_memory_is_written_with_a_small_page_cache(
         with store.session.connection() as conn:
             assert conn.execute("PRAGMA cache_size").fetchone()[0] == -module.CACHE_KIB
         assert store.get(ident).memories[0].content == large
+
+
+def test_a_long_text_is_bound_without_keeping_its_utf8_form(tmp_path: Path) -> None:
+    """sqlite3 keeps the UTF-8 form of a bound text in the text object: a long one is bound
+    as a copy, so that a memory of megabytes does not carry it while it is embedded."""
+    import sys
+
+    from mnemex.engine.sqlite import dedup as statements
+
+    session = _session(tmp_path / "s.db")
+    content = "".join(chr(0x4E00 + i % 3000) for i in range(statements.COPIED_CHARS + 1))
+    row = _row("long", content)
+    sizes = [sys.getsizeof(value) for value in row]
+    with session.transaction() as conn:
+        seq = statements.insert(conn, row)
+    assert [sys.getsizeof(value) for value in row] == sizes
+    with session.connection() as conn:
+        assert (
+            conn.execute("SELECT content FROM memories WHERE seq = ?", (seq,)).fetchone()[0]
+            == content
+        )
+    short = _row("short", "数据库" * 10)
+    with session.transaction() as conn:
+        statements.insert(conn, short)
+    assert sys.getsizeof(short[3]) > len("数据库" * 10) * 2 + 74  # bound as it is: its UTF-8 kept
