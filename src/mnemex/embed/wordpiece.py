@@ -19,6 +19,7 @@ and places no token it is not asked about.
 
 from __future__ import annotations
 
+import functools
 import re
 from array import array
 from bisect import bisect_right
@@ -51,7 +52,8 @@ SPANS_KEPT = 1 << 18  # and tokens' places in them at most, about 30 MB
 # punctuation character (and the ideographic space splits); `]` is left out, as it ends the
 # special tokens (`[UNK]`).
 PART_CHARS = 128
-_PART_START = re.compile(
+# Compiled on first use (a long segment): compiling it costs a new process 1.5 ms.
+_PART_START = (
     "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf"
     "\U0002f800-\U0002fa1f!-/:-@\\[\\^-`{-~\u3000-\u3003\u3008-\u3011\u3014-\u301f"
     "\u3030\u303d\uff01-\uff03\uff05-\uff0a\uff0c-\uff0f]"
@@ -110,12 +112,17 @@ def plain(text: str) -> bool:
     return _NOT_PLAIN.search(text) is None
 
 
+@functools.cache
+def _part_start() -> re.Pattern[str]:
+    return re.compile(_PART_START)
+
+
 def _parts(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """The segment ``text[start:end]`` in parts of ``PART_CHARS`` characters or a few more,
     each cut before a character that starts a token of its own (``_PART_START``); whole
     when it is short or has no such character."""
     while end - start > PART_CHARS:
-        cut = _PART_START.search(text, start + PART_CHARS, end)
+        cut = _part_start().search(text, start + PART_CHARS, end)
         if cut is None:
             break
         yield start, cut.start()
