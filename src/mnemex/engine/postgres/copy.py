@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mnemex.engine.copy import Conn, CopyTables, MemoryRecord, VectorRecord
+from mnemex.engine.copy import STREAM_BATCH, Conn, CopyTables, MemoryRecord, VectorRecord
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.engine.postgres.vectors import create_index, ensure_model
 from mnemex.engine.postgres.workspaces import tables
@@ -35,8 +35,6 @@ from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
     from mnemex.engine.sqlite.session import SqliteSession
-
-STREAM_BATCH = 1_000
 
 _RELATIONS = """INSERT INTO relations (id, namespace, subject, predicate, object, subject_key,
         object_key, confidence, source_memory, created_at, updated_at, lex, lex_len)
