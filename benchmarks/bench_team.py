@@ -21,18 +21,26 @@ writers together), write latency, search latency during the writes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import data_dir, machine, memories, percentiles, queries, write_section
+from common import (
+    data_dir,
+    fresh_database,
+    machine,
+    memories,
+    parser,
+    percentiles,
+    pg_server,
+    publish,
+    queries,
+)
 
 SHARED_EVERY = 50  # every 50th write of a writer is a fact all writers write
 NAMESPACE = "team"
@@ -146,15 +154,6 @@ def campaign(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict
     }
 
 
-def postgres_url(tmp: Path) -> tuple[str, object]:
-    from mnemex.engine.postgres import connect, start_server
-
-    server = start_server(tmp / "pgdata", delete=True)
-    with connect(server.url) as admin:
-        admin.execute(b'CREATE DATABASE "team"')
-    return server.url_for("team"), server
-
-
 def row(engine: str, r: dict) -> str:  # type: ignore[type-arg]
     w, s = r["write_ms"], r["search_ms"]
     return (
@@ -165,31 +164,28 @@ def row(engine: str, r: dict) -> str:  # type: ignore[type-arg]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--writes", type=int, default=10_000, help="writes per writer")
-    parser.add_argument("--searchers", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=5_000, help="memories written first")
-    parser.add_argument("--engines", default="sqlite,postgres")
-    parser.add_argument("--data", help="benchmark data folder (see common.py)")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--writers", type=int, default=8)
+    arguments.add_argument("--writes", type=int, default=10_000, help="writes per writer")
+    arguments.add_argument("--searchers", type=int, default=2)
+    arguments.add_argument("--seed", type=int, default=5_000, help="memories written first")
+    arguments.add_argument("--engines", default="sqlite,postgres")
+    arguments.add_argument("--worker", help=argparse.SUPPRESS)
+    args = arguments.parse_args()
     if args.worker:
         worker(args.worker)
         return
     folder = data_dir(args.data)
     rows, load = [], 0.0
     for engine in args.engines.split(","):
-        tmp = Path(tempfile.mkdtemp(prefix=f"mnemex-team-{engine}-"))
-        server = None
-        try:
-            db, server = postgres_url(tmp) if engine == "postgres" else (str(tmp / "team.db"), None)
-            result = campaign(db, args, folder, tmp)
-        finally:
-            if server is not None:
-                server.stop()  # type: ignore[attr-defined]
-            shutil.rmtree(tmp, ignore_errors=True)
+        with (
+            tempfile.TemporaryDirectory(prefix=f"mnemex-team-{engine}-") as tmp_name,
+            pg_server(Path(tmp_name) / "pgdata")
+            if engine == "postgres"
+            else contextlib.nullcontext() as server,
+        ):
+            db = fresh_database(server.url, "team") if server else str(Path(tmp_name) / "team.db")
+            result = campaign(db, args, folder, Path(tmp_name))
         print(engine, json.dumps(result, indent=1))
         rows.append(row(engine, result))
         load = max(load, float(result["load"]))  # type: ignore[arg-type]
@@ -215,9 +211,7 @@ def main() -> None:
             'RESULTS.md History, "PostgreSQL writes (issue 30)".',
         ]
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench_team", body)
+    publish("bench_team", body, args.no_write)
 
 
 if __name__ == "__main__":
