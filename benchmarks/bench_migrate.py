@@ -13,10 +13,8 @@ identical, and whether the same searches give the same hits on both ends.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -25,13 +23,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import data_dir, machine, real_embeddings, write_section
+from common import data_dir, machine, parser, pg_server, publish, real_embeddings
 from mnemex import migration
-from mnemex.engine.postgres import start_server
 from mnemex.text import clean_content
 
 QUERIES = 50
@@ -115,11 +111,9 @@ def same_hits(a: Any, b: Any, queries: list[str], embedder: Cached) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--rows", type=int, default=0, help="0: the corpus once")
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--rows", type=int, default=0, help="0: the corpus once")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     docs = corpus(folder)
     rows = args.rows or len(docs)
@@ -128,9 +122,11 @@ def main() -> None:
     embedder = Cached([t for _, t in docs], vectors)
     with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
         queries = [json.loads(line)["text"] for line in f]
-    root = Path(tempfile.mkdtemp(prefix="mnemex-bench-migrate-"))
-    server = start_server(root / "pg", delete=True)
-    try:
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-bench-migrate-") as tmp,
+        pg_server(Path(tmp) / "pg") as server,
+    ):
+        root = Path(tmp)
         began = time.perf_counter()
         build(root / "a.db", docs, rows, embedder)
         print(f"built {rows:,} rows in {time.perf_counter() - began:.1f} s", file=sys.stderr)
@@ -142,9 +138,6 @@ def main() -> None:
         }
         round_trip = migration.compare(root / "a.db", root / "c.db").identical
         hits = same_hits(root / "a.db", url, queries[:QUERIES], embedder)
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
     report(results, rows, round_trip, hits, args.no_write)
 
 
@@ -180,11 +173,7 @@ def report(
         + ", ".join(f"{mode} {share:.0%}" for mode, share in hits.items())
         + " of the searches.",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not no_write:
-        write_section("bench_migrate", text)
-        print("wrote benchmarks/RESULTS.md")
+    publish("bench_migrate", "\n".join(lines), no_write)
 
 
 if __name__ == "__main__":
