@@ -40,6 +40,7 @@ import mnemex
 from common import (
     ROOT,
     add_texts,
+    build_sqlite,
     data_dir,
     machine,
     memories,
@@ -47,6 +48,7 @@ from common import (
     percentiles,
     publish,
     queries,
+    scale_corpus,
 )
 from mnemex.config import load_settings
 from mnemex.mcp.server import build_server
@@ -224,18 +226,12 @@ def main() -> None:
         with mnemex.open(lexical_db, embedder=None) as store:
             add_texts(store, texts)
         latency = [latency_row("lexical", lexical_db, qs, "none")]
-        if not args.no_hybrid:
-            from bench_hybrid import build
-            from common import real_embeddings
+        if not args.no_hybrid:  # the local model's vectors of the same texts (bench_hybrid's)
             from mnemex.embed.local import LocalEmbedder
 
-            base_texts = memories(folder, 100_000)
-            vectors, _ = real_embeddings(base_texts, "bench")
-            model = LocalEmbedder()
-            model.load()
-            hybrid_db = tmp / "hybrid.db"
-            build(hybrid_db, texts, vectors[: len(texts)], model.model_id)  # type: ignore[index]
-            latency.append(latency_row("hybrid", hybrid_db, qs, "local"))
+            _, vectors, _ = scale_corpus(folder, args.size)
+            build_sqlite(tmp / "hybrid.db", texts, vectors, LocalEmbedder().model_id)
+            latency.append(latency_row("hybrid", tmp / "hybrid.db", qs, "local"))
 
     lines = [
         "## MCP tools: response size and latency (`benchmarks/bench_mcp.py`)",
