@@ -1,7 +1,9 @@
-"""The reliability campaigns, each writing its section of RELIABILITY.md with the machine
-and its load; lexical only (``MNEMEX_EMBEDDER=none``):
+"""The campaigns of many processes on one store, each writing its section of RELIABILITY.md
+(``team``: of benchmarks/RESULTS.md) with the machine and its load; lexical only
+(``MNEMEX_EMBEDDER=none``):
 
     python benchmarks/stress.py writers [--seconds 60] [--seed-rows 20000] [--no-write]
+    python benchmarks/stress.py team [--writers 8] [--writes 10000] [--engines sqlite,postgres]
     python benchmarks/stress.py kill [--runs 100] [--no-write]
     python benchmarks/stress.py fuzz [--calls 200000] [--imports 200] [--jobs 2] [--no-write]
 
@@ -10,6 +12,13 @@ then for ``--seconds`` 2 ``Store.add`` writers (duplicate check on), 2 ``Store.r
 2 ``add_many`` (batches of ``--batch``, ``--bulk-rows`` each), 2 ``mnemex add`` CLI
 writers (a new process per memory) and 2 searchers, each in its own process. Every
 acknowledged id must be in the store at the end (lost = acknowledged and missing).
+
+``team`` (section bench_team): on each engine (a SQLite file; PostgreSQL 16 + pgvector from
+``pgserver``), ``--seed`` memories, then ``--writers`` processes each make ``--writes``
+single writes (``Store.add``; every ``SHARED_EVERY``-th a ``Store.remember`` of a fact
+every writer writes at about the same moment, which must end as one memory) while
+``--searchers`` processes search. Checked: every acknowledged id is in the store, the store
+holds seed + own texts + one memory per shared fact (doubled = more), the errors.
 
 ``kill`` (section stress_kill): ``--runs`` times, a child writes a store (``add_many`` or
 ``import_jsonl`` batches of ``--batch``, printing the ids after each commit;
@@ -47,7 +56,18 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
-from common import ROOT, SRC, data_dir, machine, memories, percentiles, publish, queries
+from common import (
+    ROOT,
+    SRC,
+    data_dir,
+    fresh_database,
+    machine,
+    memories,
+    percentiles,
+    pg_server,
+    publish,
+    queries,
+)
 
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MNEMEX_EMBEDDER", "none")  # every campaign is lexical only
@@ -78,11 +98,11 @@ def write_one(
         batch = texts[position : position + spec["batch"]]
         return len(batch), list(store.add_many(batch)), 0
     if role == "search":
-        store.search(texts[position % len(texts)])
+        store.search(texts[position % len(texts)], spec.get("limit"))
         return 1, [], 0
-    if role == "add":
-        return 1, [store.add(texts[position])], 0
-    if role == "remember":
+    if role == "add" or (role == "team" and not texts[position].startswith("shared fact")):
+        return 1, [store.add(texts[position], dedup=None if role == "add" else False)], 0
+    if role in ("remember", "team"):
         added = store.remember(texts[position])
         return 1, [added.id], int(added.deduplicated)
     command = [sys.executable, "-m", "mnemex", "--db", spec["db"], "add", texts[position]]
@@ -96,13 +116,13 @@ def writers_worker(args: argparse.Namespace) -> None:
     """One process of the campaign: writes (or searches) until the deadline."""
     spec = json.loads(Path(args.worker).read_text(encoding="utf-8"))
     out: dict[str, Any] = {"latencies": [], "ids": [], "merged": 0, "errors": []}
-    store = mnemex.open(spec["db"])
+    store = mnemex.open(spec["db"], namespace=spec.get("namespace"))
     while time.time() < spec["start"]:
         time.sleep(0.001)
-    position = 0
-    while time.time() < spec["deadline"] and (
-        spec["role"] == "search" or position < len(spec["texts"])
-    ):
+    position, done = 0, Path(spec.get("done") or "-never-")
+    while time.time() < spec["deadline"] and not done.exists():
+        if spec["role"] != "search" and position >= len(spec["texts"]):
+            break
         began = time.perf_counter()
         try:
             used, ids, merged = write_one(store, spec, position)
@@ -312,6 +332,117 @@ def writers_main(args: argparse.Namespace) -> None:
         args.no_write,
         RELIABILITY,
     )
+
+
+# -- team: writer processes on one store, per engine (section bench_team of RESULTS.md) ----
+
+SHARED_EVERY = 50  # every 50th write of a writer is a fact all writers write
+
+
+def team_texts(pool: list[str], writer: int, writes: int) -> list[str]:
+    """A writer's texts: its own slice of the pool, with the shared facts in place."""
+    own = iter(pool[writer * writes : (writer + 1) * writes])
+    return [
+        f"shared fact {n // SHARED_EVERY}: the team agreed on decision {n // SHARED_EVERY}"
+        if n % SHARED_EVERY == SHARED_EVERY - 1
+        else next(own)
+        for n in range(writes)
+    ]
+
+
+def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]:
+    """Seed ``db``, run the writers and searchers, verify; the figures of one engine."""
+    texts = memories(folder, args.seed + args.writers * args.writes)
+    with mnemex.open(db, namespace="team") as store:
+        store.add_many(texts[: args.seed])
+    pool, start, done = texts[args.seed :], time.time() + 3.0, tmp / "writers-done"
+    done.unlink(missing_ok=True)
+    asked, procs, outs = queries(folder), [], []
+    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
+    for n in range(args.writers + args.searchers):
+        own = team_texts(pool, n, args.writes) if n < args.writers else (asked * 50)[n::2]
+        spec = {"role": "team" if n < args.writers else "search", "texts": own, "db": db}
+        spec |= {"start": start, "deadline": start + 1e9, "done": str(done), "limit": 10}
+        spec |= {"namespace": "team", "out": str(tmp / f"out-{n}.json")}
+        (tmp / f"spec-{n}.json").write_text(json.dumps(spec), encoding="utf-8")
+        worker = [sys.executable, __file__, "writers", "--worker", str(tmp / f"spec-{n}.json")]
+        procs.append(subprocess.Popen(worker, env=env))
+        outs.append(Path(spec["out"]))
+    loads = []
+    while any(proc.poll() is None for proc in procs[: args.writers]):
+        time.sleep(1.0)
+        loads.append(os.getloadavg()[0])
+    took = time.time() - start
+    done.touch()
+    for proc in procs[args.writers :]:
+        proc.wait()
+    results = [json.loads(out.read_text(encoding="utf-8")) for out in outs]
+    writes, searches = results[: args.writers], results[args.writers :]
+    acknowledged = {i for out in writes for i in out["ids"]}
+    shared = len({t for t in team_texts(pool, 0, args.writes) if t.startswith("shared fact")})
+    with mnemex.open(db, namespace="team") as store:
+        found = {m.id for m in store.get(sorted(acknowledged)).memories}
+        count = store.count()
+    return {
+        "writes": sum(len(out["latencies"]) for out in writes),
+        "errors": [e for out in writes for e in out["errors"]][:5],
+        "error_count": sum(len(out["errors"]) for out in writes),
+        "search_errors": sum(len(out["errors"]) for out in searches),
+        "lost": len(acknowledged - found),
+        "count": count,
+        "expected": args.seed + args.writers * (args.writes - shared) + shared,
+        "merged": sum(out["merged"] for out in writes),
+        "took": took,
+        "write_ms": percentiles([x for out in writes for x in out["latencies"]]),
+        "search_ms": percentiles([x for out in searches for x in out["latencies"]] or [0.0]),
+        "searches": sum(len(out["latencies"]) for out in searches),
+        "procs": [p.returncode for p in procs],
+        "load": max(loads, default=0.0),
+    }
+
+
+def team_main(args: argparse.Namespace) -> None:
+    folder, rows, load = data_dir(args.data), [], 0.0
+    for engine in args.engines.split(","):
+        with (
+            tempfile.TemporaryDirectory(prefix=f"mnemex-team-{engine}-") as tmp,
+            pg_server(Path(tmp) / "pgdata")
+            if engine == "postgres"
+            else contextlib.nullcontext() as server,
+        ):
+            db = fresh_database(server.url, "team") if server else str(Path(tmp) / "team.db")
+            r = team_run(db, args, folder, Path(tmp))
+        print(engine, json.dumps(r, indent=1))
+        w, s = r["write_ms"], r["search_ms"]
+        rows.append(
+            f"| {engine} | {r['writes']:,} | {r['writes'] / r['took']:,.0f}/s | {r['error_count']} | "
+            f"{r['lost']} | {r['count'] - r['expected']:+d} | {w['p50']:.1f} / {w['p95']:.1f} ms | "
+            f"{r['searches']:,} | {s['p50']:.1f} / {s['p95']:.1f} ms |"
+        )
+        load = max(load, float(r["load"]))
+    body = "\n".join(
+        [
+            "## A team on one store: concurrent writers per engine (`benchmarks/stress.py team`)",
+            "",
+            f"Machine: {machine()}; load average during the writes up to {load:.1f}",
+            "",
+            f"{args.seed:,} memories first, then {args.writers} processes × {args.writes:,} "
+            f"single writes through the Python API (`Store.add`; every {SHARED_EVERY}th write a "
+            f"`Store.remember` of a fact all {args.writers} write at once), while "
+            f"{args.searchers} processes search (limit 10). Lexical only. *Lost*: acknowledged "
+            "and missing; *doubled*: memories beyond seed + own texts + one per shared fact.",
+            "",
+            "| engine | writes | writes/s (all writers) | errors | lost | doubled | "
+            "write p50 / p95 | searches | search p50 / p95 |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+            "PostgreSQL: 16 + pgvector 0.6 from `pgserver` on the same machine (Unix socket), "
+            "each process with its own pool. Before and after the PostgreSQL write changes: "
+            'RESULTS.md History, "PostgreSQL writes (issue 30)".',
+        ]
+    )
+    publish("bench_team", body, args.no_write)
 
 
 # -- kill: SIGKILL a writer at a random moment -----------------------------------------
@@ -842,6 +973,15 @@ def _writers_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
 
 
+def _team_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--writes", type=int, default=10_000, help="writes per writer")
+    parser.add_argument("--searchers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=5_000, help="memories written first")
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument("--data", help="benchmark data folder (see common.py)")
+
+
 def _kill_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=3600.0, help="stop after this")
@@ -862,17 +1002,19 @@ def _fuzz_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+CAMPAIGNS = {"writers": _writers_args, "team": _team_args, "kill": _kill_args, "fuzz": _fuzz_args}
+MAINS = {"writers": writers_main, "team": team_main, "kill": kill_main, "fuzz": fuzz_main}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     campaigns = parser.add_subparsers(dest="campaign", required=True)
-    for name, add in (("writers", _writers_args), ("kill", _kill_args), ("fuzz", _fuzz_args)):
+    for name, add in CAMPAIGNS.items():
         sub = campaigns.add_parser(name)
-        sub.add_argument(
-            "--no-write", action="store_true", help="print, do not touch RELIABILITY.md"
-        )
+        sub.add_argument("--no-write", action="store_true", help="print, do not touch the results")
         add(sub)
     args = parser.parse_args()
-    {"writers": writers_main, "kill": kill_main, "fuzz": fuzz_main}[args.campaign](args)
+    MAINS[args.campaign](args)
 
 
 if __name__ == "__main__":
