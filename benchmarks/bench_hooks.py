@@ -54,11 +54,8 @@ from common import (
 
 # What the `mnemex` console script pip writes does: import re and sys, import the entry
 # point, call it (no runpy, unlike `python -m mnemex`).
-SCRIPT = [
-    sys.executable,
-    "-c",
-    "import re, sys; from mnemex.entry import main; sys.argv[0] = 'mnemex'; sys.exit(main())",
-]
+ENTRY = "import re, sys; from mnemex.entry import main; sys.argv[0] = 'mnemex'; sys.exit(main())"
+SCRIPT = [sys.executable, "-c", ENTRY]
 
 
 def build(path: Path, namespace: str, texts: list[str]) -> None:
@@ -117,12 +114,8 @@ def landed(db: Path, session: str, wait: float = 30.0) -> None:
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     """A running ``mnemex serve`` on a free port (a fixed one may be another's), and its port,
     once it answers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mnemex", "serve", "--port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    command = [sys.executable, "-m", "mnemex", "serve", "--port", "0"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert server.stderr is not None
     line = server.stderr.readline().decode()  # "answering hook events on http://127.0.0.1:P/hook"
     match = re.search(r":(\d+)/hook", line)
@@ -136,9 +129,8 @@ def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
 def post(port: int, payload: bytes) -> bytes:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        connection.request(
-            "POST", "/hook", body=payload, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/hook", body=payload, headers=headers)
         return connection.getresponse().read()
     finally:
         connection.close()
@@ -167,27 +159,19 @@ def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
         entries = store.injections(namespace=mnemex.ALL, limit=1000)
         if not entries:
             sys.exit("the prompt hooks logged no injection")
-        count = len(entries)
         last = entries[0]
-        weighed = [
+        fields = ("agent", "session_id", "block", "floor", "namespace")
+        again = {name: getattr(last, name) for name in fields}
+        again["memories"] = [
             {"id": m.id, "kind": m.kind, "score": m.score, "injected": m.injected, "line": m.line}
             for m in last.memories
         ]
         samples = []
         for _ in range(writes):
             started = time.perf_counter()
-            store.log_injection(
-                last.prompt,
-                last.outcome,
-                agent=last.agent,
-                session_id=last.session_id,
-                block=last.block,
-                memories=weighed,
-                floor=last.floor,
-                namespace=last.namespace,
-            )
+            store.log_injection(last.prompt, last.outcome, **again)
             samples.append((time.perf_counter() - started) * 1000)
-    return count, statistics.median(samples)
+    return len(entries), statistics.median(samples)
 
 
 # In a new process, as the prompt hook runs: the store opened, the prompt's decision made,
@@ -213,12 +197,8 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     secret), the entry and its write."""
     out = []
     for event in events:
-        done = subprocess.run(
-            [sys.executable, "-c", COLD_LOG, json.dumps(event)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
+        command = [sys.executable, "-c", COLD_LOG, json.dumps(event)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             sys.exit(f"the cold injection log run failed: {done.stderr}")
         out.append(float(done.stdout.strip()))
@@ -240,41 +220,34 @@ def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  
 def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     """The table's rows: what each is, and the key of its samples."""
     prompt, served = "`UserPromptSubmit`", "`UserPromptSubmit` POSTed to a running `mnemex serve`"
-    return [
-        *(
-            (f"{prompt}, {m}, before: commit {before}", f"{m} ({against})")
-            for m in ("lexical", "hybrid")
-            if against
-        ),
-        (f"{prompt}, lexical", "lexical"),
-        (f"{prompt}, hybrid (loads the model)", "hybrid"),
-        ("`Stop`: capture of a one-turn session", "capture"),
+
+    def old(label: str, key: str) -> list[tuple[str, str]]:  # the commit before's row
+        return [(f"{label}, before: commit {before}", f"{key} ({against})")] if against else []
+
+    rows = [row for m in ("lexical", "hybrid") for row in old(f"{prompt}, {m}", m)]
+    rows += [(f"{prompt}, lexical", "lexical"), (f"{prompt}, hybrid (loads the model)", "hybrid")]
+    rows += [("`Stop`: capture of a one-turn session", "capture")]
+    rows += [
         (
-            "`Stop` with `--background` (as installed for Codex): hands the capture to a new "
-            "process and returns",
+            "`Stop` with `--background` (as installed for Codex): hands the capture to a new process and returns",
             "background",
-        ),
-        *(
-            (f"{served}, {m}, before: commit {before}", f"serve {m} ({against})")
-            for m in ("lexical", "hybrid")
-            if against
-        ),
-        (f"{served}, lexical", "serve lexical"),
-        (f"{served}, hybrid", "serve hybrid"),
-        (
-            f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid "
-            "`mnemex serve`",
-            "forwarded",
-        ),
-        (f"{prompt}, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`)", "lexical, no log"),
-        *(
-            (f"`mnemex {c} ...` typed in the project, hybrid{b}", f"cli {c}{k}")
-            for c in ("search", "add")
-            for b, k in (
-                ([(f", before: commit {before}", f" ({against})")] if against else []) + [("", "")]
-            )
-        ),
+        )
     ]
+    rows += [row for m in ("lexical", "hybrid") for row in old(f"{served}, {m}", f"serve {m}")]
+    rows += [(f"{served}, lexical", "serve lexical"), (f"{served}, hybrid", "serve hybrid")]
+    rows += [
+        (
+            f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid `mnemex serve`",
+            "forwarded",
+        )
+    ]
+    rows += [
+        (f"{prompt}, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`)", "lexical, no log")
+    ]
+    for c in ("search", "add"):
+        typed = f"`mnemex {c} ...` typed in the project, hybrid"
+        rows += [*old(typed, f"cli {c}"), (typed, f"cli {c}")]
+    return rows
 
 
 def environments(tmp: Path, home: Path, against: str | None) -> tuple[dict[str, str], list, dict]:  # type: ignore[type-arg]
