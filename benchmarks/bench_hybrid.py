@@ -277,7 +277,7 @@ def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) ->
 def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
     env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
     env["PYTHONPATH"] = str(ROOT / "src")
-    command = [sys.executable, "-m", "mnemex", "--db", str(path), "search", query]
+    command = [sys.executable, "-m", "mnemex", "--db", str(path), "-n", "default", "search", query]
     samples = []
     for _ in range(runs):
         started = time.perf_counter()

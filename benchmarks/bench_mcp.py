@@ -150,7 +150,9 @@ async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[f
     """
     env = dict(os.environ) | {"MNEMEX_EMBEDDER": embedder, "PYTHONPATH": str(ROOT / "src")}
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mnemex", "--db", str(db), "mcp"], env=env
+        command=sys.executable,
+        args=["-m", "mnemex", "--db", str(db), "-n", "default", "mcp"],
+        env=env,
     )
     over: list[float] = []
     base: list[float] = []

@@ -241,7 +241,7 @@ def save_to_searchable(db: Path, root: Path, watch: bool) -> list[float]:
     watcher = None
     if watch:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "mnemex", "--db", str(db), "watch", str(root)],
+            [sys.executable, "-m", "mnemex", "--db", str(db), "-n", "default", "watch", str(root)],
             stderr=subprocess.PIPE,
             text=True,
             env=env,

@@ -105,7 +105,8 @@ def write_one(
     if role in ("remember", "team"):
         added = store.remember(texts[position])
         return 1, [added.id], int(added.deduplicated)
-    command = [sys.executable, "-m", "mnemex", "--db", spec["db"], "add", texts[position]]
+    command = [sys.executable, "-m", "mnemex", "--db", spec["db"], "-n", "default", "add"]
+    command.append(texts[position])
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
     if done.returncode != 0:  # a new process per memory, as an agent's shell would
         raise CliFailed(done.stderr.strip()[-300:])
