@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import platform
@@ -18,6 +19,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -233,8 +235,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     Returns the float32 matrix and the model's throughput (texts/s) measured
     when it was computed.
     """
-    import hashlib
-
     import numpy as np
 
     from mnemex.embed import embed_checked
@@ -249,8 +249,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     embedder = LocalEmbedder()
     embedder.load()
     out = np.empty((len(texts), embedder.dim), dtype=np.float32)
-    import time
-
     started = time.perf_counter()
     step = 2048
     for start in range(0, len(texts), step):
@@ -266,8 +264,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
 
 def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
     """Milliseconds of ``fn(item)`` for each item."""
-    import time
-
     samples = []
     for item in items:
         started = time.perf_counter()
@@ -392,8 +388,6 @@ def build_sqlite(
 ) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """A SQLite store of ``texts`` through add_many (FTS5 included), then their vectors
     written as the store writes them; seconds of each step (``rows_s``, ``vectors_s``)."""
-    import time
-
     import mnemex
 
     started = time.perf_counter()
