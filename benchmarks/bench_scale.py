@@ -1,9 +1,9 @@
 """Both engines at scale, side by side: build time, disk used, lexical and hybrid latency.
 
     python benchmarks/bench_scale.py [--data DIR] [--sizes 100000,1000000]
-        [--postgres-sizes 100000] [--queries 300] [--sanity] [--add] [--no-write]
+        [--postgres-sizes 100000] [--queries 300] [--add] [--no-write]
 
-The numbers in RESULTS.md: ``--sizes 100000 --postgres-sizes 100000 --sanity``, then
+The numbers in RESULTS.md: ``--sizes 100000 --postgres-sizes 100000``, then
 ``--sizes 1000000 --postgres-sizes 1000000 --add`` (``--add`` keeps the sizes of the
 previous run, saved under benchmarks/.cache, and replaces these). The memories and vectors
 are ``bench_hybrid.py``'s (``common.scale_corpus``). For each size, in one run:
@@ -19,8 +19,7 @@ Then disk (SQLite's files; ``pg_database_size`` and the largest relations), and 
 queries on every store, one query on each store in turn, default settings, **the query
 embedding excluded** (the store's embedder answers from a table of the queries' vectors,
 as in ``bench_hybrid.py``); SQLite exact and through HNSW, with the HNSW recall@10. The
-1-minute load average is recorded with each figure. ``--sanity`` (SQLite at the first
-size) times a hybrid search with parts of the pipeline off or on.
+1-minute load average is recorded with each figure.
 """
 
 from __future__ import annotations
@@ -268,52 +267,6 @@ def open_stores(size: int, sqlite_path: Path, pg_url: str | None, embedder: Prec
     return stores
 
 
-def sanity(path: Path, qs: list[str], model_id: str, table: dict) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
-    """SQLite hybrid at limit 10 with parts of the pipeline off or on: what each costs
-    (a store per variant, the variants interleaved query by query)."""
-    from mnemex.embed.local import LocalEmbedder
-
-    real = LocalEmbedder()
-    real.load()
-    fake = Precomputed(model_id, table)
-    variants: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-        ("as in the table (every default)", {}, {}),
-        ("no relations (search_relations 0)", {}, {"relations": 0}),
-        ("no thread stage (thread_context 0)", {"thread_context": 0}, {}),
-        ("no relevance floor", {"relevance_floor": False}, {}),
-        ("all three off", {"thread_context": 0, "relevance_floor": False}, {"relations": 0}),
-        ("explain=True", {}, {"explain": True}),
-        ("query embedding included (the local model)", {"embedder": real}, {}),
-    ]
-    stores = []
-    runs = {}
-    try:
-        for name, settings, call in variants:
-            store = mnemex.open(path, **{"embedder": fake, "ann": "off", **settings})
-            stores.append(store)
-            store.session.vectors(384).refresh()
-            runs[name] = searcher(store, "hybrid", LIMIT, **call)
-        out = list(interleaved(runs, qs).items())
-    finally:
-        for store in stores:
-            store.close()
-    out.append(
-        ("a new store object: open + first search (median of 5)", cold_first(path, qs, fake))
-    )
-    return out
-
-
-def cold_first(path: Path, qs: list[str], embedder: Precomputed) -> dict[str, Any]:
-    before = load()
-    samples = []
-    for q in qs[:5]:
-        began = time.perf_counter()
-        with mnemex.open(path, embedder=embedder, ann="off") as store:
-            store.search(q, LIMIT, mode="hybrid")
-        samples.append((time.perf_counter() - began) * 1000)
-    return {**percentiles(samples), "load": (before, load())}
-
-
 # -- the run -----------------------------------------------------------------------------
 
 
@@ -322,7 +275,6 @@ def main() -> None:
     arguments.add_argument("--sizes", default="100000")
     arguments.add_argument("--postgres-sizes", default="100000", help="'' for none")
     arguments.add_argument("--queries", type=int, default=300)
-    arguments.add_argument("--sanity", action="store_true")
     arguments.add_argument("--add", action="store_true", help="keep the previous run's other sizes")
     args = arguments.parse_args()
     folder = data_dir(args.data)
@@ -331,7 +283,7 @@ def main() -> None:
     texts, vectors, _ = scale_corpus(folder, max(sizes))
     qs = queries(folder)[: args.queries]
     model_id, table, embed_ms = query_vectors(qs)
-    results: dict[str, Any] = {"builds": [], "latency": {}, "sanity": [], "embed_ms": embed_ms}
+    results: dict[str, Any] = {"builds": [], "latency": {}, "embed_ms": embed_ms}
     results["queries"] = len(qs)
     engines = "SQLite" + (f", PostgreSQL at {fmt(sorted(pg_sizes))}" if pg_sizes else "")
     results["runs"] = [
@@ -350,8 +302,6 @@ def main() -> None:
                 results["server"] = pg_server_info(admin)
         for size in sizes:
             run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, results)
-            if args.sanity and size == sizes[0]:
-                results["sanity"] = sanity(root / f"scale-{size}.db", qs, model_id, table)
             for leftover in root.glob(f"scale-{size}.db*"):
                 leftover.unlink()
     if args.add and SAVED.exists():
@@ -401,7 +351,6 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     out["latency"] = dict(
         sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
     )
-    out["sanity"] = now["sanity"] or before["sanity"]
     out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
     out["runs"] = before["runs"] + now["runs"]
     return out
@@ -512,19 +461,6 @@ def report(results: dict[str, Any]) -> str:
                 f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
                 for size, r in sorted(recall.items(), key=lambda kv: int(kv[0]))
                 if r
-            ),
-        ]
-    if results["sanity"]:
-        lines += [
-            "",
-            f"SQLite at {sizes[0]:,}, exact vectors, hybrid at limit 10: what parts of the "
-            "pipeline cost (a store per variant, the variants interleaved query by query):",
-            "",
-            "| variant | p50 / p95 ms | load (1-min) |",
-            "| --- | ---: | ---: |",
-            *(
-                f"| {name} | {cell(v)} | {v['load'][0]:.1f}-{v['load'][1]:.1f} |"
-                for name, v in results["sanity"]
             ),
         ]
     return "\n".join(lines)
