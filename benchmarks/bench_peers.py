@@ -105,18 +105,11 @@ def run_mnemex(work: Path, texts, vectors, rows, mode: str | None):  # type: ign
 
     import mnemex
 
-    class Table(Precomputed):  # a query mnemex corrects is embedded as corrected: the model's
-        def embed(self, batch: list[str]):  # type: ignore[no-untyped-def]
-            if missing := [t for t in batch if t not in self.table]:
-                from mnemex.embed.local import LocalEmbedder
-
-                self.table.update(zip(missing, LocalEmbedder().embed(missing), strict=True))
-            return super().embed(batch)
-
     meta = json.loads((work / "meta.json").read_text(encoding="utf-8"))
     db = work / "mnemex.db"
     built(work, "mnemex", lambda: build_sqlite(db, texts, vectors, meta["model_id"]))
-    embedder = Table(meta["model_id"], rows) if mode is None else None
+    # A query mnemex corrects is embedded as corrected, by the model (Precomputed).
+    embedder = Precomputed(meta["model_id"], rows) if mode is None else None
     if embedder is not None:  # the corrected queries' vectors, before any timing, by another store
         with mnemex.open(db, embedder=embedder) as store:
             for q in json.loads((work / "queries.json").read_text(encoding="utf-8")):

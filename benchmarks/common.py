@@ -282,7 +282,7 @@ class Precomputed:
         self.model_id = model_id
         self.dim = 384
         self.table = table
-        self.missed = 0  # texts the local model embedded
+        self.model: Any = None  # the local model, loaded for the first text missing
 
     def embed(self, texts: list[str]) -> object:
         import numpy as np
@@ -292,9 +292,8 @@ class Precomputed:
             from mnemex.embed import embed_checked
             from mnemex.embed.local import LocalEmbedder
 
-            model = LocalEmbedder()
-            self.table.update(zip(missing, embed_checked(model, missing), strict=True))
-            self.missed += len(missing)
+            self.model = self.model or LocalEmbedder()
+            self.table.update(zip(missing, embed_checked(self.model, missing), strict=True))
         return np.vstack([self.table[t] for t in texts])
 
 
