@@ -34,7 +34,7 @@ from mnemex.errors import InvalidInput
 from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite.session import SqliteSession
+    from mnemex.engine.copy import RowInserter
 
 _RELATIONS = """INSERT INTO relations (id, namespace, subject, predicate, object, subject_key,
         object_key, confidence, source_memory, created_at, updated_at, lex, lex_len)
@@ -58,6 +58,8 @@ class PgCopyTables(CopyTables):
     """Records of a PostgreSQL store, read and written."""
 
     by_id = 'm.id COLLATE "C"'
+    engine = "PostgreSQL"
+    max_dim = 2_000  # pgvector's limit for an indexed vector
 
     def vector_models(self, conn: Conn) -> dict[str, int]:
         rows = conn.execute("SELECT model, dim FROM vector_models").fetchall()
@@ -92,7 +94,7 @@ class PgCopyTables(CopyTables):
 
     def write_memories(
         self,
-        session: SqliteSession,
+        session: RowInserter,
         conn: Conn,
         rows: list[tuple[Any, ...]],
         records: Sequence[MemoryRecord],
