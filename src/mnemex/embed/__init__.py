@@ -246,7 +246,14 @@ def _build(record: Mapping[str, Any], settings: Settings) -> Embedder:
 def _load_local(record: Mapping[str, Any], settings: Settings) -> Embedder:
     from mnemex.embed.local import LocalEmbedder
 
-    return LocalEmbedder(threads=settings.embed_threads, batch_size=settings.embed_batch_size)
+    # The saved optimized model, as the settings' own local model loads it: one session
+    # for both (a session of the file optimized in memory would be a second copy).
+    return LocalEmbedder(
+        threads=settings.embed_threads,
+        batch_size=settings.embed_batch_size,
+        checksum_cache=settings.home / CHECKSUM_FILE,
+        saved_cache=settings.home / FOLDED_FOLDER,
+    )
 
 
 def _load_sentence_transformers(record: Mapping[str, Any], settings: Settings) -> Embedder:
