@@ -153,7 +153,6 @@ def fts5_alone(conn: sqlite3.Connection, query: str) -> list[int]:
 def add_relations(store: mnemex.Store, texts: list[str]) -> None:
     """``RELATIONS`` relations between words of the memories, in one transaction."""
     from mnemex import relations
-    from mnemex.storage import write_transaction
 
     words = [w for t in texts[:RELATIONS] for w in re.findall(r"[A-Za-z]{5,}", t)][: 4 * RELATIONS]
     rows = [
@@ -165,8 +164,7 @@ def add_relations(store: mnemex.Store, texts: list[str]) -> None:
         )
         for i in range(RELATIONS)
     ]
-    with write_transaction(store.session.conn) as conn:
-        relations.upsert(conn, rows)
+    relations.store_rows(store.session, rows)
 
 
 def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: float, tmp: Path):  # type: ignore[no-untyped-def]

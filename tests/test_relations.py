@@ -18,10 +18,7 @@ from mnemex.relations import (
     Relation,
     count_in,
     forget_in,
-    forget_relations,
-    neighbors,
     neighbors_in,
-    relate,
     relate_in,
     search_in,
 )
@@ -316,7 +313,7 @@ def test_index_follows_inserts_updates_and_deletes(team: Store) -> None:
     conn = team.session.conn
     index_matches_table(conn)
     assert matching(conn, "jared") == 5 and matching(conn, "work") == 2
-    relate(conn, NS, "Jared", "works_on", "engram", 1.0)  # an upsert changes no text
+    relate_in(team.session, NS, "Jared", "works_on", "engram", 1.0)  # an upsert changes no text
     assert matching(conn, "jared") == 5
     conn.execute(
         "UPDATE relations SET subject = 'Jordan', subject_key = 'jordan' "
@@ -326,7 +323,7 @@ def test_index_follows_inserts_updates_and_deletes(team: Store) -> None:
     assert triples(search(team, "jordan")) == [("Jordan", "likes", "pizza")]
     conn.execute("UPDATE relations SET predicate = 'loves', fts_predicate = NULL WHERE seq = 2")
     assert matching(conn, "work") == 1 and matching(conn, "love") == 1
-    forget_relations(conn, [r.id for r in neighbors(conn, "Maria", NS)], NS)
+    forget_in(team.session, [r.id for r in neighbors_in(team.session, "Maria", NS)], NS)
     assert matching(conn, "maria") == 0 and matching(conn, "manag") == 0
     conn.execute("DELETE FROM relations WHERE object_key = 'rust'")
     assert matching(conn, "rust") == 0
@@ -443,7 +440,7 @@ def test_any_query_text_is_safe(team: Store, text: str) -> None:
 def prop_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     store = mnemex.open(tmp_path_factory.mktemp("relations") / "prop.db", embedder=None)
     for subject, predicate, obj in [*TEAM, ("张伟", "喜欢", "咖啡"), ("NEAR", "AND", "OR")]:
-        relate(store.session.conn, NS, subject, predicate, obj)
+        relate_in(store.session, NS, subject, predicate, obj)
     yield store
     store.close()
 
@@ -494,7 +491,9 @@ def test_a_version_2_store_gains_relations(tmp_path: Path, monkeypatch: pytest.M
             "memories_after_delete_relations",
         } <= names
         assert [h.id for h in store.search("engram").hits] == ["0000000000000001"]
-        relate(conn, NS, "Jared", "works_on", "engram", source_memory="0000000000000001")
+        relate_in(
+            store.session, NS, "Jared", "works_on", "engram", source_memory="0000000000000001"
+        )
         assert triples(search(store, "engram")) == [("Jared", "works_on", "engram")]
         index_matches_table(conn)
         assert store.check()["ok"]

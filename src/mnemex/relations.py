@@ -17,14 +17,12 @@ words apart, so ``works_on`` is found by "works on" (and, stemmed, "work").
 
 The ``*_in`` functions run on a store's session of either engine, through its
 statements (``session.relations``: :mod:`mnemex.engine.sqlite.relations`,
-:mod:`mnemex.engine.postgres.relations`); the others take a SQLite connection in
-autocommit mode (as :mod:`mnemex.storage` opens it) and run their own transactions.
+:mod:`mnemex.engine.postgres.relations`).
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
@@ -32,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.config import DEFAULT_CONFIDENCE, MAX_SEARCH_LIMIT, check_count
 from mnemex.engine.protocol import RelationIndex
-from mnemex.engine.sqlite import relations as sqlite_relations
 from mnemex.engine.sqlite.relations import COLUMNS
 from mnemex.errors import InvalidInput
 from mnemex.index.query import content_terms, expand_terms, normalized_score
@@ -40,7 +37,6 @@ from mnemex.index.retrieval import LexicalPlan, counted_plan
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Relation
 from mnemex.results import ForgetResult
-from mnemex.storage.connect import write_transaction
 from mnemex.text import (
     clean_confidence,
     clean_id,
@@ -73,7 +69,13 @@ _PREDICATE_GAPS = re.compile(r"[\s_\-]+")
 
 
 def store_rows(session: Session, rows: Sequence[tuple[Any, ...]]) -> list[Relation]:
-    """Write rows of :func:`relation_row` in one transaction (see :func:`upsert`)."""
+    """Write rows of :func:`relation_row` in one transaction.
+
+    A row whose id is taken (in any namespace) by another relation is skipped
+    and left out of the result, as imports skip memories whose id exists.
+    Raises :class:`~mnemex.errors.UnknownMemory` (the transaction rolls back) when a
+    row's source memory is not in its namespace.
+    """
     with session.transaction() as conn:
         return [relation_of(row) for row in session.relations.upsert(conn, rows)]
 
@@ -88,13 +90,14 @@ def relate_in(
     source_memory: str | None = None,
     now: datetime | None = None,
 ) -> Relation:
-    """:func:`relate` on the session's engine; see :meth:`mnemex.Store.relate`."""
+    """Store the triple, or strengthen it (``updated_at`` moves to ``now``, the first
+    spelling and source memory stay); see :meth:`mnemex.Store.relate`."""
     row = relation_row(namespace, subject, predicate, object, confidence, source_memory, now)
     return store_rows(session, [row])[0]
 
 
 def forget_in(session: Session, ids: Iterable[str] | str, namespace: str) -> ForgetResult:
-    """:func:`forget_relations` on the session's engine."""
+    """Delete relations by id; ids not in the namespace are reported in ``missing``."""
     ns, wanted = clean_namespace(namespace), _id_list(ids)
     with session.transaction() as conn:
         gone = session.relations.forget(conn, ns, wanted)
@@ -104,7 +107,8 @@ def forget_in(session: Session, ids: Iterable[str] | str, namespace: str) -> For
 def neighbors_in(
     session: Session, entity: str, namespace: str | None, limit: int = 50
 ) -> list[Relation]:
-    """:func:`neighbors` on the session's engine."""
+    """Relations with ``entity`` as their whole subject or object (ignoring case), most
+    confident then newest first."""
     with session.connection() as conn:
         key, ns, count = _neighbors_args(entity, namespace, limit)
         return [relation_of(row) for row in session.relations.neighbors(conn, key, ns, count)]
@@ -203,23 +207,6 @@ def relation_of(row: Sequence[Any], score: float | None = None) -> Relation:
 # -- writes ---------------------------------------------------------------------
 
 
-def relate(
-    conn: sqlite3.Connection,
-    namespace: str,
-    subject: str,
-    predicate: str,
-    object: str,
-    confidence: float = DEFAULT_CONFIDENCE,
-    source_memory: str | None = None,
-    now: datetime | None = None,
-) -> Relation:
-    """Store the triple, or strengthen it (``updated_at`` moves to ``now``, the first
-    spelling and source memory stay); see :meth:`mnemex.Store.relate`."""
-    row = relation_row(namespace, subject, predicate, object, confidence, source_memory, now)
-    with write_transaction(conn):
-        return upsert(conn, [row])[0]
-
-
 def relation_row(
     namespace: str,
     subject: str,
@@ -232,7 +219,7 @@ def relation_row(
     relation_id: str | None = None,
     created_at: datetime | None = None,
 ) -> tuple[Any, ...]:
-    """Validate a relation into a row for :func:`upsert` (``relation_id`` and ``created_at``
+    """Validate a relation into a row for :func:`store_rows` (``relation_id`` and ``created_at``
     keep an imported relation's own id and time)."""
     ns = clean_namespace(namespace)
     subj = clean_entity(subject, "subject")
@@ -257,27 +244,6 @@ def relation_row(
     )
 
 
-def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[Relation]:
-    """Write rows of :func:`relation_row` inside the caller's write transaction.
-
-    A row whose id is taken (in any namespace) by another relation is skipped
-    and left out of the result, as imports skip memories whose id exists.
-    Raises :class:`~mnemex.errors.UnknownMemory` (the caller rolls back) when a
-    row's source memory is not in its namespace.
-    """
-    return [relation_of(row) for row in sqlite_relations.upsert(conn, rows)]
-
-
-def forget_relations(
-    conn: sqlite3.Connection, ids: Iterable[str] | str, namespace: str
-) -> ForgetResult:
-    """Delete relations by id; ids not in the namespace are reported in ``missing``."""
-    ns, wanted = clean_namespace(namespace), _id_list(ids)
-    with write_transaction(conn):
-        gone = sqlite_relations.forget(conn, ns, wanted)
-    return _forgotten(wanted, gone)
-
-
 def _id_list(ids: Iterable[str] | str) -> list[str]:
     wanted = list(dict.fromkeys(clean_id(i) for i in listed(ids, "ids")))
     if not wanted:
@@ -293,15 +259,6 @@ def _forgotten(wanted: list[str], gone: set[str]) -> ForgetResult:
 
 
 # -- reads ----------------------------------------------------------------------
-
-
-def neighbors(
-    conn: sqlite3.Connection, entity: str, namespace: str | None, limit: int = 50
-) -> list[Relation]:
-    """Relations with ``entity`` as their whole subject or object (ignoring case), most
-    confident then newest first."""
-    key, ns, count = _neighbors_args(entity, namespace, limit)
-    return [relation_of(r) for r in sqlite_relations.neighbors(conn, key, ns, count)]
 
 
 def _neighbors_args(entity: str, namespace: str | None, limit: int) -> tuple[str, str | None, int]:
