@@ -12,6 +12,8 @@ import pytest
 
 import mnemex
 from mnemex import migration
+from mnemex.config import load_settings
+from mnemex.engine import holds_store, place_name
 from mnemex.engine.copy import SQLITE
 from mnemex.errors import IndexMismatch, InvalidInput, StoreError
 from mnemex.migration import compare, migrate, store_place
@@ -280,6 +282,23 @@ def test_vectors_too_wide_for_postgres_are_refused(tmp_path: Path, pg_url: str) 
         migrate(tmp_path / "a.db", pg_url)
     report = migrate(tmp_path / "a.db", pg_url, vectors=False)
     assert report.ok and report.memories == 1 and report.vectors == 0
+
+
+@pytest.mark.postgres
+def test_an_empty_database_is_no_source_and_stays_empty(tmp_path: Path, pg_url: str) -> None:
+    from mnemex.engine.postgres import connect, schema_version
+
+    with pytest.raises(StoreError, match="no mnemex store in the database at postgresql://"):
+        migrate(pg_url, tmp_path / "b.db")
+    with connect(pg_url) as conn:
+        assert schema_version(conn) == 0  # nothing created in the source
+    assert not (tmp_path / "b.db").exists()
+    with mnemex.open(tmp_path / "a.db", embedder=None) as a:
+        a.add("one memory")
+    assert holds_store(load_settings(str(tmp_path / "a.db")))
+    assert migrate(tmp_path / "a.db", pg_url).ok and holds_store(load_settings(pg_url))
+    secret = load_settings("postgresql://me:s3cret@db.example/team")
+    assert place_name(secret) == "postgresql://me:***@db.example/team"
 
 
 def test_bad_places(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mnemex.config import is_url, load_settings
+from mnemex.engine import holds_store, place_name
 from mnemex.engine.copy import MemoryRecord, RelationRecord
 from mnemex.errors import IndexMismatch, InvalidInput, StoreError
 from mnemex.relations import relation_row
@@ -178,17 +179,13 @@ def open_source(place: Place) -> Store:
     """The store to read from, which must exist and hold a mnemex store (never created)."""
     text = store_place(place)
     if is_url(text):
-        from mnemex.engine.postgres import connect, schema_version
-        from mnemex.engine.postgres.connect import redact
-
-        with connect(text) as conn:
-            if schema_version(conn) == 0:
-                raise StoreError(f"no mnemex store in the database at {redact(text)}")
+        if not holds_store(settings := load_settings(text)):
+            raise StoreError(f"no mnemex store in the database at {place_name(settings)}")
     else:
         path = Path(text).expanduser()
         if not path.is_file():
             raise StoreError(f"no store at {path}: check the path given with --from")
-        if not _is_store_file(path):
+        if not holds_store(load_settings(text)):
             raise StoreError(f"{path} is not a mnemex store (no mnemex schema in it)")
     return Store(load_settings(text), embedder=None)
 
@@ -203,19 +200,6 @@ def open_target(place: Place) -> Store:
         if not path.parent.is_dir():
             raise StoreError(f"no folder {path.parent} for the target store: create it first")
     return Store(load_settings(text), embedder=None)
-
-
-def _is_store_file(path: Path) -> bool:
-    import sqlite3
-
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            return bool(conn.execute("PRAGMA user_version").fetchone()[0])
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return False
 
 
 def identity(store: Store) -> str:

@@ -57,6 +57,37 @@ def open_session(settings: Settings, embedder: object) -> SqliteSession:
     return SqliteSession(settings, embedder=embedder)
 
 
+def holds_store(settings: Settings) -> bool:
+    """Whether the place ``settings`` name already holds a mnemex store, nothing created or
+    migrated: a PostgreSQL database with mnemex's schema (psycopg imported only then), or
+    a SQLite file whose schema version is set."""
+    if settings.db_url is not None:
+        from mnemex.engine.postgres import connect, schema_version
+
+        with connect(settings.db_url) as conn:
+            return schema_version(conn) > 0
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)
+        try:
+            return bool(conn.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def place_name(settings: Settings) -> str:
+    """How messages name the store ``settings`` name: its file, or its URL without the
+    password."""
+    if settings.db_url is not None:
+        from mnemex.engine.postgres.connect import redact
+
+        return redact(settings.db_url)
+    return str(settings.db_path)
+
+
 def engine_of(session: object) -> str:
     """The name of a session's engine: ``SQLite`` or ``PostgreSQL``."""
     return str(getattr(session, "engine", "SQLite"))
