@@ -22,6 +22,8 @@ from mnemex.store import Store
 from tests.engine.test_windows import cosines, on_postgres, rows, seq_of
 from tests.pg_fixtures import both_engines
 
+pytestmark = pytest.mark.usefixtures("sentences_on")  # long texts read sentence by sentence too
+
 TITLE = "Annual report of the regional water authority"
 FILLER = [
     "The treatment plant processed more water than in any earlier year.",
@@ -44,22 +46,11 @@ DEEP = (
 QUERY = "how much honey did the beehives by the reservoir make?"
 
 
-@pytest.fixture(autouse=True)
-def sentences_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every store of this module reads long texts sentence by sentence too."""
-    monkeypatch.setenv("MNEMEX_EMBED_SENTENCES", "true")
-
-
 def report() -> str:
     """A long memory (a title line, then many sentences) with one sentence, deep in its
     body, that no other sentence is about."""
     body = [*FILLER, *FILLER[:6], DEEP, *FILLER[6:], *FILLER[:4]]
     return TITLE + "\n" + " ".join(body)
-
-
-@pytest.fixture(scope="module")
-def model() -> LocalEmbedder:
-    return LocalEmbedder()
 
 
 def token_windows(model: LocalEmbedder, text: str) -> int:

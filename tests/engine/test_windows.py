@@ -6,8 +6,6 @@ The tests here run on both engines; the SQLite-only ones are in
 
 from __future__ import annotations
 
-import pytest
-
 from mnemex.engine import engine_of
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
@@ -71,11 +69,6 @@ def seq_of(store: Store, memory_id: str) -> int:
     with store.session.connection() as conn:
         found = conn.execute(f"SELECT seq FROM memories WHERE id = {mark}", (memory_id,))
         return int(found.fetchone()[0])
-
-
-@pytest.fixture
-def windowed() -> WindowedFake:
-    return WindowedFake()
 
 
 def fill(store: Store) -> str:

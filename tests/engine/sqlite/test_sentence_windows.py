@@ -46,16 +46,7 @@ from tests.engine.test_sentence_windows import (
 )
 from tests.engine.test_windows import rows, seq_of
 
-
-@pytest.fixture(autouse=True)
-def sentences_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every store of this module reads long texts sentence by sentence too."""
-    monkeypatch.setenv("MNEMEX_EMBED_SENTENCES", "true")
-
-
-@pytest.fixture(scope="module")
-def model() -> LocalEmbedder:
-    return LocalEmbedder()
+pytestmark = pytest.mark.usefixtures("sentences_on")  # long texts read sentence by sentence too
 
 
 def test_sentence_windows_read_each_sentence_after_the_first_line() -> None:

@@ -31,11 +31,6 @@ from tests.engine.test_windows import (
 )
 
 
-@pytest.fixture
-def windowed() -> WindowedFake:
-    return WindowedFake()
-
-
 def test_another_process_follows_windows_written_in_any_order(
     tmp_path: Path, windowed: WindowedFake
 ) -> None:
