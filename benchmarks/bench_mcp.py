@@ -36,25 +36,13 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+import common
 import mnemex
-from common import (
-    ROOT,
-    add_texts,
-    build_sqlite,
-    data_dir,
-    machine,
-    memories,
-    parser,
-    percentiles,
-    publish,
-    queries,
-    scale_corpus,
-)
 from mnemex.config import load_settings
 from mnemex.mcp.server import build_server
 from mnemex.transfer import import_jsonl
 
-SAMPLE = ROOT / "src" / "mnemex" / "data" / "sample_memories.jsonl"
+SAMPLE = common.SRC / "mnemex" / "data" / "sample_memories.jsonl"
 SEARCHES = [
     "why were invoice PDFs slow?",
     "how do users sign in now?",
@@ -148,11 +136,10 @@ async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[f
     Alternating the two, query by query, gives both the same share of a shared
     machine's load.
     """
-    env = dict(os.environ) | {"MNEMEX_EMBEDDER": embedder, "PYTHONPATH": str(ROOT / "src")}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mnemex", "--db", str(db), "-n", "default", "mcp"],
-        env=env,
+        env=common.child_env(MNEMEX_EMBEDDER=embedder),
     )
     over: list[float] = []
     base: list[float] = []
@@ -175,7 +162,7 @@ async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[f
 def latency_row(name: str, db: Path, qs: list[str], embedder: str) -> dict[str, Any]:
     load = os.getloadavg()[0]
     over_ms, base_ms = anyio.run(paired_latency, db, qs, embedder)
-    over, base = percentiles(over_ms), percentiles(base_ms)
+    over, base = common.percentiles(over_ms), common.percentiles(base_ms)
     load = max(load, os.getloadavg()[0])
     print(
         f"{name}: memory_search over stdio p50 {over['p50']:.2f} ms, p95 {over['p95']:.2f} ms; "
@@ -186,12 +173,12 @@ def latency_row(name: str, db: Path, qs: list[str], embedder: str) -> dict[str, 
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--size", type=int, default=100_000)
     arguments.add_argument("--queries", type=int, default=300)
     arguments.add_argument("--no-hybrid", action="store_true", help="lexical-only latency")
     args = arguments.parse_args()
-    folder = data_dir(args.data)
+    folder = common.data_dir(args.data)
     count = wordpiece()
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -222,24 +209,21 @@ def main() -> None:
         tool_list = sizes["tool_list"]
         print(f"tools/list: {chars(tool_list)} tokens (len/4)", flush=True)
 
-        texts = memories(folder, args.size)
-        qs = queries(folder)[: args.queries]
+        texts = common.memories(folder, args.size)
+        qs = common.queries(folder)[: args.queries]
         lexical_db = tmp / "lexical.db"
         with mnemex.open(lexical_db, embedder=None) as store:
-            add_texts(store, texts)
+            common.add_texts(store, texts)
         latency = [latency_row("lexical", lexical_db, qs, "none")]
         if not args.no_hybrid:  # the local model's vectors of the same texts (bench_hybrid's)
             from mnemex.embed.local import LocalEmbedder
 
-            _, vectors, _ = scale_corpus(folder, args.size)
-            build_sqlite(tmp / "hybrid.db", texts, vectors, LocalEmbedder().model_id)
+            _, vectors, _ = common.scale_corpus(folder, args.size)
+            common.build_sqlite(tmp / "hybrid.db", texts, vectors, LocalEmbedder().model_id)
             latency.append(latency_row("hybrid", tmp / "hybrid.db", qs, "local"))
 
     lines = [
-        "## MCP tools: response size and latency (`benchmarks/bench_mcp.py`)",
-        "",
-        f"Machine: {machine()}",
-        "",
+        *common.heading("## MCP tools: response size and latency (`benchmarks/bench_mcp.py`)"),
         f"Response size: each tool through the SDK's in-memory client on the bundled sample "
         f"({sample_memories} memories and {sample_relations} relations, embedder "
         f"{sample_model}), {len(SEARCHES)} searches and {len(TASKS)} recall tasks at the "
@@ -288,7 +272,7 @@ def main() -> None:
             f"{base['p95']:.2f} ms | +{mcp['p50'] - base['p50']:.2f} ms ({mcp['p50'] / base['p50']:.2f}×) | "
             f"{row['load']:.1f} |"
         )
-    publish("bench_mcp", "\n".join(lines), args.no_write)
+    common.publish("bench_mcp", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":

@@ -136,6 +136,11 @@ def machine() -> str:
     )
 
 
+def heading(title: str, note: str = "") -> list[str]:
+    """The first lines of a section: ``title``, then the machine it ran on and ``note``."""
+    return [title, "", f"Machine: {machine()}{note}", ""]
+
+
 def write_section(name: str, body: str, target: Path = RESULTS) -> None:
     """Replace the section ``name`` of RESULTS.md (or of ``target``) in place; a new one goes
     after the current numbers, before the file's ``# History``, or at its end."""
