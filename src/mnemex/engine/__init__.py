@@ -69,11 +69,11 @@ def holds_store(settings: Settings) -> bool:
     import sqlite3
 
     try:
-        conn = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)
         try:
-            return bool(conn.execute("PRAGMA user_version").fetchone()[0])
+            return bool(db.execute("PRAGMA user_version").fetchone()[0])
         finally:
-            conn.close()
+            db.close()
     except sqlite3.Error:
         return False
 
