@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import Precomputed, data_dir, machine, parser, pg_server, publish, real_embeddings
+from common import Precomputed, data_dir, heading, parser, pg_server, publish, real_embeddings
 from mnemex import migration
 from mnemex.embed.local import LocalEmbedder
 from mnemex.text import clean_content
@@ -130,10 +130,9 @@ def report(
     no_write: bool,
 ) -> None:
     lines = [
-        "## Moving a store between engines: `mnemex migrate` (`benchmarks/bench_migrate.py`)",
-        "",
-        f"Machine: {machine()}",
-        "",
+        *heading(
+            "## Moving a store between engines: `mnemex migrate` (`benchmarks/bench_migrate.py`)"
+        ),
         f"SciFact corpus abstracts (title and text) as {rows:,} memories (repeated in further namespaces "
         "past 5,183, ids distinct), each with a 384-dimensional vector of the local model, "
         "and a relation; PostgreSQL 16 + pgvector 0.6 from `pgserver` on the same machine. "

@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import SRC, machine, parser, publish
+from common import SRC, heading, parser, publish
 from mnemex.ingest.workspace import freshen
 from mnemex.results import SyncReport
 from mnemex.store import Store
@@ -353,11 +353,11 @@ def section(
         f" --model-files {args.model_files}" if args.model_files else ""
     )
     lines = [
-        "## Markdown workspace sync (`benchmarks/bench_workspace.py`)",
-        "",
-        f"Machine: {machine()}; load average {LOAD:.1f} when the run started (the cores are "
-        f"shared). Command: `{command}`.",
-        "",
+        *heading(
+            "## Markdown workspace sync (`benchmarks/bench_workspace.py`)",
+            f"; load average {LOAD:.1f} when the run started (the cores are shared). "
+            f"Command: `{command}`.",
+        ),
         f"Workspace: generated, {made['files']:,} files and {mb:.1f} MB of markdown (MEMORY.md, "
         "10 % project notes, daily notes; headings, paragraphs, lists, fenced code; Zipf-"
         f"distributed made-up words), cut into {report.chunks:,} chunks of at most 400 tokens "
