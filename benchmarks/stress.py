@@ -56,27 +56,16 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
-from common import (
-    ROOT,
-    SRC,
-    data_dir,
-    fresh_database,
-    machine,
-    memories,
-    percentiles,
-    pg_server,
-    publish,
-    queries,
-)
+import common
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(common.ROOT))
 os.environ.setdefault("MNEMEX_EMBEDDER", "none")  # every campaign is lexical only
 
 import mnemex
 from mnemex.store import ALL
 from mnemex.transfer import IMPORT_BATCH, import_jsonl
 
-RELIABILITY = ROOT / "RELIABILITY.md"
+RELIABILITY = common.ROOT / "RELIABILITY.md"
 
 # -- writers: eight processes write one store while two search it ----------------------
 
@@ -169,17 +158,16 @@ def in_process(script: str, env: dict[str, str], *argv: Path) -> str:
 def writers_run(args: argparse.Namespace, folder: Path, tmp: Path, src: Path) -> dict[str, Any]:
     """One campaign with the mnemex of ``src`` (this checkout's, or a baseline's)."""
     per_writer = args.bulk_rows
-    texts = memories(folder, args.seed_rows + 8 * per_writer)
+    texts = common.memories(folder, args.seed_rows + 8 * per_writer)
     db = tmp / "stress.db"
-    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
-    env["PYTHONPATH"] = str(src) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env = common.child_env(src, MNEMEX_EMBEDDER="none")
     (tmp / "seed.json").write_text(json.dumps(texts[: args.seed_rows]), encoding="utf-8")
     in_process(WRITERS_SEED, env, db, tmp / "seed.json")
     pool, start = texts[args.seed_rows :], time.time() + 3.0
     procs, specs = [], []
     for n, role in enumerate((*ROLES, *("search",) * SEARCHERS)):
         own = (
-            queries(folder)[n::SEARCHERS]
+            common.queries(folder)[n::SEARCHERS]
             if role == "search"
             else pool[n * per_writer : (n + 1) * per_writer]
         )
@@ -226,7 +214,7 @@ def _latency(samples: list[float]) -> str:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return (
-        f"p50 {percentiles(ordered)['p50']:.0f} ms, p99 {p99:.0f} ms, max {ordered[-1]:.0f} ms "
+        f"p50 {common.percentiles(ordered)['p50']:.0f} ms, p99 {p99:.0f} ms, max {ordered[-1]:.0f} ms "
         f"({len(ordered):,} calls)"
     )
 
@@ -293,7 +281,7 @@ def writers_report(
             "",
             f"`python benchmarks/stress.py writers --seconds {args.seconds:g} --seed-rows "
             f"{args.seed_rows} --bulk-rows {args.bulk_rows} --batch {args.batch}{baseline}` "
-            f"on {machine()}.",
+            f"on {common.machine()}.",
             f"A store seeded with {args.seed_rows:,} memories; for {args.seconds:g} s, 2 `add`, "
             f"2 `remember`, 2 `add_many` (batches of {args.batch}, {args.bulk_rows:,} rows "
             "each at most) and 2 `mnemex add` processes write while 2 processes search; "
@@ -318,16 +306,16 @@ def writers_report(
 def writers_main(args: argparse.Namespace) -> None:
     if args.worker:
         return writers_worker(args)
-    folder = data_dir(args.data)
+    folder = common.data_dir(args.data)
     began = time.time()
     srcs = ([("baseline", Path(args.baseline_src))] if args.baseline_src else []) + [
-        ("this checkout", SRC)
+        ("this checkout", common.SRC)
     ]
     runs = []
     for name, src in srcs:
         with tempfile.TemporaryDirectory(prefix="mnemex-stress-") as tmp:
             runs.append((name, writers_run(args, folder, Path(tmp), src)))
-    publish(
+    common.publish(
         "stress_writers",
         writers_report(args, runs, time.time() - began),
         args.no_write,
@@ -353,12 +341,12 @@ def team_texts(pool: list[str], writer: int, writes: int) -> list[str]:
 
 def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]:
     """Seed ``db``, run the writers and searchers, verify; the figures of one engine."""
-    texts = memories(folder, args.seed + args.writers * args.writes)
+    texts = common.memories(folder, args.seed + args.writers * args.writes)
     with mnemex.open(db, namespace="team") as store:
         store.add_many(texts[: args.seed])
     pool, start, done = texts[args.seed :], time.time() + 3.0, tmp / "writers-done"
     done.unlink(missing_ok=True)
-    asked, procs, outs = queries(folder), [], []
+    asked, procs, outs = common.queries(folder), [], []
     env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
     for n in range(args.writers + args.searchers):
         own = team_texts(pool, n, args.writes) if n < args.writers else (asked * 50)[n::2]
@@ -394,8 +382,8 @@ def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict
         "expected": args.seed + args.writers * (args.writes - shared) + shared,
         "merged": sum(out["merged"] for out in writes),
         "took": took,
-        "write_ms": percentiles([x for out in writes for x in out["latencies"]]),
-        "search_ms": percentiles([x for out in searches for x in out["latencies"]] or [0.0]),
+        "write_ms": common.percentiles([x for out in writes for x in out["latencies"]]),
+        "search_ms": common.percentiles([x for out in searches for x in out["latencies"]] or [0.0]),
         "searches": sum(len(out["latencies"]) for out in searches),
         "procs": [p.returncode for p in procs],
         "load": max(loads, default=0.0),
@@ -403,15 +391,15 @@ def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict
 
 
 def team_main(args: argparse.Namespace) -> None:
-    folder, rows, load = data_dir(args.data), [], 0.0
+    folder, rows, load = common.data_dir(args.data), [], 0.0
     for engine in args.engines.split(","):
         with (
             tempfile.TemporaryDirectory(prefix=f"mnemex-team-{engine}-") as tmp,
-            pg_server(Path(tmp) / "pgdata")
+            common.pg_server(Path(tmp) / "pgdata")
             if engine == "postgres"
             else contextlib.nullcontext() as server,
         ):
-            db = fresh_database(server.url, "team") if server else str(Path(tmp) / "team.db")
+            db = common.fresh_database(server.url, "team") if server else str(Path(tmp) / "team.db")
             r = team_run(db, args, folder, Path(tmp))
         print(engine, json.dumps(r, indent=1))
         w, s = r["write_ms"], r["search_ms"]
@@ -423,10 +411,10 @@ def team_main(args: argparse.Namespace) -> None:
         load = max(load, float(r["load"]))
     body = "\n".join(
         [
-            "## A team on one store: concurrent writers per engine (`benchmarks/stress.py team`)",
-            "",
-            f"Machine: {machine()}; load average during the writes up to {load:.1f}",
-            "",
+            *common.heading(
+                "## A team on one store: concurrent writers per engine (`benchmarks/stress.py team`)",
+                f"; load average during the writes up to {load:.1f}",
+            ),
             f"{args.seed:,} memories first, then {args.writers} processes × {args.writes:,} "
             f"single writes through the Python API (`Store.add`; every {SHARED_EVERY}th write a "
             f"`Store.remember` of a fact all {args.writers} write at once), while "
@@ -443,7 +431,7 @@ def team_main(args: argparse.Namespace) -> None:
             'RESULTS.md History, "PostgreSQL writes (issue 30)".',
         ]
     )
-    publish("bench_team", body, args.no_write)
+    common.publish("bench_team", body, args.no_write)
 
 
 # -- kill: SIGKILL a writer at a random moment -----------------------------------------
@@ -557,8 +545,7 @@ def verify(db: Path, op: str, acknowledged: list[str], workspace: Path) -> dict[
 
 
 def campaign(args: argparse.Namespace, texts: list[str], tmp: Path) -> dict[str, Any]:
-    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env = common.child_env(MNEMEX_EMBEDDER="none")
     rng = random.Random(args.seed)
     seeded = texts[: args.seed_rows]
     pool = tmp / "pool.json"
@@ -623,7 +610,7 @@ def kill_report(args: argparse.Namespace, result: dict[str, Any]) -> str:
         "",
         f"`python benchmarks/stress.py kill --runs {args.runs} --seconds {args.seconds:g} "
         f"--max-delay {args.max_delay:g} --batch {args.batch} --seed-rows {args.seed_rows} "
-        f"--seed {args.seed}` on {machine()}.",
+        f"--seed {args.seed}` on {common.machine()}.",
         f"{result['runs']} runs in {result['took']:.0f} s: each starts a process that writes a store "
         f"seeded with {args.seed_rows:,} real memories and a 20-file markdown workspace "
         f"(`add_many` / `import_jsonl` of {args.batch} rows at a time, `reindex(force=True)`, "
@@ -645,10 +632,10 @@ def kill_report(args: argparse.Namespace, result: dict[str, Any]) -> str:
 
 
 def kill_main(args: argparse.Namespace) -> None:
-    texts = memories(data_dir(args.data), args.seed_rows + 40_000)
+    texts = common.memories(common.data_dir(args.data), args.seed_rows + 40_000)
     with tempfile.TemporaryDirectory(prefix="mnemex-kill-") as tmp:
         result = campaign(args, texts, Path(tmp))
-    publish("stress_kill", kill_report(args, result), args.no_write, RELIABILITY)
+    common.publish("stress_kill", kill_report(args, result), args.no_write, RELIABILITY)
 
 
 # -- fuzz: the public API and imports with hostile input --------------------------------
@@ -914,7 +901,7 @@ def fuzz_report(
         "## Fuzzed API calls and imports",
         "",
         f"`python benchmarks/stress.py fuzz --calls {args.calls} --seconds {args.seconds:g} "
-        f"--imports {args.imports} --seed {args.seed} --jobs {args.jobs}` on {machine()}.",
+        f"--imports {args.imports} --seed {args.seed} --jobs {args.jobs}` on {common.machine()}.",
         "Random calls of the public `Store` methods (the generators of "
         "`tests/test_hostile.py`, plain `random`, lexical only), each parameter of the right "
         "type 3 times in 4 and hostile otherwise; import files of good lines with 1-12 "
@@ -959,7 +946,7 @@ def fuzz_main(args: argparse.Namespace) -> None:
     ):
         imports = fuzz_imports(store, rng, args.imports)
     body = fuzz_report(args, calls, imports, time.time() - began)
-    publish("stress_fuzz", body, args.no_write, RELIABILITY)
+    common.publish("stress_fuzz", body, args.no_write, RELIABILITY)
 
 
 def _writers_args(parser: argparse.ArgumentParser) -> None:
