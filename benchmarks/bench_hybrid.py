@@ -40,23 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
+import common
 import mnemex
-from common import (
-    ROOT,
-    Precomputed,
-    build_sqlite,
-    checkout,
-    child_env,
-    data_dir,
-    machine,
-    parser,
-    percentiles,
-    publish,
-    queries,
-    query_vectors,
-    scale_corpus,
-    timed,
-)
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
 from mnemex.engine.sqlite import ann
@@ -69,7 +54,7 @@ PREDICATES = ("works_on", "owns", "uses", "depends_on", "mentions", "fixed", "pr
 
 def search_ms(store: mnemex.Store, qs: list[str], limit: int | None = LIMIT, **call):  # type: ignore[no-untyped-def]
     """p50, p95 and mean milliseconds of ``store.search`` over the queries."""
-    return percentiles(timed(lambda q: store.search(q, limit, **call), qs))
+    return common.percentiles(common.timed(lambda q: store.search(q, limit, **call), qs))
 
 
 def top(store: mnemex.Store, q: str, **call) -> list[str]:  # type: ignore[no-untyped-def]
@@ -78,9 +63,9 @@ def top(store: mnemex.Store, q: str, **call) -> list[str]:  # type: ignore[no-un
 
 def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
     path = tmp / f"hybrid-{size}.db"
-    took = build_sqlite(path, texts[:size], vectors[:size], model_id)
+    took = common.build_sqlite(path, texts[:size], vectors[:size], model_id)
     row: dict[str, object] = {"size": size, "build_s": sum(took.values()), "rows_s": took["rows_s"]}
-    with mnemex.open(path, embedder=Precomputed(model_id, table), ann="off") as store:
+    with mnemex.open(path, embedder=common.Precomputed(model_id, table), ann="off") as store:
         started = time.perf_counter()
         index = store.session.vectors(384)
         index.refresh()
@@ -93,7 +78,7 @@ def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann:
         row["hybrid6"] = search_ms(store, qs, None, mode="hybrid")
         exact_top = [top(store, q, mode="vector", snippets=False) for q in qs]
     if use_ann:
-        with mnemex.open(path, embedder=Precomputed(model_id, table), ann="on") as store:
+        with mnemex.open(path, embedder=common.Precomputed(model_id, table), ann="on") as store:
             started = time.perf_counter()
             store.session.update_ann(store.embedder)  # type: ignore[arg-type]
             row["ann_build_s"] = time.perf_counter() - started
@@ -180,7 +165,9 @@ def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: 
             shaped.search(q, LIMIT)
             exact.search(q, LIMIT)
             fts5_alone(shaped.session.conn, q)
-        row["fts"] = percentiles(timed(lambda q: fts5_alone(shaped.session.conn, q), qs))
+        row["fts"] = common.percentiles(
+            common.timed(lambda q: fts5_alone(shaped.session.conn, q), qs)
+        )
         row["shaped"], row["exact"] = search_ms(shaped, qs), search_ms(exact, qs)
         agree = []
         for q in qs:
@@ -208,8 +195,7 @@ print(json.dumps({"rss_mb": hwm / 1024,
 
 def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
     """Peak RSS of a new process that opens the store and runs one hybrid search."""
-    env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
-    env["PYTHONPATH"] = str(ROOT / "src")
+    env = common.child_env(MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
     done = subprocess.run(
         [sys.executable, "-c", _RSS_PROBE, str(path), query],
         capture_output=True,
@@ -241,19 +227,21 @@ def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) ->
     times; three runs of each code in ``srcs``, alternating, medians (section bench_stores)."""
     paths, model_id = [tmp / f"small-{i}.db" for i in range(10)], LocalEmbedder().model_id
     for i, path in enumerate(paths):
-        build_sqlite(path, texts[i * 1000 : i * 1000 + 1000], vectors[i * 1000 :], model_id, True)
+        common.build_sqlite(
+            path, texts[i * 1000 : i * 1000 + 1000], vectors[i * 1000 :], model_id, True
+        )
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in srcs}
     for _ in range(3):
         for name, src in srcs.items():
-            env = child_env(src, MNEMEX_HOME=str(tmp / "home"))
+            env = common.child_env(src, MNEMEX_HOME=str(tmp / "home"))
             probe = [sys.executable, "-c", _STORES_PROBE, query, *map(str, paths)]
             done = subprocess.run(probe, capture_output=True, text=True, env=env, check=True)
             runs[name].append(json.loads(done.stdout))
     lines = [
-        "## Many stores in one process: RSS (`benchmarks/bench_hybrid.py --stores`)",
-        "",
-        f"Machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
-        "",
+        *common.heading(
+            "## Many stores in one process: RSS (`benchmarks/bench_hybrid.py --stores`)",
+            f"; load average {os.getloadavg()[0]:.1f}",
+        ),
         "A new process opens a store of 1,000 memories (real local-model vectors; the store "
         "records its embedder, none is configured) and runs a hybrid search; then nine more, "
         "each searched; closes the ten; then opens, searches and closes one of them 100 "
@@ -273,8 +261,7 @@ def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) ->
 
 
 def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
-    env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
-    env["PYTHONPATH"] = str(ROOT / "src")
+    env = common.child_env(MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
     command = [sys.executable, "-m", "mnemex", "--db", str(path), "-n", "default", "search", query]
     samples = []
     for _ in range(runs):
@@ -309,10 +296,7 @@ def ingest_ratio(texts: list[str], tmp: Path) -> dict[str, float]:
 
 def lexical_section(lexical: list[dict], texts: list[str], qs: list[str]) -> str:  # type: ignore[type-arg]
     lexical_lines = [
-        "## Lexical store: ingest and search (`benchmarks/bench_hybrid.py`)",
-        "",
-        f"Machine: {machine()}",
-        "",
+        *common.heading("## Lexical store: ingest and search (`benchmarks/bench_hybrid.py`)"),
         f"Memories: distinct SciFact sentences and sentence pairs plus LoCoMo turns "
         f"(avg {sum(map(len, texts)) / len(texts):.0f} chars). Queries: {len(qs)} "
         "SciFact claims and LoCoMo questions of 5-10 words. Search: limit 10, with snippets.",
@@ -382,25 +366,28 @@ def plot(rows: list[dict[str, object]], out: Path) -> None:
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--sizes", default="10000,100000,1000000")
     arguments.add_argument("--queries", type=int, default=300)
     arguments.add_argument("--stores", action="store_true", help="only: RSS of many stores")
     arguments.add_argument("--against", metavar="REF", help="with --stores: also REF's code")
     args = arguments.parse_args()
-    folder = data_dir(args.data)
+    folder = common.data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.stores:
-        texts, vectors, _ = scale_corpus(folder, 10_000)
+        texts, vectors, _ = common.scale_corpus(folder, 10_000)
         with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp:
-            srcs = {"this commit": ROOT / "src"}
+            srcs = {"this commit": common.ROOT / "src"}
             if args.against:
-                srcs = {f"`{args.against}`": checkout(args.against, Path(tmp) / "ref"), **srcs}
-            section = many_stores(texts, vectors, queries(folder)[0], Path(tmp), srcs)
-        return publish("bench_stores", section, args.no_write)
-    texts, vectors, base_texts = scale_corpus(folder, max(sizes))
-    qs = queries(folder)[: args.queries]
-    model_id, table, embed_ms = query_vectors(qs)
+                srcs = {
+                    f"`{args.against}`": common.checkout(args.against, Path(tmp) / "ref"),
+                    **srcs,
+                }
+            section = many_stores(texts, vectors, common.queries(folder)[0], Path(tmp), srcs)
+        return common.publish("bench_stores", section, args.no_write)
+    texts, vectors, base_texts = common.scale_corpus(folder, max(sizes))
+    qs = common.queries(folder)[: args.queries]
+    model_id, table, embed_ms = common.query_vectors(qs)
     use_ann = ann.available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
@@ -429,13 +416,10 @@ def main() -> None:
             f"ingest: model alone {ingest['raw']:.0f}/s, add_many {ingest['add_many']:.0f}/s "
             f"({ingest['ratio']:.0%})"
         )
-    png = ROOT / "benchmarks" / "latency_vs_size.png"
+    png = common.ROOT / "benchmarks" / "latency_vs_size.png"
     plot(rows, png)
     lines = [
-        "## Vector and hybrid search (`benchmarks/bench_hybrid.py`)",
-        "",
-        f"Machine: {machine()}",
-        "",
+        *common.heading("## Vector and hybrid search (`benchmarks/bench_hybrid.py`)"),
         f"Local model (int8 ONNX all-MiniLM-L6-v2): query embedding p50 {embed_ms['p50']:.2f} ms, "
         f"p95 {embed_ms['p95']:.2f} ms over {len(qs)} queries (5-10-word SciFact claims and "
         "LoCoMo questions).",
@@ -491,8 +475,10 @@ def main() -> None:
         "At 1M the vectors are the 100k real ones repeated with noise (see the script). "
         "![latency vs store size](latency_vs_size.png)",
     ]
-    publish("bench_hybrid", "\n".join(lines), args.no_write)
-    publish("bench_lexical", lexical_section(lexical, texts[: max(sizes)], qs), args.no_write)
+    common.publish("bench_hybrid", "\n".join(lines), args.no_write)
+    common.publish(
+        "bench_lexical", lexical_section(lexical, texts[: max(sizes)], qs), args.no_write
+    )
 
 
 if __name__ == "__main__":
