@@ -43,21 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import (
-    _SENTENCE,
-    CACHE,
-    ROOT,
-    Precomputed,
-    build_sqlite,
-    data_dir,
-    machine,
-    memories,
-    parser,
-    percentiles,
-    publish,
-    query_vectors,
-    real_embeddings,
-)
+import common
 
 LIMIT, WARM = 10, 20
 SYSTEMS = {  # name: the venv that runs it
@@ -107,9 +93,9 @@ def run_mnemex(work: Path, texts, vectors, rows, mode: str | None):  # type: ign
 
     meta = json.loads((work / "meta.json").read_text(encoding="utf-8"))
     db = work / "mnemex.db"
-    built(work, "mnemex", lambda: build_sqlite(db, texts, vectors, meta["model_id"]))
-    # A query mnemex corrects is embedded as corrected, by the model (Precomputed).
-    embedder = Precomputed(meta["model_id"], rows) if mode is None else None
+    built(work, "mnemex", lambda: common.build_sqlite(db, texts, vectors, meta["model_id"]))
+    # A query mnemex corrects is embedded as corrected, by the model (common.Precomputed).
+    embedder = common.Precomputed(meta["model_id"], rows) if mode is None else None
     if embedder is not None:  # the corrected queries' vectors, before any timing, by another store
         with mnemex.open(db, embedder=embedder) as store:
             for q in json.loads((work / "queries.json").read_text(encoding="utf-8")):
@@ -284,12 +270,15 @@ def corpus(
             qid, doc, _ = line.split("\t")
             judged.setdefault(qid, set()).add(doc)
     wanted = set().union(*qrels["test"].values())
-    taken = {s.strip() for d in docs if d["_id"] in wanted for s in _SENTENCE.split(d["text"])}
+    taken = {
+        s.strip() for d in docs if d["_id"] in wanted for s in common._SENTENCE.split(d["text"])
+    }
     abstracts = {f"{d['title']}\n{d['text']}": d["_id"] for d in docs}
     fill = [
         m
-        for m in memories(folder, int(size * 1.3) + 10_000)
-        if not taken.intersection(s.strip() for s in _SENTENCE.split(m)) and m not in abstracts
+        for m in common.memories(folder, int(size * 1.3) + 10_000)
+        if not taken.intersection(s.strip() for s in common._SENTENCE.split(m))
+        and m not in abstracts
     ]
     texts = list(abstracts) + fill[: size - len(abstracts)]
     asked = [(q, claims[q]) for q in list(qrels["train"])[:WARM]]
@@ -311,9 +300,9 @@ def quality(ranked: list[list[int]], asked, doc_of, relevant) -> dict[str, float
 
 def launch(name: str, work: Path) -> subprocess.Popen | str:  # type: ignore[type-arg]
     """A system's runner, started (it builds or reopens its index); else why not."""
-    python = ROOT / SYSTEMS[name] / "bin" / "python"
+    python = common.ROOT / SYSTEMS[name] / "bin" / "python"
     if not python.exists():
-        return f"{python.relative_to(ROOT)} missing (make .venv-peers)"
+        return f"{python.relative_to(common.ROOT)} missing (make .venv-peers)"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
     env["LOGFIRE_IGNORE_NO_CONFIG"] = "1"
     return subprocess.Popen(
@@ -329,11 +318,11 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     import numpy as np
 
-    texts, doc_of, asked, relevant = corpus(data_dir(args.data), args.size)
-    vectors, _ = real_embeddings(texts, "peers")
-    model_id, table, embed_ms = query_vectors([q for _, q in asked])
+    texts, doc_of, asked, relevant = corpus(common.data_dir(args.data), args.size)
+    vectors, _ = common.real_embeddings(texts, "peers")
+    model_id, table, embed_ms = common.query_vectors([q for _, q in asked])
     digest = hashlib.sha256("\n".join(texts + [q for _, q in asked]).encode()).hexdigest()[:12]
-    work = CACHE / f"peers-{args.size}-{digest}"
+    work = common.CACHE / f"peers-{args.size}-{digest}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "texts.json").write_text(json.dumps(texts), encoding="utf-8")
     (work / "queries.json").write_text(json.dumps([q for _, q in asked]), encoding="utf-8")
@@ -344,7 +333,7 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--size", type=int, default=100_000)
     arguments.add_argument("--systems", default=",".join(SYSTEMS))
     arguments.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
@@ -382,11 +371,11 @@ def main() -> None:
 
 
 def report(args, samples, ranked, labels, notes, loads, embed_ms) -> None:  # type: ignore[no-untyped-def]
-    base = {n: percentiles(s) for n, s in samples.items()}
+    base = {n: common.percentiles(s) for n, s in samples.items()}
     lines = [
         f"## Beside the peers, {args.size:,} memories (`benchmarks/bench_peers.py`)",
         "",
-        f"`python benchmarks/bench_peers.py --size {args.size}` on {machine()}; load average "
+        f"`python benchmarks/bench_peers.py --size {args.size}` on {common.machine()}; load average "
         f"(1 min) during the queries {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} "
         "cores (shared machine). SciFact's 5,183 abstracts among the memories, its 300 test "
         "claims asked (after 20 warm-up), the systems in turn query by query; every system "
@@ -412,7 +401,7 @@ def report(args, samples, ranked, labels, notes, loads, embed_ms) -> None:  # ty
             f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {ratio:.1f}× | {got['R@10']:.3f} | "
             f"{got['nDCG@10']:.3f} | {notes[name]} |"
         )
-    publish(f"bench_peers_{args.size}", "\n".join(lines), args.no_write)
+    common.publish(f"bench_peers_{args.size}", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":
