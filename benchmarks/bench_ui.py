@@ -41,19 +41,8 @@ from urllib.parse import quote, quote_plus, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import common
 import mnemex
-from common import (
-    child_env,
-    data_dir,
-    machine,
-    memories,
-    parser,
-    percentiles,
-    publish,
-    queries,
-    real_embeddings,
-    store_vectors,
-)
 
 KINDS = ("observation", "decision", "fact", "answer", "prompt")
 NAMESPACES = ("/home/dev/code/ledgerly", "/home/dev/code/billing", "research")
@@ -122,12 +111,12 @@ def build(path: Path, texts: list[str], hybrid: bool) -> None:
         if hybrid:  # memory m<i> holds texts[i]
             from mnemex.embed.local import LocalEmbedder
 
-            vectors, model_id = real_embeddings(texts, "bench")[0], LocalEmbedder().model_id
-            store_vectors(store, vectors, model_id, True, lambda ident: int(ident[1:]))
+            vectors, model_id = common.real_embeddings(texts, "bench")[0], LocalEmbedder().model_id
+            common.store_vectors(store, vectors, model_id, True, lambda ident: int(ident[1:]))
 
 
 def start_server(db: Path, home: Path, embedder: str) -> tuple[subprocess.Popen[str], str]:
-    env = child_env(MNEMEX_HOME=str(home), MNEMEX_EMBEDDER=embedder)
+    env = common.child_env(MNEMEX_HOME=str(home), MNEMEX_EMBEDDER=embedder)
     command = [sys.executable, "-m", "mnemex", "--db", str(db), "ui", "--port", "0"]
     server = subprocess.Popen(command, stdout=PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     assert server.stdout is not None
@@ -243,7 +232,7 @@ def log_prompts(db: Path, count: int) -> None:
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--size", type=int, default=100_000)
     arguments.add_argument("--mode", choices=("lexical", "hybrid"), default="lexical")
     arguments.add_argument("--queries", type=int, default=30)
@@ -252,10 +241,10 @@ def main() -> None:
     chromium = shutil.which("chromium")
     if chromium is None:
         sys.exit("needs Chromium from the system's packages: apt-get install -y chromium")
-    folder = data_dir(args.data)
-    texts = memories(folder, args.size)
+    folder = common.data_dir(args.data)
+    texts = common.memories(folder, args.size)
     plain = re.compile(r"[A-Za-z0-9 ]+\??")  # typed as is, encoded alike by the browser
-    asked = [q for q in queries(folder) if 20 <= len(q) <= 60 and plain.fullmatch(q)]
+    asked = [q for q in common.queries(folder) if 20 <= len(q) <= 60 and plain.fullmatch(q)]
     asked = asked[: args.queries]
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp_name:
         tmp = Path(tmp_name)
@@ -332,10 +321,10 @@ def report(results: dict[str, Any], args: Any) -> None:
     load = results.pop("load")
     others = results.pop("other views")
     lines = [
-        f"## `mnemex ui` on a large store, {args.mode} (`benchmarks/bench_ui.py --mode {args.mode}`)",
-        "",
-        f"Machine: {machine()}; load average {min(load):.1f} to {max(load):.1f} during the run",
-        "",
+        *common.heading(
+            f"## `mnemex ui` on a large store, {args.mode} (`benchmarks/bench_ui.py --mode {args.mode}`)",
+            f"; load average {min(load):.1f} to {max(load):.1f} during the run",
+        ),
         f"`mnemex ui` serving {args.size:,} memories ({args.mode}; three namespaces over a "
         "year, five kinds), measured in Chromium 156 (the system's package, headless, driven "
         "by Playwright) on the same machine. First paint: `first-contentful-paint` from the "
@@ -352,7 +341,7 @@ def report(results: dict[str, Any], args: Any) -> None:
         "| --- | ---: | ---: | ---: |",
     ]
     for name, samples in results.items():
-        p = percentiles(samples)
+        p = common.percentiles(samples)
         target = TARGETS.get(name, "")
         lines.append(f"| {name} | {p['p50']:.1f} ms | {p['p95']:.1f} ms | {target} |")
     lines += [
@@ -361,7 +350,7 @@ def report(results: dict[str, Any], args: Any) -> None:
         + ", ".join(f"{name} {statistics.median(v):.1f} ms" for name, v in others.items())
         + ".",
     ]
-    publish(f"bench_ui_{args.mode}", "\n".join(lines), args.no_write)
+    common.publish(f"bench_ui_{args.mode}", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":
