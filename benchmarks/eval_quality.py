@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import CACHE, ROOT, data_dir, fresh_database, machine, parser, pg_server, publish
+import common
 from mnemex.config import DEFAULT_FUSION, TEXT_WEIGHT, VECTOR_WEIGHT
 from mnemex.eval.beir import run_beir
 from mnemex.eval.embed_cache import default_cache_dir
@@ -72,16 +72,16 @@ def run_engine(data: Path, dataset: str, mode: str, db: Any) -> dict[str, Any]:
 
 def engines(args: argparse.Namespace) -> None:
     """Lexical and hybrid on SQLite and on PostgreSQL, the same settings (section pg-quality)."""
-    data = data_dir(args.data)
+    data = common.data_dir(args.data)
     with tempfile.TemporaryDirectory(prefix="mnemex-pgq-") as tmp:
         rows = []
-        with contextlib.nullcontext() if args.url else pg_server(Path(tmp) / "pg") as server:
+        with contextlib.nullcontext() if args.url else common.pg_server(Path(tmp) / "pg") as server:
             url = args.url or server.url
             for dataset in args.datasets.split(","):
                 for mode in args.modes.split(","):
                     sqlite = run_engine(data, dataset, mode, Path(tmp) / f"{dataset}-{mode}.db")
                     name = f"mnemex_{dataset}_{mode}"
-                    pg = run_engine(data, dataset, mode, fresh_database(url, name))
+                    pg = run_engine(data, dataset, mode, common.fresh_database(url, name))
                     rows.append((dataset, mode, sqlite, pg))
                     print(dataset, mode, sqlite["metrics"], pg["metrics"], flush=True)
     engines_report(rows, args.no_write)
@@ -93,7 +93,7 @@ def engines_report(
     lines = [
         "## SciFact and LoCoMo-dev on SQLite and PostgreSQL (`benchmarks/eval_quality.py --postgres`)",
         "",
-        f"{machine()}. `mnemex eval beir` and `mnemex eval locomo` on each engine with the",
+        f"{common.machine()}. `mnemex eval beir` and `mnemex eval locomo` on each engine with the",
         "same settings; hybrid with the local model (the same cached corpus vectors, a",
         "vector per window of a long text on both engines). *difference*: of the first",
         "measure, which the issue asks within 0.01.",
@@ -118,7 +118,7 @@ def engines_report(
                 )
             gap = abs(sqlite["metrics"][measures[0]] - pg["metrics"][measures[0]])
             lines.append(f"| {mode} | difference | {gap:.4f} |" + " |" * (len(measures) + 1))
-    publish("pg-quality", "\n".join(lines), no_write)
+    common.publish("pg-quality", "\n".join(lines), no_write)
 
 
 def plot(rows: list[tuple[str, dict, dict, dict]], out: Path) -> None:
@@ -149,7 +149,7 @@ def plot(rows: list[tuple[str, dict, dict, dict]], out: Path) -> None:
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--postgres", action="store_true", help="SQLite beside PostgreSQL")
     arguments.add_argument("--datasets", default="scifact,locomo")
     arguments.add_argument("--modes", default="lexical,hybrid")
@@ -157,10 +157,10 @@ def main() -> None:
     args = arguments.parse_args()
     if args.postgres:
         return engines(args)
-    folder = data_dir(args.data)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    scifact_db = CACHE / "scifact-eval.db"
-    locomo_db = CACHE / "locomo-eval.db"
+    folder = common.data_dir(args.data)
+    common.CACHE.mkdir(parents=True, exist_ok=True)
+    scifact_db = common.CACHE / "scifact-eval.db"
+    locomo_db = common.CACHE / "locomo-eval.db"
     rows = []
     for label, spec in CONFIGS:
         train = run_beir(
@@ -179,13 +179,10 @@ def main() -> None:
             f"R@10 {locomo['metrics']['R@10']:.4f}",
             flush=True,
         )
-    plot(rows, ROOT / "benchmarks" / "quality.png")
+    plot(rows, common.ROOT / "benchmarks" / "quality.png")
     default = f"hybrid {DEFAULT_FUSION} {VECTOR_WEIGHT:g}/{TEXT_WEIGHT:g}"
     lines = [
-        "## Retrieval quality (`benchmarks/eval_quality.py`)",
-        "",
-        f"Machine: {machine()}",
-        "",
+        *common.heading("## Retrieval quality (`benchmarks/eval_quality.py`)"),
         "SciFact: BEIR, 5,183 abstracts (title + text as one memory); train split 809 queries "
         "(used to choose defaults), test split 300 queries (reported). LoCoMo-dev: 5 "
         "conversations, 2,760 turns as memories in one namespace per conversation, 760 "
@@ -219,7 +216,7 @@ def main() -> None:
         "",
         "![quality per mode and fusion](quality.png)",
     ]
-    publish("eval_quality", "\n".join(lines), args.no_write)
+    common.publish("eval_quality", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":
