@@ -336,33 +336,26 @@ def lexical_section(lexical: list[dict], texts: list[str], qs: list[str]) -> str
 
 
 def plot(rows: list[dict[str, object]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sizes = [r["size"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, label in (
-        ("lexical", "lexical"),
-        ("vector", "vector (exact)"),
-        ("vector_ann", "vector (HNSW)"),
-        ("hybrid", "hybrid (exact vectors)"),
-        ("hybrid_ann", "hybrid (HNSW)"),
-    ):
-        points = [(r["size"], r[key]["p50"]) for r in rows if key in r]  # type: ignore[index]
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
-    ax.set_xlabel("memories")
-    ax.set_ylabel("p50 latency, ms (query embedding excluded)")
-    ax.set_title("Search latency vs store size (limit 10, with snippets)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with common.figure(out, (7, 4.5)) as ax:
+        for key, label in (
+            ("lexical", "lexical"),
+            ("vector", "vector (exact)"),
+            ("vector_ann", "vector (HNSW)"),
+            ("hybrid", "hybrid (exact vectors)"),
+            ("hybrid_ann", "hybrid (HNSW)"),
+        ):
+            points = [(r["size"], r[key]["p50"]) for r in rows if key in r]  # type: ignore[index]
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+        ax.set_xlabel("memories")
+        ax.set_ylabel("p50 latency, ms (query embedding excluded)")
+        ax.set_title("Search latency vs store size (limit 10, with snippets)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
 
 
 def main() -> None:

@@ -267,6 +267,21 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     return out, rate
 
 
+@contextlib.contextmanager
+def figure(out: Path, size: tuple[float, float]) -> Iterator[Any]:
+    """The axes of a new matplotlib figure of ``size`` inches (drawn without a display),
+    saved to ``out`` at 120 dpi when the block ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    yield ax
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
     """Milliseconds of ``fn(item)`` for each item."""
     samples = []

@@ -122,30 +122,23 @@ def engines_report(
 
 
 def plot(rows: list[tuple[str, dict, dict, dict]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = [r[0] for r in rows]
     series = [
         ("SciFact test nDCG@10", [r[2]["metrics"]["nDCG@10"] for r in rows]),
         ("SciFact train nDCG@10", [r[1]["metrics"]["nDCG@10"] for r in rows]),
         ("LoCoMo-dev recall@10", [r[3]["metrics"]["R@10"] for r in rows]),
     ]
-    fig, ax = plt.subplots(figsize=(9, 4.8))
     width = 0.27
-    for i, (name, values) in enumerate(series):
-        xs = [x + (i - 1) * width for x in range(len(labels))]
-        bars = ax.bar(xs, values, width, label=name)
-        ax.bar_label(bars, fmt="%.3f", fontsize=6, rotation=90, padding=2)
-    ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
-    ax.set_ylim(0.4, 0.82)
-    ax.set_title("Quality per mode and fusion (local all-MiniLM-L6-v2)")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    with common.figure(out, (9, 4.8)) as ax:
+        for i, (name, values) in enumerate(series):
+            xs = [x + (i - 1) * width for x in range(len(labels))]
+            bars = ax.bar(xs, values, width, label=name)
+            ax.bar_label(bars, fmt="%.3f", fontsize=6, rotation=90, padding=2)
+        ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
+        ax.set_ylim(0.4, 0.82)
+        ax.set_title("Quality per mode and fusion (local all-MiniLM-L6-v2)")
+        ax.legend(fontsize=8, loc="upper left")
+        ax.grid(True, axis="y", alpha=0.3)
 
 
 def main() -> None:
