@@ -205,3 +205,20 @@ def test_the_store_and_namespace_given_come_from_options_then_the_environment() 
     assert given_store("/opt.db", "opt", env) == ("/opt.db", "opt")
     assert given_store(None, None, {"MNEMEX_DB": "", "MNEMEX_NAMESPACE": ""}) == (None, None)
     assert given_store(None, None, {}) == (None, None)
+
+
+def test_store_search_takes_its_query_and_options_by_keyword_too(tmp_path: Path) -> None:
+    import mnemex
+
+    with mnemex.open(tmp_path / "k.db", embedder=None) as store:
+        store.add("the deploy key rotates every ninety days", id="k")
+        by_position = store.search("deploy key", 3)
+        options = SearchOptions.of(store.settings, limit=3)
+        for result in (
+            store.search(query="deploy key", limit=3),
+            store.search(query="deploy key", options=options),
+            store.search("deploy key", options=3),
+        ):
+            assert [h.id for h in result.hits] == [h.id for h in by_position.hits] == ["k"]
+        with pytest.raises(TypeError, match="not both"):
+            store.search(query="deploy key", options=options, limit=2)

@@ -434,7 +434,7 @@ class Store:
         )
 
     def search(
-        self, query: str, options: SearchOptions | int | None = None, /, **given: Any
+        self, query: str, options: SearchOptions | int | None = None, **given: Any
     ) -> SearchResult:
         """The memories that best match ``query``, best first.
 
