@@ -739,7 +739,7 @@ def fuzz_calls(
         m: [
             (name, p)
             for name, p in inspect.signature(getattr(store, m)).parameters.items()
-            if name != "embed"
+            if name != "embed" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         ]
         for m in _API
     }
@@ -757,7 +757,9 @@ def fuzz_calls(
                 continue
             plausible = name in _PLAUSIBLE and rng.random() < 0.75
             value = _PLAUSIBLE[name](rng) if plausible else hostile(rng)
-            if required and parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+            if parameter.kind is parameter.POSITIONAL_ONLY or (
+                required and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+            ):
                 args.append(value)
             else:
                 kwargs[name] = value
