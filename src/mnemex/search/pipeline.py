@@ -337,20 +337,24 @@ def rank_candidates(
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
     ranking = request.ranking
     notes: list[str] = []
-    floor: dict[int, dict[str, Any]] = {}
+    # What the floor read of each hit: for explain only (a dict per candidate otherwise made
+    # on every search, a tenth of a millisecond or more).
+    floor: dict[int, dict[str, Any]] | None = {} if request.explain else None
     order, decision = _relevant(engine, request, arms, fused.order, scores, notes, floor)
-    threshold = {
-        "stage": "threshold",
-        "min_text_score": ranking.min_text_score,
-        "min_vector_score": ranking.min_vector_score,
-    }
     ranked, stages = fused.scores, dict[int, list[dict[str, Any]]]()
     if order and ranking.reorders:
         ranked, order, stages = rerank(engine, request, order, fused.scores, arms.query_vector)
-    trace = {
-        seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
-        for seq in order
-    }
+    trace: dict[int, list[dict[str, Any]]] = {}
+    if floor is not None:
+        threshold = {
+            "stage": "threshold",
+            "min_text_score": ranking.min_text_score,
+            "min_vector_score": ranking.min_vector_score,
+        }
+        trace = {
+            seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
+            for seq in order
+        }
     return Ranked(order, ranked, len(fused.order), trace, tuple(notes), decision)
 
 
@@ -416,10 +420,11 @@ def _relevant(
     order: list[int],
     scores: Scores,
     notes: list[str],
-    trace: dict[int, dict[str, Any]],
+    trace: dict[int, dict[str, Any]] | None,
 ) -> tuple[list[int], dict[str, Any] | None]:
     """The fused order less what the query type, the relevance floor and the thresholds
-    drop (what the floor read of each hit in ``trace``), and the floor's decision
+    drop (what the floor read of each hit in ``trace``, unless it is ``None``), and the
+    floor's decision
     (:func:`floor_decision`; ``None`` when no floor applies)."""
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
@@ -475,12 +480,12 @@ def _floor(
     floor: Floor,
     order: list[int],
     scores: Scores,
-    trace: dict[int, dict[str, Any]],
+    trace: dict[int, dict[str, Any]] | None,
 ) -> tuple[list[int] | None, background.Background | None]:
     """The candidates the relevance floor keeps (:mod:`mnemex.search.floor`), or ``None``
     when none answers the query (I/O: the store's background level, the text of the
     memories whose text score could let them in, the namespace's mean length); what it
-    read of each kept one in ``trace``; and the background it read."""
+    read of each kept one in ``trace`` (unless ``None``); and the background it read."""
     query_vector = arms.query_vector
     assert query_vector is not None
     vocabulary, first = model_words()
@@ -522,8 +527,9 @@ def _floor(
         if not relevant_query(floor, evidence.values(), lift):
             return None, found
     kept = [s for s in order if relevant_hit(floor, evidence[s])]
-    for seq in kept:
-        trace[seq] = _floor_stage(floor, found, evidence[seq])
+    if trace is not None:
+        for seq in kept:
+            trace[seq] = _floor_stage(floor, found, evidence[seq])
     return kept, found
 
 
