@@ -19,7 +19,7 @@ from mnemex.hooks import transcript
 from mnemex.hooks.capture import capture, project_namespace
 from mnemex.hooks.redact import redact
 from mnemex.hooks.run import handle, worth_recalling
-from tests.conftest import SRC
+from tests.conftest import SRC, FakeEmbedder
 from tests.hook_fixtures import ClaudeSession, codex_transcript, text, thinking, tool_use
 
 SECRET = "sk-proj-4f9Qa8ZrT2mXc7LpB1vN6kD3hJ0wYeU5"
@@ -353,6 +353,31 @@ def test_the_prompt_block_is_what_recall_answers(tmp_path: Path, project: Path) 
     )
     assert "templates/credit.html" in block["hookSpecificOutput"]["additionalContext"]
     store.close()
+
+
+def test_a_prompt_among_its_own_memories_is_embedded_once(
+    tmp_path: Path, project: Path, fake_embedder: FakeEmbedder
+) -> None:
+    """The second recall of a prompt whose first found the session's own memories reuses
+    the prompt's vector: the prompt is embedded once, and the block is the same as with a
+    store that embeds it twice."""
+    old = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    for i in range(2):
+        old.turn(f"Where is invoice template {i} kept", f"In templates/invoice-{i}.html.")
+    other = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    other.turn("Where is the credit note template", "In templates/credit.html, for invoices.")
+    store = mnemex.open(tmp_path / "memories.db", embedder=fake_embedder)
+    handle(old.event("Stop"), store=store)
+    handle(other.event("Stop"), store=store)
+    event = old.event("UserPromptSubmit", prompt="where do we keep the invoice templates")
+    calls = fake_embedder.calls
+    block = handle(event, store=store)
+    assert fake_embedder.calls == calls + 1
+    assert "templates/credit.html" in block and "invoice-1" not in block
+    store.close()
+    with mnemex.open(tmp_path / "memories.db", embedder=FakeEmbedder()) as fresh:
+        fresh.session.queries.clear()
+        assert handle(event, store=fresh) == block
 
 
 def test_secret_in_a_transcript_is_nowhere_in_the_store_or_its_export(

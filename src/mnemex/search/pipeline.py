@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -68,6 +69,11 @@ if TYPE_CHECKING:
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
+# Query vectors a session keeps, the newest: a text searched again soon (the prompt hook's
+# second recall of a prompt, which leaves out the session's own memories) is not embedded
+# again. The same model gives the same vector for the same text.
+QUERY_VECTORS_KEPT = 8
+_kept_lock = threading.Lock()  # the sessions' kept query vectors
 FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
 NOTHING_RELEVANT = (
     "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
@@ -109,6 +115,7 @@ class Retriever(Protocol):
     settings: Settings
     embedder: Embedder | None
     backgrounds: dict[Any, Any]  # the session's background levels (mnemex.search.background)
+    queries: dict[Any, Any]  # the session's last query vectors (:func:`_embed_query`)
 
     def snapshot(self) -> AbstractContextManager[Any]: ...
     def plan(self, request: Request, text: str) -> LexicalPlan: ...
@@ -402,8 +409,15 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
         return None
     if not text.strip():
         return None
+    key = (id(engine.embedder), engine.embedder.model_id, text)
+    with _kept_lock:
+        kept = engine.queries.get(key)
+    if kept is not None:
+        pending: Job[np.ndarray] = Job(lambda: kept)
+        pending.run()
+        return pending
     pending = query_pool().submit(
-        embed_checked, engine.embedder, [text], within=engine.settings.query_timeout
+        _embed_kept, engine.embedder, text, engine.queries, key, engine.settings.query_timeout
     )
     if not getattr(engine.embedder, "lazy_dim", False):
         # Bring the vector index up to date meanwhile: on a cold start this
@@ -411,6 +425,21 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
         with contextlib.suppress(IndexMismatch):  # reported where the vector arm runs
             engine.warm(engine.embedder.dim)
     return pending
+
+
+def _embed_kept(
+    embedder: Embedder, text: str, kept: dict[Any, Any], key: Any, within: float
+) -> np.ndarray:
+    """The query's vector (a row), kept in ``kept`` under ``key`` among the session's
+    :data:`QUERY_VECTORS_KEPT` newest."""
+    vectors = embed_checked(embedder, [text], within=within)
+    vectors.flags.writeable = False  # shared by the searches of the same text
+    with _kept_lock:
+        kept.pop(key, None)
+        kept[key] = vectors
+        while len(kept) > QUERY_VECTORS_KEPT:
+            del kept[next(iter(kept))]
+    return vectors
 
 
 def _relevant(

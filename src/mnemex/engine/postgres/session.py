@@ -66,6 +66,7 @@ class PostgresSession:
         self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
+        self.queries: dict[Any, Any] = {}  # the last query vectors, owned by mnemex.search.pipeline
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
         )
@@ -211,7 +212,9 @@ class PostgresSession:
         """What a search on ``conn``, one of this session's connections, reads."""
         from mnemex.engine.postgres.retrieval import PostgresEngine  # with search only
 
-        return PostgresEngine(conn, self.settings, embedder, backgrounds=self.backgrounds)
+        return PostgresEngine(
+            conn, self.settings, embedder, backgrounds=self.backgrounds, queries=self.queries
+        )
 
     def insert_one(self, conn: Conn, row: tuple[Any, ...]) -> Written:
         """Insert one prepared row in the caller's transaction (its text already stored in
