@@ -51,26 +51,30 @@ SCRIPT = [
 ]
 
 
-def build(path: Path, namespace: str, texts: list[str]) -> None:
-    """A store of ``texts`` with the local model's vectors, written as `mnemex embed` leaves
-    it: the vectors, and the record of the embedder the store is indexed with."""
+def build(path: Path, namespace: str, texts: list[str], tags: tuple[str, ...] = ("bench",)) -> None:
+    """A store of ``texts`` (or ``texts`` added to the store at ``path``) with the local
+    model's vectors, written as `mnemex embed` leaves it: the vectors, and the record of the
+    embedder the store is indexed with."""
     from mnemex.embed import describe
     from mnemex.embed.local import LocalEmbedder
 
-    vectors, _ = real_embeddings(texts, "bench")
+    vectors, _ = real_embeddings(texts, "bench" if tags == ("bench",) else "own")
     model_id = LocalEmbedder().model_id
     record = json.dumps(describe(LocalEmbedder()), sort_keys=True)
     with mnemex.open(path, namespace=namespace, embedder=None) as store:
+        conn = store.session.conn
+        first = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
         for start in range(0, len(texts), BATCH):
             store.add_many(
                 [
-                    {"content": t, "kind": "answer", "tags": ["bench"]}
+                    {"content": t, "kind": "answer", "tags": list(tags)}
                     for t in texts[start : start + BATCH]
                 ],
                 embed=False,
             )
-        conn = store.session.conn
-        rows = conn.execute("SELECT seq, content_hash FROM memories ORDER BY seq").fetchall()
+        rows = conn.execute(
+            "SELECT seq, content_hash FROM memories WHERE seq > ? ORDER BY seq", (first,)
+        ).fetchall()
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
             "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
@@ -78,6 +82,24 @@ def build(path: Path, namespace: str, texts: list[str]) -> None:
         )
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)", (record,))
         conn.execute("COMMIT")
+
+
+OWN_SESSION = "own"  # the session whose own memories the "serve own" server's store holds
+
+
+def own_store(path: Path, copy: Path, namespace: str, prompts: list[str]) -> None:
+    """A copy of the store at ``path`` with, for each prompt, a memory of the session
+    :data:`OWN_SESSION` that answers it (as its capture would have stored the turn): the
+    prompt hook recalls again for that session, leaving its own memories out."""
+    import sqlite3
+
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
+        source.backup(target)
+    texts = [f"Earlier in this session: {p}" for p in prompts]
+    build(copy, namespace, texts, tags=("bench", f"session:{OWN_SESSION}"))
 
 
 def checkout(ref: str, folder: Path) -> Path:
@@ -270,6 +292,7 @@ def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  
 def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     """The table's rows: what each is, and the key of its samples."""
     prompt, served = "`UserPromptSubmit`", "`UserPromptSubmit` POSTed to a running `mnemex serve`"
+    own = "in a session whose own memories answer the prompt (recalled twice: they are left out)"
     return [
         *(
             (f"{prompt}, {m}, before: commit {before}", f"{m} ({against})")
@@ -291,6 +314,11 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
         ),
         (f"{served}, lexical", "serve lexical"),
         (f"{served}, hybrid", "serve hybrid"),
+        *(
+            (f"{served}, hybrid, {own}, before: commit {before}", f"serve own ({against})")
+            for _ in range(1 if against else 0)
+        ),
+        (f"{served}, hybrid, {own}", "serve own"),
         (
             f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid "
             "`mnemex serve`",
@@ -378,23 +406,28 @@ def main() -> None:
         }
         # Each server has a data folder of its own (where it leaves serve.json) and the store
         # by --db: the hook processes above, on the store's own folder, do not see them.
+        # "serve own": the hybrid server on a copy of the store that holds memories of the
+        # prompts' own session (own_store), which its prompts come from.
         server_envs = {}
-        served = [("serve lexical", lexical_env), ("serve hybrid", hybrid_env)]
+        own_store(home / "memories.db", home / "own.db", str(project), prompts)
+        served = [
+            ("serve lexical", lexical_env),
+            ("serve hybrid", hybrid_env),
+            ("serve own", {**hybrid_env, "MNEMEX_DB": str(home / "own.db")}),
+        ]
         if args.against:
             served += [(f"{key} ({args.against})", {**env, **other}) for key, env in served]
         for index, (key, env) in enumerate(served):
             samples.setdefault(key, [])
             folder = tmp / f"serve-{index}"
             folder.mkdir()
-            server_envs[key] = {
-                **env,
-                "MNEMEX_HOME": str(folder),
-                "MNEMEX_DB": str(home / "memories.db"),
-            }
+            server_envs[key] = {"MNEMEX_DB": str(home / "memories.db"), **env}
+            server_envs[key]["MNEMEX_HOME"] = str(folder)
         servers = {key: start_server(env) for key, env in server_envs.items()}
         try:
             samples["forwarded"] = []
             same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
+            same_own = 0  # prompts the "serve own" servers of both commits answer the same
             # Prompts answered with a block (the relevance floor leaves some prompts without one).
             injected: dict[str, int] = {}
             warm_up = {
@@ -423,9 +456,10 @@ def main() -> None:
                     elapsed, out = timed(hook, env, payload)
                     samples[mode].append(elapsed)
                     answers[mode] = out.strip()
+                own = json.dumps({**event, "session_id": OWN_SESSION}).encode()
                 for key, (_, port) in servers.items():
                     started = time.perf_counter()
-                    answer = post(port, payload)
+                    answer = post(port, own if key.startswith("serve own") else payload)
                     samples[key].append((time.perf_counter() - started) * 1000)
                     answers[key] = b"" if answer == b"{}" else answer.strip()
                 # A new `mnemex hook` process that hands the event to the running hybrid server.
@@ -436,6 +470,8 @@ def main() -> None:
                     injected[key] = injected.get(key, 0) + bool(answer)
                 ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
                 same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
+                if args.against:
+                    same_own += ageless["serve own"] == ageless[f"serve own ({args.against})"]
                 # An empty answer may be a hook stopped at its time limit (counted below).
                 if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
                     failure = (
@@ -505,6 +541,8 @@ def main() -> None:
         ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items()),
     )
     print(f"serve hybrid answers as the hybrid hook process: {same_hybrid}/{len(prompts)}")
+    if args.against:
+        print(f"serve own answers as serve own ({args.against}): {same_own}/{len(prompts)}")
     print(f"hook processes stopped at their time limit: {timeouts}")
     print(
         f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
@@ -523,9 +561,10 @@ def main() -> None:
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
         "questions), each run starting the processes below one after the other, then "
-        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, and "
-        "the same two of the commit before when there is one; started and warmed up before "
-        "the runs); wall time of the whole process (or of the "
+        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, one "
+        "hybrid on a copy of the store holding, for each prompt, a memory of the prompt's own "
+        "session that answers it, and the same three of the commit before when there is one; "
+        "started and warmed up before the runs); wall time of the whole process (or of the "
         "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
@@ -554,8 +593,14 @@ def main() -> None:
         "The lexical answer of `mnemex serve` is checked equal to the new process's; the "
         f"hybrid answers are the same for {same_hybrid} of {len(prompts)} prompts (the server "
         "runs the optimized graph, the hook process the folded model: the same memories "
-        "unless two are within float rounding of each other). "
-        "Largest imports on the lexical path "
+        "unless two are within float rounding of each other)"
+        + (
+            f"; the servers of both commits, in the session with its own memories, answer "
+            f"{same_own} of {len(prompts)} prompts the same. "
+            if args.against
+            else ". "
+        )
+        + "Largest imports on the lexical path "
         "(`python -X importtime` of the same command, cumulative): "
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])
         + ".",
