@@ -277,6 +277,81 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     return out
 
 
+# Where the served prompt hook's time goes: the functions of one event, as `mnemex serve`
+# calls them (module attributes, wrapped in this process by served_profile).
+PROFILED = [
+    ("mnemex.hooks.project", "project_namespace", "the project's namespace"),
+    ("mnemex.search.pipeline", "plan_arms", "plan: the query cleaned, the lexical plan, spelling"),
+    ("mnemex.search.pipeline", "embed_checked", "the query's embedding (on a worker thread)"),
+    ("mnemex.search.pipeline", "retrieve_arms", "both arms (waits for the embedding)"),
+    ("mnemex.search.pipeline", "complete_scores", "each candidate's score in the other arm"),
+    ("mnemex.search.pipeline", "fuse", "fusion"),
+    ("mnemex.search.pipeline", "rank_candidates", "the relevance floor, thresholds, stages"),
+    ("mnemex.search.pipeline", "build_hits", "the hits"),
+    ("mnemex.search.recall", "read_bodies", "recall: the memories' text"),
+    ("mnemex.search.recall", "recall", "recall: the block packed"),
+    ("mnemex.hooks.run", "record_injection", "the injection log (after the answer)"),
+]
+
+
+def served_profile(
+    db: Path, home: Path, project: Path, prompts: list[str], rounds: int = 3
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """Each step's median wall time (ms) over ``rounds`` passes of the prompts through
+    ``handle`` on a store opened and warmed as `mnemex serve` opens it, and the medians of
+    the whole event: its wall time to the answer, the CPU time of its thread and of the
+    process (the model's threads too) to the answer."""
+    import gc
+    import importlib
+
+    from mnemex.hooks.run import handle
+
+    spent: dict[str, float] = {}
+    wrapped = []
+    for module_name, name, label in PROFILED:
+        module = importlib.import_module(module_name)
+        original = getattr(module, name)
+
+        def timed_call(*a: object, _f=original, _label=label, **k: object) -> object:  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + (time.perf_counter() - started) * 1000
+
+        wrapped.append((module, name, original))
+        setattr(module, name, timed_call)
+    steps: dict[str, list[float]] = {label: [] for _, _, label in PROFILED}
+    whole: dict[str, list[float]] = {"wall": [], "thread CPU": [], "process CPU": []}
+    try:
+        with mnemex.open(db, embedder="local") as store:
+            store.search("warm up", limit=1, namespace=mnemex.ALL)
+            gc.freeze()
+            for _ in range(rounds):
+                for prompt in prompts:
+                    event = {"session_id": "profile", "cwd": str(project)}
+                    event.update(hook_event_name="UserPromptSubmit", prompt=prompt)
+                    spent.clear()
+                    store.session.queries.clear()  # each round embeds its prompt again
+                    marks: list[tuple[float, float, float]] = []
+                    now = (time.perf_counter(), time.thread_time(), time.process_time())
+
+                    def answer(_: str, marks=marks) -> None:  # type: ignore[no-untyped-def]
+                        marks.append((time.perf_counter(), time.thread_time(), time.process_time()))
+
+                    handle(event, store=store, home=str(home), answer=answer)
+                    for key, start, end in zip(whole, now, marks[0], strict=True):
+                        whole[key].append((end - start) * 1000)
+                    for label in steps:
+                        steps[label].append(spent.get(label, 0.0))
+    finally:
+        for module, name, original in wrapped:
+            setattr(module, name, original)
+    return [(k, statistics.median(v)) for k, v in steps.items()], {
+        k: statistics.median(v) for k, v in whole.items()
+    }
+
+
 def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  # type: ignore[no-untyped-def]
     """`mnemex search` and `mnemex add` as a person types them in the project, timed with
     the code of each hybrid mode (this checkout's, and the commit before's)."""
@@ -332,6 +407,27 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
                 ([(f", before: commit {before}", f" ({against})")] if against else []) + [("", "")]
             )
         ),
+    ]
+
+
+def profile_lines(
+    steps: list[tuple[str, float]], whole: dict[str, float], prompts: int
+) -> list[str]:
+    """RESULTS.md's lines on where the served prompt hook's time goes."""
+    return [
+        "",
+        "Where a served hybrid prompt's time goes (`handle`, as `mnemex serve` calls it, in "
+        f"the benchmark's process on the same store, after the runs: {prompts} prompts, 3 "
+        "rounds, medians of each step's wall time; the embedding runs on a worker thread "
+        "while the plan and the lexical arm run, and the arms wait for it). To the answer: "
+        f"{whole['wall']:.2f} ms of wall time, {whole['thread CPU']:.2f} ms of CPU in the "
+        f"event's thread, {whole['process CPU']:.2f} ms in the process (the model's threads "
+        "too). The HTTP round trip adds the difference between the served row above and "
+        "this wall time.",
+        "",
+        "| step | median |",
+        "| --- | ---: |",
+        *(f"| {label} | {ms:.2f} ms |" for label, ms in steps),
     ]
 
 
@@ -514,6 +610,7 @@ def main() -> None:
         if failure or logs:
             sys.exit("\n".join([failure, *logs]).strip())
         profile = import_profile(lexical_env, payload)
+        steps, whole = served_profile(home / "memories.db", tmp / "profile", project, prompts)
         logged, write_ms = injection_log_cost(home / "memories.db")
         events = [
             {"session_id": "cold", "cwd": str(project), "prompt": prompt} for prompt in prompts
@@ -551,6 +648,12 @@ def main() -> None:
         f"Store.log_injection in a warm process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
     )
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
+    print(
+        "served prompt hook, in this process:",
+        ", ".join(f"{k} {v:.2f} ms" for k, v in whole.items()),
+    )
+    for label, ms in steps:
+        print(f"  {ms:6.2f} ms  {label}")
 
     lines = [
         "## Agent hook latency (`benchmarks/bench_hooks.py`)",
@@ -605,6 +708,7 @@ def main() -> None:
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])
         + ".",
     ]
+    lines += profile_lines(steps, whole, len(prompts))
     if not args.no_write:
         write_section("bench_hooks", "\n".join(lines))
         print("wrote benchmarks/RESULTS.md")
