@@ -352,6 +352,35 @@ def served_profile(
     }
 
 
+# served_profile in a new process, set up as `mnemex serve` sets itself up: BLAS threads that
+# sleep as soon as a product is done, set before numpy loads.
+PROFILE = """
+import json, sys
+from pathlib import Path
+from mnemex.hooks.run import quiet_blas
+quiet_blas()
+sys.path.insert(0, sys.argv[1])
+from bench_hooks import served_profile
+steps, whole = served_profile(*map(Path, sys.argv[2:5]), json.loads(sys.argv[5]))
+print(json.dumps([steps, whole]))
+"""
+
+
+def profile_served(
+    env: dict[str, str], db: Path, home: Path, project: Path, prompts: list[str]
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """:func:`served_profile` in a new process, as `mnemex serve` runs."""
+    bench = str(Path(__file__).resolve().parent)
+    args = [bench, str(db), str(home), str(project), json.dumps(prompts)]
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE, *args], capture_output=True, text=True, env=env
+    )
+    if done.returncode != 0:
+        sys.exit(f"the served hook's profile failed: {done.stderr}")
+    steps, whole = json.loads(done.stdout)
+    return [(label, ms) for label, ms in steps], whole
+
+
 def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  # type: ignore[no-untyped-def]
     """`mnemex search` and `mnemex add` as a person types them in the project, timed with
     the code of each hybrid mode (this checkout's, and the commit before's)."""
@@ -417,7 +446,7 @@ def profile_lines(
     return [
         "",
         "Where a served hybrid prompt's time goes (`handle`, as `mnemex serve` calls it, in "
-        f"the benchmark's process on the same store, after the runs: {prompts} prompts, 3 "
+        f"a process set up as the server is, on the same store, after the runs: {prompts} prompts, 3 "
         "rounds, medians of each step's wall time; the embedding runs on a worker thread "
         "while the plan and the lexical arm run, and the arms wait for it). To the answer: "
         f"{whole['wall']:.2f} ms of wall time, {whole['thread CPU']:.2f} ms of CPU in the "
@@ -610,7 +639,10 @@ def main() -> None:
         if failure or logs:
             sys.exit("\n".join([failure, *logs]).strip())
         profile = import_profile(lexical_env, payload)
-        steps, whole = served_profile(home / "memories.db", tmp / "profile", project, prompts)
+        (tmp / "profile").mkdir()
+        steps, whole = profile_served(
+            hybrid_env, home / "memories.db", tmp / "profile", project, prompts
+        )
         logged, write_ms = injection_log_cost(home / "memories.db")
         events = [
             {"session_id": "cold", "cwd": str(project), "prompt": prompt} for prompt in prompts
