@@ -582,7 +582,10 @@ def main() -> None:
                     samples[mode].append(elapsed)
                     answers[mode] = out.strip()
                 own = json.dumps({**event, "session_id": OWN_SESSION}).encode()
-                for key, (_, port) in servers.items():
+                # Every other run the commit before's servers first: neither commit always
+                # follows the hook processes above.
+                order = sorted(servers.items(), key=lambda kv: (i % 2) != kv[0].endswith(")"))
+                for key, (_, port) in order:
                     started = time.perf_counter()
                     answer = post(port, own if key.startswith("serve own") else payload)
                     samples[key].append((time.perf_counter() - started) * 1000)
@@ -699,7 +702,8 @@ def main() -> None:
         "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, one "
         "hybrid on a copy of the store holding, for each prompt, a memory of the prompt's own "
         "session that answers it, and the same three of the commit before when there is one; "
-        "started and warmed up before the runs); wall time of the whole process (or of the "
+        "started and warmed up before the runs, the commit before's POSTed first every other "
+        "run); wall time of the whole process (or of the "
         "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
