@@ -439,6 +439,32 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     ]
 
 
+def served_differences(samples: dict[str, list[float]], against: str | None) -> dict[str, float]:
+    """The served rows' paired differences with the commit before (the same prompt in the
+    same run, this checkout's less the other's; none without one): steadier than two
+    medians on a loaded machine."""
+    if not against:
+        return {}
+    return {
+        key: statistics.median(
+            a - b for a, b in zip(samples[key], samples[f"{key} ({against})"], strict=True)
+        )
+        for key in ("serve lexical", "serve hybrid", "serve own")
+    }
+
+
+def served_lines(pairs: dict[str, float]) -> list[str]:
+    """RESULTS.md's paragraph on :func:`served_differences` (none without them)."""
+    if not pairs:
+        return []
+    said = ", ".join(f"{k.removeprefix('serve ')} {v:+.2f} ms" for k, v in pairs.items())
+    return [
+        "Served, the medians of the paired differences with the commit before (the same "
+        f"prompt in the same run, this checkout's less the commit before's): {said}.",
+        "",
+    ]
+
+
 def profile_lines(
     steps: list[tuple[str, float]], whole: dict[str, float], prompts: int
 ) -> list[str]:
@@ -656,6 +682,7 @@ def main() -> None:
     paired = statistics.median(
         a - b for a, b in zip(samples["lexical"], samples["lexical, no log"], strict=True)
     )
+    served_pairs = served_differences(samples, args.against)
     before = ""
     if args.against:
         short = subprocess.run(
@@ -676,6 +703,7 @@ def main() -> None:
     if args.against:
         print(f"serve own answers as serve own ({args.against}): {same_own}/{len(prompts)}")
     print(f"hook processes stopped at their time limit: {timeouts}")
+    print(*served_lines(served_pairs), sep="\n")
     print(
         f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
         f"{med['lexical, no log']:.1f} ms without (paired median difference {paired:+.1f} ms); "
@@ -716,6 +744,7 @@ def main() -> None:
         f"| `python -c pass` | {base:.1f} ms | 1.0 |",
         *(f"| {label} | {med[key]:.1f} ms | {med[key] / base:.2f} |" for label, key in rows),
         "",
+        *served_lines(served_pairs),
         f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
         "paired differences between the lexical hook with the log, the default, and "
         "without it, in the same runs; whole processes, so within their noise). Timed "
