@@ -332,7 +332,6 @@ def served_profile(
                     event = {"session_id": "profile", "cwd": str(project)}
                     event.update(hook_event_name="UserPromptSubmit", prompt=prompt)
                     spent.clear()
-                    store.session.queries.clear()  # each round embeds its prompt again
                     marks: list[tuple[float, float, float]] = []
                     now = (time.perf_counter(), time.thread_time(), time.process_time())
 

@@ -376,7 +376,6 @@ def test_a_prompt_among_its_own_memories_is_embedded_once(
     assert "templates/credit.html" in block and "invoice-1" not in block
     store.close()
     with mnemex.open(tmp_path / "memories.db", embedder=FakeEmbedder()) as fresh:
-        fresh.session.queries.clear()
         assert handle(event, store=fresh) == block
 
 

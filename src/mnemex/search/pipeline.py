@@ -59,7 +59,7 @@ from mnemex.text import clean_query, clip, parse_stored_time, summarize
 from mnemex.workers import Job, query_pool
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from contextlib import AbstractContextManager
     from pathlib import Path
 
@@ -69,9 +69,7 @@ if TYPE_CHECKING:
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
-# Query vectors a session keeps, the newest: a text searched again soon (the prompt hook's
-# second recall of a prompt, which leaves out the session's own memories) is not embedded
-# again. The same model gives the same vector for the same text.
+# Query vectors a session keeps, the newest, within kept_query_vectors.
 QUERY_VECTORS_KEPT = 8
 _kept_lock = threading.Lock()  # the sessions' kept query vectors
 FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
@@ -115,7 +113,7 @@ class Retriever(Protocol):
     settings: Settings
     embedder: Embedder | None
     backgrounds: dict[Any, Any]  # the session's background levels (mnemex.search.background)
-    queries: dict[Any, Any]  # the session's last query vectors (:func:`_embed_query`)
+    queries: dict[Any, Any] | None  # the session's kept query vectors (kept_query_vectors)
 
     def snapshot(self) -> AbstractContextManager[Any]: ...
     def plan(self, request: Request, text: str) -> LexicalPlan: ...
@@ -410,21 +408,44 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
     if not text.strip():
         return None
     key = (id(engine.embedder), engine.embedder.model_id, text)
+    queries = engine.queries
     with _kept_lock:
-        kept = engine.queries.get(key)
+        kept = None if queries is None else queries.get(key)
     if kept is not None:
         pending: Job[np.ndarray] = Job(lambda: kept)
         pending.run()
         return pending
-    pending = query_pool().submit(
-        _embed_kept, engine.embedder, text, engine.queries, key, engine.settings.query_timeout
-    )
+    within = engine.settings.query_timeout
+    if queries is None:
+        pending = query_pool().submit(embed_checked, engine.embedder, [text], within=within)
+    else:
+        pending = query_pool().submit(_embed_kept, engine.embedder, text, queries, key, within)
     if not getattr(engine.embedder, "lazy_dim", False):
         # Bring the vector index up to date meanwhile: on a cold start this
         # overlaps loading the model with loading the vectors.
         with contextlib.suppress(IndexMismatch):  # reported where the vector arm runs
             engine.warm(engine.embedder.dim)
     return pending
+
+
+@contextlib.contextmanager
+def kept_query_vectors(session: Any) -> Iterator[None]:
+    """Within it, the searches of ``session`` keep their query vectors (the
+    :data:`QUERY_VECTORS_KEPT` newest) and a text searched again is not embedded again:
+    the same model gives the same vector for the same text. For a caller that searches
+    one text several times in a row, as the prompt hook does when the first recall finds
+    the session's own memories. Outside it every search embeds its query (and learns that
+    the embedder is down)."""
+    with _kept_lock:
+        outer = session.queries
+        if outer is None:
+            session.queries = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            with _kept_lock:
+                session.queries = None
 
 
 def _embed_kept(

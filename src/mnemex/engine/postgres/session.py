@@ -66,7 +66,8 @@ class PostgresSession:
         self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
-        self.queries: dict[Any, Any] = {}  # the last query vectors, owned by mnemex.search.pipeline
+        # The query vectors kept while a caller asks (mnemex.search.pipeline.kept_query_vectors)
+        self.queries: dict[Any, Any] | None = None
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
         )

@@ -90,7 +90,8 @@ class SqliteSession:
         self.memories: MemoryStatements = memories  # the memories' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
-        self.queries: dict[Any, Any] = {}  # the last query vectors, owned by mnemex.search.pipeline
+        # The query vectors kept while a caller asks (mnemex.search.pipeline.kept_query_vectors)
+        self.queries: dict[Any, Any] | None = None
         self.embedding = Embedding(self, embedder)
 
     def close(self) -> None:
@@ -105,7 +106,7 @@ class SqliteSession:
                 self._conn = None
             self._vector_index = None
             self.backgrounds.clear()
-            self.queries.clear()
+            self.queries = None
             self.files_cache.clear()
 
     @property
