@@ -21,7 +21,6 @@ servers too: a before/after measured side by side.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import http.client
 import json
@@ -34,54 +33,40 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import ROOT, data_dir, machine, memories, queries, real_embeddings, write_section
+from common import (
+    add_texts,
+    build_sqlite,
+    checkout,
+    child_env,
+    data_dir,
+    machine,
+    memories,
+    parser,
+    publish,
+    queries,
+    real_embeddings,
+    short_ref,
+)
 
-BATCH = 5_000
 # What the `mnemex` console script pip writes does: import re and sys, import the entry
 # point, call it (no runpy, unlike `python -m mnemex`).
-SCRIPT = [
-    sys.executable,
-    "-c",
-    "import re, sys; from mnemex.entry import main; sys.argv[0] = 'mnemex'; sys.exit(main())",
-]
+ENTRY = "import re, sys; from mnemex.entry import main; sys.argv[0] = 'mnemex'; sys.exit(main())"
+SCRIPT = [sys.executable, "-c", ENTRY]
 
 
-def build(path: Path, namespace: str, texts: list[str], tags: tuple[str, ...] = ("bench",)) -> None:
-    """A store of ``texts`` (or ``texts`` added to the store at ``path``) with the local
-    model's vectors, written as `mnemex embed` leaves it: the vectors, and the record of the
-    embedder the store is indexed with."""
-    from mnemex.embed import describe
+def build(path: Path, namespace: str, texts: list[str]) -> None:
+    """A store of ``texts`` with the local model's vectors, written as `mnemex embed` leaves
+    it: the vectors, and the record of the embedder the store is indexed with."""
     from mnemex.embed.local import LocalEmbedder
 
-    vectors, _ = real_embeddings(texts, "bench" if tags == ("bench",) else "own")
+    vectors, _ = real_embeddings(texts, "bench")
     model_id = LocalEmbedder().model_id
-    record = json.dumps(describe(LocalEmbedder()), sort_keys=True)
-    with mnemex.open(path, namespace=namespace, embedder=None) as store:
-        conn = store.session.conn
-        first = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
-        for start in range(0, len(texts), BATCH):
-            store.add_many(
-                [
-                    {"content": t, "kind": "answer", "tags": list(tags)}
-                    for t in texts[start : start + BATCH]
-                ],
-                embed=False,
-            )
-        rows = conn.execute(
-            "SELECT seq, content_hash FROM memories WHERE seq > ? ORDER BY seq", (first,)
-        ).fetchall()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-            [(seq, model_id, digest, vectors[i].tobytes()) for i, (seq, digest) in enumerate(rows)],
-        )
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)", (record,))
-        conn.execute("COMMIT")
+    build_sqlite(path, texts, vectors, model_id, True, namespace, kind="answer")
 
 
 OWN_SESSION = "own"  # the session whose own memories the "serve own" server's store holds
@@ -93,23 +78,28 @@ def own_store(path: Path, copy: Path, namespace: str, prompts: list[str]) -> Non
     prompt hook recalls again for that session, leaving its own memories out."""
     import sqlite3
 
+    from mnemex.embed.local import LocalEmbedder
+
     with (
         contextlib.closing(sqlite3.connect(path)) as source,
         contextlib.closing(sqlite3.connect(copy)) as target,
     ):
         source.backup(target)
     texts = [f"Earlier in this session: {p}" for p in prompts]
-    build(copy, namespace, texts, tags=("bench", f"session:{OWN_SESSION}"))
-
-
-def checkout(ref: str, folder: Path) -> Path:
-    """The ``src`` folder of commit ``ref``, extracted into ``folder``."""
-    folder.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return folder / "src"
+    vectors, _ = real_embeddings(texts, "own")
+    model_id = LocalEmbedder().model_id
+    with mnemex.open(copy, namespace=namespace, embedder=None) as store:
+        conn = store.session.conn
+        first = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
+        add_texts(store, texts, kind="answer", tags=["bench", f"session:{OWN_SESSION}"])
+        query = "SELECT seq, content_hash FROM memories WHERE seq > ? ORDER BY seq"
+        rows = conn.execute(query, (first,)).fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
+            [(seq, model_id, digest, vectors[i].tobytes()) for i, (seq, digest) in enumerate(rows)],
+        )
+        conn.execute("COMMIT")
 
 
 def timed(
@@ -124,28 +114,17 @@ def timed(
 
 
 def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
+    """A new one-turn session's transcript, as Claude Code writes it: (session id, file)."""
     session = str(uuid.uuid4())
     path = folder / f"{session}.jsonl"
+    turns = [
+        ("user", "10:00:00", "Where do we keep the retry policy?"),
+        ("assistant", "10:00:05", [{"type": "text", "text": "In config/retry.toml."}]),
+    ]
     lines = [
-        {
-            "type": "user",
-            "uuid": str(uuid.uuid4()),
-            "sessionId": session,
-            "cwd": cwd,
-            "timestamp": "2026-11-20T10:00:00Z",
-            "message": {"role": "user", "content": "Where do we keep the retry policy?"},
-        },
-        {
-            "type": "assistant",
-            "uuid": str(uuid.uuid4()),
-            "sessionId": session,
-            "cwd": cwd,
-            "timestamp": "2026-11-20T10:00:05Z",
-            "message": {
-                "role": "assistant",
-                "content": [{"type": "text", "text": "In config/retry.toml."}],
-            },
-        },
+        {"type": role, "uuid": str(uuid.uuid4()), "sessionId": session, "cwd": cwd}
+        | {"timestamp": f"2026-11-20T{at}Z", "message": {"role": role, "content": content}}
+        for role, at, content in turns
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return session, path
@@ -169,12 +148,8 @@ def landed(db: Path, session: str, wait: float = 30.0) -> None:
 def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     """A running ``mnemex serve`` on a free port (a fixed one may be another's), and its port,
     once it answers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mnemex", "serve", "--port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    command = [sys.executable, "-m", "mnemex", "serve", "--port", "0"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert server.stderr is not None
     line = server.stderr.readline().decode()  # "answering hook events on http://127.0.0.1:P/hook"
     match = re.search(r":(\d+)/hook", line)
@@ -188,9 +163,8 @@ def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
 def post(port: int, payload: bytes) -> bytes:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        connection.request(
-            "POST", "/hook", body=payload, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/hook", body=payload, headers=headers)
         return connection.getresponse().read()
     finally:
         connection.close()
@@ -219,27 +193,19 @@ def injection_log_cost(db: Path, writes: int = 200) -> tuple[int, float]:
         entries = store.injections(namespace=mnemex.ALL, limit=1000)
         if not entries:
             sys.exit("the prompt hooks logged no injection")
-        count = len(entries)
         last = entries[0]
-        weighed = [
+        fields = ("agent", "session_id", "block", "floor", "namespace")
+        again = {name: getattr(last, name) for name in fields}
+        again["memories"] = [
             {"id": m.id, "kind": m.kind, "score": m.score, "injected": m.injected, "line": m.line}
             for m in last.memories
         ]
         samples = []
         for _ in range(writes):
             started = time.perf_counter()
-            store.log_injection(
-                last.prompt,
-                last.outcome,
-                agent=last.agent,
-                session_id=last.session_id,
-                block=last.block,
-                memories=weighed,
-                floor=last.floor,
-                namespace=last.namespace,
-            )
+            store.log_injection(last.prompt, last.outcome, **again)
             samples.append((time.perf_counter() - started) * 1000)
-    return count, statistics.median(samples)
+    return len(entries), statistics.median(samples)
 
 
 # In a new process, as the prompt hook runs: the store opened, the prompt's decision made,
@@ -265,12 +231,8 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     secret), the entry and its write."""
     out = []
     for event in events:
-        done = subprocess.run(
-            [sys.executable, "-c", COLD_LOG, json.dumps(event)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
+        command = [sys.executable, "-c", COLD_LOG, json.dumps(event)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             sys.exit(f"the cold injection log run failed: {done.stderr}")
         out.append(float(done.stdout.strip()))
@@ -395,47 +357,231 @@ def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  
 def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     """The table's rows: what each is, and the key of its samples."""
     prompt, served = "`UserPromptSubmit`", "`UserPromptSubmit` POSTed to a running `mnemex serve`"
-    own = "in a session whose own memories answer the prompt (recalled twice: they are left out)"
-    return [
-        *(
-            (f"{prompt}, {m}, before: commit {before}", f"{m} ({against})")
-            for m in ("lexical", "hybrid")
-            if against
-        ),
-        (f"{prompt}, lexical", "lexical"),
-        (f"{prompt}, hybrid (loads the model)", "hybrid"),
-        ("`Stop`: capture of a one-turn session", "capture"),
+
+    def old(label: str, key: str) -> list[tuple[str, str]]:  # the commit before's row
+        return [(f"{label}, before: commit {before}", f"{key} ({against})")] if against else []
+
+    rows = [row for m in ("lexical", "hybrid") for row in old(f"{prompt}, {m}", m)]
+    rows += [(f"{prompt}, lexical", "lexical"), (f"{prompt}, hybrid (loads the model)", "hybrid")]
+    rows += [("`Stop`: capture of a one-turn session", "capture")]
+    rows += [
         (
-            "`Stop` with `--background` (as installed for Codex): hands the capture to a new "
-            "process and returns",
+            "`Stop` with `--background` (as installed for Codex): hands the capture to a new process and returns",
             "background",
-        ),
-        *(
-            (f"{served}, {m}, before: commit {before}", f"serve {m} ({against})")
-            for m in ("lexical", "hybrid")
-            if against
-        ),
-        (f"{served}, lexical", "serve lexical"),
-        (f"{served}, hybrid", "serve hybrid"),
-        *(
-            (f"{served}, hybrid, {own}, before: commit {before}", f"serve own ({against})")
-            for _ in range(1 if against else 0)
-        ),
-        (f"{served}, hybrid, {own}", "serve own"),
-        (
-            f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid "
-            "`mnemex serve`",
-            "forwarded",
-        ),
-        (f"{prompt}, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`)", "lexical, no log"),
-        *(
-            (f"`mnemex {c} ...` typed in the project, hybrid{b}", f"cli {c}{k}")
-            for c in ("search", "add")
-            for b, k in (
-                ([(f", before: commit {before}", f" ({against})")] if against else []) + [("", "")]
-            )
-        ),
+        )
     ]
+    rows += [row for m in ("lexical", "hybrid") for row in old(f"{served}, {m}", f"serve {m}")]
+    rows += [(f"{served}, lexical", "serve lexical"), (f"{served}, hybrid", "serve hybrid")]
+    own = "in a session whose own memories answer the prompt (recalled twice: they are left out)"
+    rows += [
+        *old(f"{served}, hybrid, {own}", "serve own"),
+        (f"{served}, hybrid, {own}", "serve own"),
+    ]
+    rows += [
+        (
+            f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid `mnemex serve`",
+            "forwarded",
+        )
+    ]
+    rows += [
+        (f"{prompt}, lexical, injection log off (`MNEMEX_INJECTION_LOG=false`)", "lexical, no log")
+    ]
+    for c in ("search", "add"):
+        typed = f"`mnemex {c} ...` typed in the project, hybrid"
+        rows += [*old(typed, f"cli {c}"), (typed, f"cli {c}")]
+    return rows
+
+
+def environments(tmp: Path, home: Path, against: str | None) -> tuple[dict[str, str], list, dict]:  # type: ignore[type-arg]
+    """The plain environment, the hook's modes (name, environment) and the servers' (key,
+    environment): lexical, hybrid, lexical without the injection log, and the same from
+    commit ``against``'s source on the same store."""
+    base = child_env(MNEMEX_HOME=str(home), PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    lexical, hybrid = {**base, "MNEMEX_EMBEDDER": "none"}, {**base, "MNEMEX_EMBEDDER": "local"}
+    # The same lexical hook with the injection log off: what the log costs a prompt.
+    modes = [("lexical", lexical), ("hybrid", hybrid)]
+    # "serve own": the hybrid server on a copy of the store that holds memories of the
+    # prompts' own session (own_store), which its prompts come from.
+    own = {**hybrid, "MNEMEX_DB": str(home / "own.db")}
+    served = [("serve lexical", lexical), ("serve hybrid", hybrid), ("serve own", own)]
+    if against:
+        other = {"PYTHONPATH": str(checkout(against, tmp / "against"))}
+        other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
+        modes += [(f"{mode} ({against})", {**env, **other}) for mode, env in modes]
+        served += [(f"{key} ({against})", {**env, **other}) for key, env in served]
+    modes.insert(2, ("lexical, no log", {**lexical, "MNEMEX_INJECTION_LOG": "false"}))
+    # Each server has a data folder of its own (where it leaves serve.json) and the store
+    # by --db: the hook processes, on the store's own folder, do not see them.
+    servers = {}
+    for index, (key, env) in enumerate(served):
+        (tmp / f"serve-{index}").mkdir()
+        servers[key] = {"MNEMEX_DB": str(home / "memories.db"), **env}
+        servers[key]["MNEMEX_HOME"] = str(tmp / f"serve-{index}")
+    return base, modes, servers
+
+
+def prompt_event(tmp: Path, project: Path, prompt: str) -> bytes:
+    return json.dumps(
+        {
+            "session_id": "bench",
+            "transcript_path": str(tmp / "none.jsonl"),
+            "cwd": str(project),
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": prompt,
+        }
+    ).encode()
+
+
+def one_run(
+    tmp: Path, project: Path, prompt: str, state: dict[str, Any], i: int
+) -> dict[str, bytes]:
+    """Time every process and server on ``prompt`` (run ``i``); their answers."""
+    samples, hook, env = state["samples"], state["hook"], state["base_env"]
+    payload = prompt_event(tmp, project, prompt)
+    samples["pass"].append(timed([sys.executable, "-c", "pass"], env)[0])
+    answers = {}
+    for mode, env in state["modes"]:
+        elapsed, out = timed(hook, env, payload)
+        samples[mode].append(elapsed)
+        answers[mode] = out.strip()
+    own = json.dumps({**json.loads(payload), "session_id": OWN_SESSION}).encode()
+    # Every other run the commit before's servers first: neither commit always follows the
+    # hook processes above.
+    order = sorted(state["servers"].items(), key=lambda kv: (i % 2) != kv[0].endswith(")"))
+    for key, (_, port) in order:
+        started = time.perf_counter()
+        answer = post(port, own if key.startswith("serve own") else payload)
+        samples[key].append((time.perf_counter() - started) * 1000)
+        answers[key] = b"" if answer == b"{}" else answer.strip()
+    # A new `mnemex hook` process that hands the event to the running hybrid server.
+    elapsed, out = timed(hook, state["server_envs"]["serve hybrid"], payload)
+    samples["forwarded"].append(elapsed)
+    answers["forwarded"] = out.strip()
+    return answers
+
+
+def captures(tmp: Path, project: Path, home: Path, state: dict[str, Any]) -> None:
+    """Time the `Stop` hook on a new one-turn session, in the process and handed to another."""
+    lexical = dict(state["modes"])["lexical"]
+    for key, extra in (("capture", []), ("background", ["--background"])):
+        session, path = transcript(tmp, str(project))
+        stop = {"session_id": session, "transcript_path": str(path), "cwd": str(project)}
+        stop |= {"hook_event_name": "Stop", "stop_hook_active": False}
+        payload = json.dumps(stop).encode()
+        state["samples"][key].append(timed([*state["hook"], *extra], lexical, payload)[0])
+    # The process it started would otherwise still run during the next timings.
+    landed(home / "memories.db", session)
+
+
+def run_prompts(
+    tmp: Path,
+    project: Path,
+    home: Path,
+    prompts: list[str],
+    typed: list[str],
+    state: dict[str, Any],
+) -> dict[str, Any]:
+    """Every run, one prompt each; what the section says of the answers."""
+    injected: dict[str, int] = {}  # prompts answered with a block (the floor leaves some)
+    same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
+    same_own = 0  # prompts the "serve own" servers of both commits answer the same
+    load = os.getloadavg()[0]
+    for i, prompt in enumerate(prompts):
+        answers = one_run(tmp, project, prompt, state, i)
+        for key, answer in answers.items():
+            injected[key] = injected.get(key, 0) + bool(answer)
+        ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
+        same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
+        if (other := f"serve own ({state['against']})") in ageless:
+            same_own += ageless["serve own"] == ageless[other]
+        # An empty answer may be a hook stopped at its time limit (counted below).
+        if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
+            return {
+                "failure": f"serve lexical and hook lexical answer differently for {prompt!r}:\n"
+                f"{answers['serve lexical'].decode()}\n{answers['lexical'].decode()}"
+            }
+        typed_commands(state["samples"], state["modes"], prompt, typed[i], project)
+        captures(tmp, project, home, state)
+        print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
+    load = max(load, os.getloadavg()[0])
+    ran = {"failure": "", "injected": injected, "same_hybrid": same_hybrid, "load": load}
+    return ran | {"same_own": same_own}
+
+
+def hook_logs(home: Path, server_envs: dict[str, dict[str, str]]) -> tuple[list[str], int]:
+    """Lines of the hooks.log files that are errors, and the hooks stopped at their time limit
+    (a loaded machine: a result, counted)."""
+    logs, timeouts = [], 0
+    for folder in (home, *(Path(e["MNEMEX_HOME"]) for e in server_envs.values())):
+        if (log := folder / "hooks.log").exists():
+            lines = log.read_text().splitlines()
+            timeouts += sum("timed out after" in line for line in lines)
+            logs += [f"{folder.name}: {x}" for x in lines if "timed out after" not in x]
+    return logs, timeouts
+
+
+def measure(
+    args: Any, tmp: Path, prompts: list[str], texts: list[str], typed: list[str]
+) -> dict[str, Any]:
+    project, home = tmp / "project", tmp / "home"
+    (project / ".git").mkdir(parents=True)
+    home.mkdir()
+    started = time.perf_counter()
+    build(home / "memories.db", str(project), texts)
+    own_store(home / "memories.db", home / "own.db", str(project), prompts)
+    print(f"built {args.size:,} memories in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    base_env, modes, server_envs = environments(tmp, home, args.against)
+    hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("pass", "capture", "background", "forwarded")
+    }
+    samples |= {k: [] for k in [*dict(modes), *server_envs]}
+    servers = {key: start_server(env) for key, env in server_envs.items()}
+    state = {"samples": samples, "hook": hook, "base_env": base_env, "modes": modes}
+    state |= {"servers": servers, "server_envs": server_envs, "against": args.against}
+    try:
+        # Compiles the bytecode into the cache; the hybrid run also writes the vector snapshot
+        # and the model's checksum stamp, as the first prompt of a session does.
+        warm_up = {"cwd": str(project), "hook_event_name": "UserPromptSubmit", "prompt": prompts[0]}
+        for _, env in modes:
+            timed([*hook, "--timeout", "60"], env, json.dumps(warm_up).encode())
+        ran = run_prompts(tmp, project, home, prompts, typed, state)
+    finally:  # a failed run leaves no server behind
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait()
+    logs, ran["timeouts"] = hook_logs(home, server_envs)
+    if ran["failure"] or logs:
+        sys.exit("\n".join([ran["failure"], *logs]).strip())
+    lexical = dict(modes)["lexical"]
+    ran["profile"] = import_profile(lexical, prompt_event(tmp, project, prompts[-1]))
+    ran["logged"], ran["write_ms"] = injection_log_cost(home / "memories.db")
+    events = [{"session_id": "cold", "cwd": str(project), "prompt": p} for p in prompts]
+    ran["cold"] = statistics.median(cold_log_cost(lexical, events))
+    (tmp / "profile").mkdir()
+    hybrid = dict(modes)["hybrid"]
+    ran["steps"], ran["whole"] = profile_served(
+        hybrid, home / "memories.db", tmp / "profile", project, prompts
+    )
+    return ran | {"samples": samples}
+
+
+def main() -> None:
+    arguments = parser(__doc__)
+    arguments.add_argument("--size", type=int, default=10_000)
+    arguments.add_argument("--runs", type=int, default=21)
+    arguments.add_argument(
+        "--against", metavar="REF", help="also time the hooks of this git commit (e.g. main)"
+    )
+    args = arguments.parse_args()
+    folder = data_dir(args.data)
+    texts = memories(folder, args.size + args.runs)
+    texts, typed = texts[: args.size], texts[args.size :]  # typed: what `mnemex add` adds
+    prompts = [q for q in queries(folder) if len(q) >= 20][: args.runs]
+    with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp:
+        ran = measure(args, Path(tmp), prompts, texts, typed)
+    publish("bench_hooks", section(args, ran, prompts), args.no_write)
 
 
 def served_differences(samples: dict[str, list[float]], against: str | None) -> dict[str, float]:
@@ -485,242 +631,21 @@ def profile_lines(
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--size", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=21)
-    parser.add_argument("--data")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument(
-        "--against",
-        metavar="REF",
-        help="also time the prompt hook of this git commit (e.g. main), in the same runs",
-    )
-    args = parser.parse_args()
-    folder = data_dir(args.data)
-    texts = memories(folder, args.size + args.runs)
-    texts, typed = texts[: args.size], texts[args.size :]  # typed: what `mnemex add` adds
-    prompts = [q for q in queries(folder) if len(q) >= 20][: args.runs]
-
-    with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp_name:
-        tmp = Path(tmp_name)
-        project = tmp / "project"
-        (project / ".git").mkdir(parents=True)
-        home = tmp / "home"
-        home.mkdir()
-        started = time.perf_counter()
-        build(home / "memories.db", str(project), texts)
-        print(
-            f"built {args.size:,} memories in {time.perf_counter() - started:.1f} s",
-            file=sys.stderr,
-        )
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")}
-        base_env.pop("PYTHONDONTWRITEBYTECODE", None)
-        base_env.update(
-            PYTHONPATH=str(ROOT / "src"),
-            MNEMEX_HOME=str(home),
-            PYTHONPYCACHEPREFIX=str(tmp / "pycache"),
-        )
-        lexical_env = {**base_env, "MNEMEX_EMBEDDER": "none"}
-        hybrid_env = {**base_env, "MNEMEX_EMBEDDER": "local"}
-        # The same lexical hook with the injection log off: what the log costs a prompt.
-        unlogged_env = {**lexical_env, "MNEMEX_INJECTION_LOG": "false"}
-        modes = [
-            ("lexical", lexical_env),
-            ("hybrid", hybrid_env),
-            ("lexical, no log", unlogged_env),
-        ]
-        if args.against:  # the same hook from the other commit's source, on the same store
-            other = {"PYTHONPATH": str(checkout(args.against, tmp / "against"))}
-            other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
-            modes += [
-                (f"{mode} ({args.against})", {**env, **other})
-                for mode, env in modes
-                if mode != "lexical, no log"
-            ]
-        hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
-        samples: dict[str, list[float]] = {
-            k: []
-            for k in (
-                *(mode for mode, _ in modes),
-                "pass",
-                "lexical",
-                "hybrid",
-                "capture",
-                "background",
-                "serve lexical",
-                "serve hybrid",
-            )
-        }
-        # Each server has a data folder of its own (where it leaves serve.json) and the store
-        # by --db: the hook processes above, on the store's own folder, do not see them.
-        # "serve own": the hybrid server on a copy of the store that holds memories of the
-        # prompts' own session (own_store), which its prompts come from.
-        server_envs = {}
-        own_store(home / "memories.db", home / "own.db", str(project), prompts)
-        served = [
-            ("serve lexical", lexical_env),
-            ("serve hybrid", hybrid_env),
-            ("serve own", {**hybrid_env, "MNEMEX_DB": str(home / "own.db")}),
-        ]
-        if args.against:
-            served += [(f"{key} ({args.against})", {**env, **other}) for key, env in served]
-        for index, (key, env) in enumerate(served):
-            samples.setdefault(key, [])
-            folder = tmp / f"serve-{index}"
-            folder.mkdir()
-            server_envs[key] = {"MNEMEX_DB": str(home / "memories.db"), **env}
-            server_envs[key]["MNEMEX_HOME"] = str(folder)
-        servers = {key: start_server(env) for key, env in server_envs.items()}
-        try:
-            samples["forwarded"] = []
-            same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
-            same_own = 0  # prompts the "serve own" servers of both commits answer the same
-            # Prompts answered with a block (the relevance floor leaves some prompts without one).
-            injected: dict[str, int] = {}
-            warm_up = {
-                "cwd": str(project),
-                "hook_event_name": "UserPromptSubmit",
-                "prompt": prompts[0],
-            }
-            # Compiles the bytecode into the cache; the hybrid run also writes the vector snapshot
-            # and the model's checksum stamp, as the first prompt of a session does.
-            for _, env in modes:
-                timed([*hook, "--timeout", "60"], env, json.dumps(warm_up).encode())
-            load = os.getloadavg()[0]
-            failure = ""
-            for i, prompt in enumerate(prompts):
-                event = {
-                    "session_id": "bench",
-                    "transcript_path": str(tmp / "none.jsonl"),
-                    "cwd": str(project),
-                    "hook_event_name": "UserPromptSubmit",
-                    "prompt": prompt,
-                }
-                payload = json.dumps(event).encode()
-                samples["pass"].append(timed([sys.executable, "-c", "pass"], base_env)[0])
-                answers = {}
-                for mode, env in modes:
-                    elapsed, out = timed(hook, env, payload)
-                    samples[mode].append(elapsed)
-                    answers[mode] = out.strip()
-                own = json.dumps({**event, "session_id": OWN_SESSION}).encode()
-                # Every other run the commit before's servers first: neither commit always
-                # follows the hook processes above.
-                order = sorted(servers.items(), key=lambda kv: (i % 2) != kv[0].endswith(")"))
-                for key, (_, port) in order:
-                    started = time.perf_counter()
-                    answer = post(port, own if key.startswith("serve own") else payload)
-                    samples[key].append((time.perf_counter() - started) * 1000)
-                    answers[key] = b"" if answer == b"{}" else answer.strip()
-                # A new `mnemex hook` process that hands the event to the running hybrid server.
-                elapsed, out = timed(hook, server_envs["serve hybrid"], payload)
-                samples["forwarded"].append(elapsed)
-                answers["forwarded"] = out.strip()
-                for key, answer in answers.items():
-                    injected[key] = injected.get(key, 0) + bool(answer)
-                ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
-                same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
-                if args.against:
-                    same_own += ageless["serve own"] == ageless[f"serve own ({args.against})"]
-                # An empty answer may be a hook stopped at its time limit (counted below).
-                if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
-                    failure = (
-                        f"serve lexical and hook lexical answer differently for {prompt!r}:\n"
-                        f"{answers['serve lexical'].decode()}\n{answers['lexical'].decode()}"
-                    )
-                    break
-                typed_commands(samples, modes, prompt, typed[i], project)
-                session, path = transcript(tmp, str(project))
-                stop = {
-                    "session_id": session,
-                    "transcript_path": str(path),
-                    "cwd": str(project),
-                    "hook_event_name": "Stop",
-                    "stop_hook_active": False,
-                }
-                samples["capture"].append(timed(hook, lexical_env, json.dumps(stop).encode())[0])
-                session, path = transcript(tmp, str(project))
-                stop.update(session_id=session, transcript_path=str(path))
-                background = [*hook, "--background"]
-                samples["background"].append(
-                    timed(background, lexical_env, json.dumps(stop).encode())[0]
-                )
-                # The process it started would otherwise still run during the next timings.
-                landed(home / "memories.db", session)
-                print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
-            load = max(load, os.getloadavg()[0])
-        finally:  # a failed run leaves no server behind
-            for server, _ in servers.values():
-                server.terminate()
-                server.wait()
-        # A hook past its time limit (a loaded machine) is a result, counted; any other
-        # line in a hooks.log is an error.
-        logs, timeouts = [], 0
-        for folder in (home, *(Path(e["MNEMEX_HOME"]) for e in server_envs.values())):
-            if (log := folder / "hooks.log").exists():
-                lines = log.read_text().splitlines()
-                timeouts += sum("timed out after" in line for line in lines)
-                logs += [f"{folder.name}: {x}" for x in lines if "timed out after" not in x]
-        if failure or logs:
-            sys.exit("\n".join([failure, *logs]).strip())
-        profile = import_profile(lexical_env, payload)
-        (tmp / "profile").mkdir()
-        steps, whole = profile_served(
-            hybrid_env, home / "memories.db", tmp / "profile", project, prompts
-        )
-        logged, write_ms = injection_log_cost(home / "memories.db")
-        events = [
-            {"session_id": "cold", "cwd": str(project), "prompt": prompt} for prompt in prompts
-        ]
-        cold = statistics.median(cold_log_cost(lexical_env, events))
-
+def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
+    samples, profile, cold, write_ms = ran["samples"], ran["profile"], ran["cold"], ran["write_ms"]
     med = {k: statistics.median(v) for k, v in samples.items()}
     paired = statistics.median(
         a - b for a, b in zip(samples["lexical"], samples["lexical, no log"], strict=True)
     )
-    served_pairs = served_differences(samples, args.against)
-    before = ""
-    if args.against:
-        short = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", args.against],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        before = f"`{short}`" + (f" (`{args.against}`)" if args.against != short else "")
-    base = med["pass"]
-    rows = table_rows(args.against, before)
-    for label, key in [("`python -c pass`", "pass"), *rows]:
-        print(f"{med[key]:7.1f} ms  ({med[key] / base:4.1f}x python -c pass)  {label}")
-    print(
-        "prompts with a block injected:",
-        ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items()),
+    base, rows = (
+        med["pass"],
+        table_rows(args.against, short_ref(args.against) if args.against else ""),
     )
-    print(f"serve hybrid answers as the hybrid hook process: {same_hybrid}/{len(prompts)}")
-    if args.against:
-        print(f"serve own answers as serve own ({args.against}): {same_own}/{len(prompts)}")
-    print(f"hook processes stopped at their time limit: {timeouts}")
-    print(*served_lines(served_pairs), sep="\n")
-    print(
-        f"injection log: lexical hook {med['lexical']:.1f} ms with it, "
-        f"{med['lexical, no log']:.1f} ms without (paired median difference {paired:+.1f} ms); "
-        f"in a new hook process, the log's part p50 {cold:.2f} ms; "
-        f"Store.log_injection in a warm process p50 {write_ms:.2f} ms on a log of {logged:,} entries"
-    )
-    print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
-    print(
-        "served prompt hook, in this process:",
-        ", ".join(f"{k} {v:.2f} ms" for k, v in whole.items()),
-    )
-    for label, ms in steps:
-        print(f"  {ms:6.2f} ms  {label}")
-
+    answered = ", ".join(f"{k} {v}/{len(prompts)}" for k, v in ran["injected"].items())
     lines = [
         "## Agent hook latency (`benchmarks/bench_hooks.py`)",
         "",
-        f"Machine: {machine()}; load average {load:.1f}",
+        f"Machine: {machine()}; load average {ran['load']:.1f}",
         "",
         f"`mnemex hook` in a new process, as the agent runs it (stdin JSON in, stdout out), on a "
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
@@ -743,27 +668,27 @@ def main() -> None:
         f"| `python -c pass` | {base:.1f} ms | 1.0 |",
         *(f"| {label} | {med[key]:.1f} ms | {med[key] / base:.2f} |" for label, key in rows),
         "",
-        *served_lines(served_pairs),
+        *served_lines(served_differences(samples, args.against)),
         f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
         "paired differences between the lexical hook with the log, the default, and "
         "without it, in the same runs; whole processes, so within their noise). Timed "
-        f"alone in {len(events)} new hook processes (after the answer: the log's imports, "
+        f"alone in {len(prompts)} new hook processes (after the answer: the log's imports, "
         "the redaction, the entry, its insert and pruning in one transaction) it takes "
         f"{cold:.2f} ms at the median, and `Store.log_injection` in a warm process "
-        f"{write_ms:.2f} ms on a log of {logged:,} entries. A server (`mnemex serve`) sends "
+        f"{write_ms:.2f} ms on a log of {ran['logged']:,} entries. A server (`mnemex serve`) sends "
         "its answer before it writes the entry.",
         "",
         "Prompts with a block injected (the relevance floor answers the others with "
         "nothing): "
-        + ", ".join(f"{k} {v}/{len(prompts)}" for k, v in injected.items())
-        + f". Hook processes stopped at their time limit (2 s): {timeouts}. "
+        + answered
+        + f". Hook processes stopped at their time limit (2 s): {ran['timeouts']}. "
         "The lexical answer of `mnemex serve` is checked equal to the new process's; the "
-        f"hybrid answers are the same for {same_hybrid} of {len(prompts)} prompts (the server "
+        f"hybrid answers are the same for {ran['same_hybrid']} of {len(prompts)} prompts (the server "
         "runs the optimized graph, the hook process the folded model: the same memories "
         "unless two are within float rounding of each other)"
         + (
             f"; the servers of both commits, in the session with its own memories, answer "
-            f"{same_own} of {len(prompts)} prompts the same. "
+            f"{ran['same_own']} of {len(prompts)} prompts the same. "
             if args.against
             else ". "
         )
@@ -771,11 +696,10 @@ def main() -> None:
         "(`python -X importtime` of the same command, cumulative): "
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])
         + ".",
+        *profile_lines(ran["steps"], ran["whole"], len(prompts)),
     ]
-    lines += profile_lines(steps, whole, len(prompts))
-    if not args.no_write:
-        write_section("bench_hooks", "\n".join(lines))
-        print("wrote benchmarks/RESULTS.md")
+    print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ renormalized): realistic for latency and memory, not for quality.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -38,7 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
@@ -47,14 +45,17 @@ from common import (
     ROOT,
     Precomputed,
     build_sqlite,
+    checkout,
+    child_env,
     data_dir,
     machine,
+    parser,
     percentiles,
+    publish,
     queries,
     query_vectors,
     scale_corpus,
     timed,
-    write_section,
 )
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
@@ -64,6 +65,15 @@ from mnemex.index.stopwords import STOPWORDS
 LIMIT = 10
 RELATIONS = 10_000
 PREDICATES = ("works_on", "owns", "uses", "depends_on", "mentions", "fixed", "prefers", "runs")
+
+
+def search_ms(store: mnemex.Store, qs: list[str], limit: int | None = LIMIT, **call):  # type: ignore[no-untyped-def]
+    """p50, p95 and mean milliseconds of ``store.search`` over the queries."""
+    return percentiles(timed(lambda q: store.search(q, limit, **call), qs))
+
+
+def top(store: mnemex.Store, q: str, **call) -> list[str]:  # type: ignore[no-untyped-def]
+    return [h.id for h in store.search(q, LIMIT, **call).hits]
 
 
 def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
@@ -78,32 +88,21 @@ def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann:
         row["matrix_mb"] = index.memory_bytes() / 1e6
         for q in qs[:30]:
             store.search(q, LIMIT, mode="hybrid")
-        row["lexical"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="lexical"), qs))
-        row["vector"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="vector"), qs))
-        row["hybrid"] = percentiles(timed(lambda q: store.search(q, LIMIT, mode="hybrid"), qs))
-        row["hybrid6"] = percentiles(timed(lambda q: store.search(q, mode="hybrid"), qs))
-        exact_top = [
-            [h.id for h in store.search(q, LIMIT, mode="vector", snippets=False).hits] for q in qs
-        ]
+        for key, mode in (("lexical", "lexical"), ("vector", "vector"), ("hybrid", "hybrid")):
+            row[key] = search_ms(store, qs, mode=mode)
+        row["hybrid6"] = search_ms(store, qs, None, mode="hybrid")
+        exact_top = [top(store, q, mode="vector", snippets=False) for q in qs]
     if use_ann:
         with mnemex.open(path, embedder=Precomputed(model_id, table), ann="on") as store:
             started = time.perf_counter()
             store.session.update_ann(store.embedder)  # type: ignore[arg-type]
             row["ann_build_s"] = time.perf_counter() - started
-            sidecar = ann.sidecar(path, model_id)
-            row["ann_file_mb"] = sidecar.stat().st_size / 1e6
+            row["ann_file_mb"] = ann.sidecar(path, model_id).stat().st_size / 1e6
             for q in qs[:30]:
                 store.search(q, LIMIT, mode="vector")
-            row["vector_ann"] = percentiles(
-                timed(lambda q: store.search(q, LIMIT, mode="vector"), qs)
-            )
-            row["hybrid_ann"] = percentiles(
-                timed(lambda q: store.search(q, LIMIT, mode="hybrid"), qs)
-            )
-            approx = [
-                [h.id for h in store.search(q, LIMIT, mode="vector", snippets=False).hits]
-                for q in qs
-            ]
+            row["vector_ann"] = search_ms(store, qs, mode="vector")
+            row["hybrid_ann"] = search_ms(store, qs, mode="hybrid")
+            approx = [top(store, q, mode="vector", snippets=False) for q in qs]
             row["ann_recall"] = statistics.fmean(
                 len(set(a) & set(e)) / len(e) for a, e in zip(approx, exact_top, strict=True) if e
             )
@@ -128,10 +127,9 @@ def baseline_ingest(texts: list[str], path: Path) -> float:
     )
     started = time.perf_counter()
     for start in range(0, len(texts), 10_000):
+        rows = [(t,) for t in texts[start : start + 10_000]]
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO m (content) VALUES (?)", [(t,) for t in texts[start : start + 10_000]]
-        )
+        conn.executemany("INSERT INTO m (content) VALUES (?)", rows)
         conn.execute("COMMIT")
     seconds = time.perf_counter() - started
     conn.close()
@@ -185,19 +183,16 @@ def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: 
             exact.search(q, LIMIT)
             fts5_alone(shaped.session.conn, q)
         row["fts"] = percentiles(timed(lambda q: fts5_alone(shaped.session.conn, q), qs))
-        row["shaped"] = percentiles(timed(lambda q: shaped.search(q, LIMIT), qs))
-        row["exact"] = percentiles(timed(lambda q: exact.search(q, LIMIT), qs))
+        row["shaped"], row["exact"] = search_ms(shaped, qs), search_ms(exact, qs)
         agree = []
         for q in qs:
-            a, b = ([h.id for h in s.search(q, LIMIT).hits] for s in (shaped, exact))
+            a, b = top(shaped, q), top(exact, q)
             agree.append(len(set(a) & set(b)) / len(b) if b else 1.0)
         row["agreement"] = sum(agree) / len(agree)
         row["identical"] = sum(a == 1.0 for a in agree) / len(agree)
         add_relations(shaped, texts[:size])
-        row["with_relations"] = percentiles(timed(lambda q: shaped.search(q, LIMIT), qs))
-        row["relations_off"] = percentiles(
-            timed(lambda q: shaped.search(q, LIMIT, relations=0), qs)
-        )
+        row["with_relations"] = search_ms(shaped, qs)
+        row["relations_off"] = search_ms(shaped, qs, relations=0)
     return row
 
 
@@ -246,19 +241,13 @@ def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) ->
     """RSS of a process (MB) with one store of 1,000 memories open and searched (hybrid, the
     local model the store records), ten, then after opening, searching and closing one 100
     times; three runs of each code in ``srcs``, alternating, medians (section bench_stores)."""
-    from mnemex.embed import describe
-
-    paths, model = [tmp / f"small-{i}.db" for i in range(10)], LocalEmbedder()
+    paths, model_id = [tmp / f"small-{i}.db" for i in range(10)], LocalEmbedder().model_id
     for i, path in enumerate(paths):
-        build_sqlite(path, texts[i * 1000 : i * 1000 + 1000], vectors[i * 1000 :], model.model_id)
-        with sqlite3.connect(path) as conn:
-            record = json.dumps(describe(model), sort_keys=True)
-            conn.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?)", (record,))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")}
+        build_sqlite(path, texts[i * 1000 : i * 1000 + 1000], vectors[i * 1000 :], model_id, True)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in srcs}
     for _ in range(3):
         for name, src in srcs.items():
-            env.update(MNEMEX_HOME=str(tmp / "home"), PYTHONPATH=str(src))
+            env = child_env(src, MNEMEX_HOME=str(tmp / "home"))
             probe = [sys.executable, "-c", _STORES_PROBE, query, *map(str, paths)]
             done = subprocess.run(probe, capture_output=True, text=True, env=env, check=True)
             runs[name].append(json.loads(done.stdout))
@@ -288,25 +277,12 @@ def many_stores(texts, vectors, query: str, tmp: Path, srcs: dict[str, Path]) ->
 def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
     env = dict(os.environ, MNEMEX_EMBEDDER="local", MNEMEX_ANN="off")
     env["PYTHONPATH"] = str(ROOT / "src")
+    command = [sys.executable, "-m", "mnemex", "--db", str(path), "-n", "default", "search", query]
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mnemex",
-                "--db",
-                str(path),
-                "search",
-                query,
-                "--mode",
-                mode,
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
+            [*command, "--mode", mode, "--json"], capture_output=True, text=True, env=env
         )
         samples.append(time.perf_counter() - started)
         if done.returncode != 0:
@@ -408,27 +384,22 @@ def plot(rows: list[dict[str, object]], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--stores", action="store_true", help="only: RSS of many stores")
-    parser.add_argument("--against", metavar="REF", help="with --stores: also commit REF's code")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--sizes", default="10000,100000,1000000")
+    arguments.add_argument("--queries", type=int, default=300)
+    arguments.add_argument("--stores", action="store_true", help="only: RSS of many stores")
+    arguments.add_argument("--against", metavar="REF", help="with --stores: also REF's code")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.stores:
-        from bench_hooks import checkout
-
         texts, vectors, _ = scale_corpus(folder, 10_000)
         with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp:
             srcs = {"this commit": ROOT / "src"}
             if args.against:
                 srcs = {f"`{args.against}`": checkout(args.against, Path(tmp) / "ref"), **srcs}
             section = many_stores(texts, vectors, queries(folder)[0], Path(tmp), srcs)
-        print(section)
-        return None if args.no_write else write_section("bench_stores", section)
+        return publish("bench_stores", section, args.no_write)
     texts, vectors, base_texts = scale_corpus(folder, max(sizes))
     qs = queries(folder)[: args.queries]
     model_id, table, embed_ms = query_vectors(qs)
@@ -522,11 +493,8 @@ def main() -> None:
         "At 1M the vectors are the 100k real ones repeated with noise (see the script). "
         "![latency vs store size](latency_vs_size.png)",
     ]
-    print(lexical_section(lexical, texts[: max(sizes)], qs))
-    if not args.no_write:
-        write_section("bench_hybrid", "\n".join(lines))
-        write_section("bench_lexical", lexical_section(lexical, texts[: max(sizes)], qs))
-        print("wrote benchmarks/RESULTS.md")
+    publish("bench_hybrid", "\n".join(lines), args.no_write)
+    publish("bench_lexical", lexical_section(lexical, texts[: max(sizes)], qs), args.no_write)
 
 
 if __name__ == "__main__":

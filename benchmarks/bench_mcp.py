@@ -20,7 +20,6 @@ same file, in-process.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -31,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import anyio
@@ -39,7 +37,19 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 import mnemex
-from common import ROOT, data_dir, machine, memories, percentiles, queries, write_section
+from common import (
+    ROOT,
+    add_texts,
+    build_sqlite,
+    data_dir,
+    machine,
+    memories,
+    parser,
+    percentiles,
+    publish,
+    queries,
+    scale_corpus,
+)
 from mnemex.config import load_settings
 from mnemex.mcp.server import build_server
 from mnemex.transfer import import_jsonl
@@ -132,14 +142,6 @@ async def response_sizes(db: Path) -> dict[str, Any]:
     return {"calls": calls, "tool_list": tool_list, "output_schemas": outputs}
 
 
-def build_lexical(path: Path, texts: list[str]) -> None:
-    with mnemex.open(path, embedder=None) as store:
-        for start in range(0, len(texts), 20_000):
-            store.add_many(
-                [{"content": t, "tags": ["bench"]} for t in texts[start : start + 20_000]]
-            )
-
-
 async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[float], list[float]]:
     """Per query, ``Store.search`` in this process and then ``memory_search`` over stdio.
 
@@ -148,7 +150,9 @@ async def paired_latency(db: Path, qs: list[str], embedder: str) -> tuple[list[f
     """
     env = dict(os.environ) | {"MNEMEX_EMBEDDER": embedder, "PYTHONPATH": str(ROOT / "src")}
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mnemex", "--db", str(db), "mcp"], env=env
+        command=sys.executable,
+        args=["-m", "mnemex", "--db", str(db), "-n", "default", "mcp"],
+        env=env,
     )
     over: list[float] = []
     base: list[float] = []
@@ -182,13 +186,11 @@ def latency_row(name: str, db: Path, qs: list[str], embedder: str) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--no-hybrid", action="store_true", help="lexical-only latency")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--size", type=int, default=100_000)
+    arguments.add_argument("--queries", type=int, default=300)
+    arguments.add_argument("--no-hybrid", action="store_true", help="lexical-only latency")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     count = wordpiece()
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
@@ -223,20 +225,15 @@ def main() -> None:
         texts = memories(folder, args.size)
         qs = queries(folder)[: args.queries]
         lexical_db = tmp / "lexical.db"
-        build_lexical(lexical_db, texts)
+        with mnemex.open(lexical_db, embedder=None) as store:
+            add_texts(store, texts)
         latency = [latency_row("lexical", lexical_db, qs, "none")]
-        if not args.no_hybrid:
-            from bench_hybrid import build
-            from common import real_embeddings
+        if not args.no_hybrid:  # the local model's vectors of the same texts (bench_hybrid's)
             from mnemex.embed.local import LocalEmbedder
 
-            base_texts = memories(folder, 100_000)
-            vectors, _ = real_embeddings(base_texts, "bench")
-            model = LocalEmbedder()
-            model.load()
-            hybrid_db = tmp / "hybrid.db"
-            build(hybrid_db, texts, vectors[: len(texts)], model.model_id)  # type: ignore[index]
-            latency.append(latency_row("hybrid", hybrid_db, qs, "local"))
+            _, vectors, _ = scale_corpus(folder, args.size)
+            build_sqlite(tmp / "hybrid.db", texts, vectors, LocalEmbedder().model_id)
+            latency.append(latency_row("hybrid", tmp / "hybrid.db", qs, "local"))
 
     lines = [
         "## MCP tools: response size and latency (`benchmarks/bench_mcp.py`)",
@@ -253,11 +250,7 @@ def main() -> None:
         "| tool | calls | tokens per response (len/4) | WordPiece | largest | per item |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    item_names = {
-        "memory_search": "hit",
-        "memory_timeline": "entry",
-        "memory_get": "memory",
-    }
+    item_names = {"memory_search": "hit", "memory_timeline": "entry", "memory_get": "memory"}
     for row in size_rows:
         per = (
             f"{row['per_item']:.0f} per {item_names.get(row['tool'], 'item')}"
@@ -295,9 +288,7 @@ def main() -> None:
             f"{base['p95']:.2f} ms | +{mcp['p50'] - base['p50']:.2f} ms ({mcp['p50'] / base['p50']:.2f}×) | "
             f"{row['load']:.1f} |"
         )
-    if not args.no_write:
-        write_section("bench_mcp", "\n".join(lines))
-        print("wrote benchmarks/RESULTS.md")
+    publish("bench_mcp", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":

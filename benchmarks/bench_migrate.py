@@ -13,48 +13,23 @@ identical, and whether the same searches give the same hits on both ends.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import data_dir, machine, real_embeddings, write_section
+from common import Precomputed, data_dir, machine, parser, pg_server, publish, real_embeddings
 from mnemex import migration
-from mnemex.engine.postgres import start_server
+from mnemex.embed.local import LocalEmbedder
 from mnemex.text import clean_content
 
 QUERIES = 50
-
-
-class Cached:
-    """The local model: its vectors of the benchmark texts computed once (cached), the
-    model itself for other texts (the queries)."""
-
-    dim = 384
-
-    def __init__(self, texts: list[str], vectors: Any) -> None:
-        from mnemex.embed.local import LocalEmbedder
-
-        self.model = LocalEmbedder()
-        self.model_id = self.model.model_id
-        self.by_text = {clean_content(t, 10**7): vectors[i] for i, t in enumerate(texts)}
-
-    def embed(self, texts: list[str]) -> Any:
-        missing = [t for t in texts if t not in self.by_text]
-        if missing:
-            self.by_text.update(zip(missing, self.model.embed(missing), strict=True))
-        return np.stack([self.by_text[t] for t in texts])
 
 
 def corpus(folder: Path) -> list[tuple[str, str]]:
@@ -68,7 +43,7 @@ def corpus(folder: Path) -> list[tuple[str, str]]:
     return out
 
 
-def build(path: Path, docs: list[tuple[str, str]], rows: int, embedder: Cached) -> None:
+def build(path: Path, docs: list[tuple[str, str]], rows: int, embedder: Precomputed) -> None:
     with mnemex.open(path, embedder=embedder, embed_windows=False) as store:
         copy = 0
         while copy * len(docs) < rows:
@@ -98,7 +73,7 @@ def timed(source: Any, target: Any) -> tuple[float, float, bool]:
 MODES = ("lexical", "vector", "hybrid")
 
 
-def same_hits(a: Any, b: Any, queries: list[str], embedder: Cached) -> dict[str, float]:
+def same_hits(a: Any, b: Any, queries: list[str], embedder: Precomputed) -> dict[str, float]:
     """Per mode, the share of searches (each query in the first and the last namespace)
     whose top 10 (ids, in order) are the same on both stores."""
     same = dict.fromkeys(MODES, 0)
@@ -115,22 +90,24 @@ def same_hits(a: Any, b: Any, queries: list[str], embedder: Cached) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--rows", type=int, default=0, help="0: the corpus once")
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--rows", type=int, default=0, help="0: the corpus once")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     docs = corpus(folder)
     rows = args.rows or len(docs)
     docs = docs[:rows]
     vectors, _ = real_embeddings([t for _, t in docs], "scifact-corpus")
-    embedder = Cached([t for _, t in docs], vectors)
+    # The local model's vectors of the texts as the store cleans them; the queries by the model.
+    table = {clean_content(t, 10**7): vectors[i] for i, (_, t) in enumerate(docs)}
+    embedder = Precomputed(LocalEmbedder().model_id, table)
     with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
         queries = [json.loads(line)["text"] for line in f]
-    root = Path(tempfile.mkdtemp(prefix="mnemex-bench-migrate-"))
-    server = start_server(root / "pg", delete=True)
-    try:
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-bench-migrate-") as tmp,
+        pg_server(Path(tmp) / "pg") as server,
+    ):
+        root = Path(tmp)
         began = time.perf_counter()
         build(root / "a.db", docs, rows, embedder)
         print(f"built {rows:,} rows in {time.perf_counter() - began:.1f} s", file=sys.stderr)
@@ -142,9 +119,6 @@ def main() -> None:
         }
         round_trip = migration.compare(root / "a.db", root / "c.db").identical
         hits = same_hits(root / "a.db", url, queries[:QUERIES], embedder)
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
     report(results, rows, round_trip, hits, args.no_write)
 
 
@@ -180,11 +154,7 @@ def report(
         + ", ".join(f"{mode} {share:.0%}" for mode, share in hits.items())
         + " of the searches.",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not no_write:
-        write_section("bench_migrate", text)
-        print("wrote benchmarks/RESULTS.md")
+    publish("bench_migrate", "\n".join(lines), no_write)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,22 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+from common import (
+    _SENTENCE,
+    CACHE,
+    ROOT,
+    Precomputed,
+    build_sqlite,
+    data_dir,
+    machine,
+    memories,
+    parser,
+    percentiles,
+    publish,
+    query_vectors,
+    real_embeddings,
+)
+
 LIMIT, WARM = 10, 20
 SYSTEMS = {  # name: the venv that runs it
     "mnemex hybrid": ".venv",
@@ -91,20 +104,12 @@ def run_mnemex(work: Path, texts, vectors, rows, mode: str | None):  # type: ign
     import unicodedata
 
     import mnemex
-    from common import Precomputed, build_sqlite
-
-    class Table(Precomputed):  # a query mnemex corrects is embedded as corrected: the model's
-        def embed(self, batch: list[str]):  # type: ignore[no-untyped-def]
-            if missing := [t for t in batch if t not in self.table]:
-                from mnemex.embed.local import LocalEmbedder
-
-                self.table.update(zip(missing, LocalEmbedder().embed(missing), strict=True))
-            return super().embed(batch)
 
     meta = json.loads((work / "meta.json").read_text(encoding="utf-8"))
     db = work / "mnemex.db"
     built(work, "mnemex", lambda: build_sqlite(db, texts, vectors, meta["model_id"]))
-    embedder = Table(meta["model_id"], rows) if mode is None else None
+    # A query mnemex corrects is embedded as corrected, by the model (Precomputed).
+    embedder = Precomputed(meta["model_id"], rows) if mode is None else None
     if embedder is not None:  # the corrected queries' vectors, before any timing, by another store
         with mnemex.open(db, embedder=embedder) as store:
             for q in json.loads((work / "queries.json").read_text(encoding="utf-8")):
@@ -268,8 +273,6 @@ def corpus(
     (warm-up, then test) and the relevant doc ids of each test claim."""
     import gzip
 
-    from common import _SENTENCE, memories
-
     scifact = folder / "beir" / "scifact"
     with gzip.open(scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
         docs = [json.loads(line) for line in f]
@@ -326,8 +329,6 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     import numpy as np
 
-    from common import CACHE, data_dir, query_vectors, real_embeddings
-
     texts, doc_of, asked, relevant = corpus(data_dir(args.data), args.size)
     vectors, _ = real_embeddings(texts, "peers")
     model_id, table, embed_ms = query_vectors([q for _, q in asked])
@@ -343,13 +344,11 @@ def prepare(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--data", help="folder with beir/scifact and locomo (see common.py)")
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--size", type=int, default=100_000)
+    arguments.add_argument("--systems", default=",".join(SYSTEMS))
+    arguments.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    args = arguments.parse_args()
     if args.serve:
         return serve(args.serve[0], Path(args.serve[1]))
     work, asked, labels, embed_ms = prepare(args)
@@ -383,8 +382,6 @@ def main() -> None:
 
 
 def report(args, samples, ranked, labels, notes, loads, embed_ms) -> None:  # type: ignore[no-untyped-def]
-    from common import machine, percentiles, write_section
-
     base = {n: percentiles(s) for n, s in samples.items()}
     lines = [
         f"## Beside the peers, {args.size:,} memories (`benchmarks/bench_peers.py`)",
@@ -415,10 +412,7 @@ def report(args, samples, ranked, labels, notes, loads, embed_ms) -> None:  # ty
             f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {ratio:.1f}× | {got['R@10']:.3f} | "
             f"{got['nDCG@10']:.3f} | {notes[name]} |"
         )
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section(f"bench_peers_{args.size}", body)
+    publish(f"bench_peers_{args.size}", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":

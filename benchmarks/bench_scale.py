@@ -1,53 +1,32 @@
 """Both engines at scale, side by side: build time, disk used, lexical and hybrid latency.
 
     python benchmarks/bench_scale.py [--data DIR] [--sizes 100000,1000000]
-        [--postgres-sizes 100000] [--queries 300] [--sanity] [--add] [--no-write]
+        [--postgres-sizes 100000] [--queries 300] [--add] [--no-write]
 
-The numbers in RESULTS.md: ``--sizes 100000 --postgres-sizes 100000 --sanity``,
-then ``--sizes 1000000 --postgres-sizes 1000000 --add`` (``--add`` keeps the
-sizes of the previous run, saved under benchmarks/.cache, and replaces these).
+The numbers in RESULTS.md: ``--sizes 100000 --postgres-sizes 100000``, then
+``--sizes 1000000 --postgres-sizes 1000000 --add`` (``--add`` keeps the sizes of the
+previous run, saved under benchmarks/.cache, and replaces these). The memories and vectors
+are ``bench_hybrid.py``'s (``common.scale_corpus``). For each size, in one run:
 
-The memories and vectors are ``bench_hybrid.py``'s (``common.scale_corpus``):
-at 100k the local model's real vectors of the texts (cached under
-benchmarks/.cache), at 1M the 100k repeated with noise. For each size, in one
-run:
+- SQLite: ``add_many`` (FTS5 included), the vectors written as the store writes them, the
+  vector snapshot loaded, the HNSW index (faiss) built by ``update_ann``;
+- PostgreSQL 16 + pgvector (``pgserver``, Unix socket, default settings): ``add_many``
+  (the engine's write path), the vectors through ``insert_vectors`` with the model's HNSW
+  index dropped meanwhile, the index built again from its own definition, the last
+  ``LIVE`` vectors written through the live index, then ``VACUUM ANALYZE``.
 
-- SQLite: the memories through ``add_many`` (FTS5 included), their vectors
-  written as the store writes them, the vector snapshot loaded (and written
-  beside the store), and the HNSW index (faiss) built by ``update_ann``;
-- PostgreSQL 16 + pgvector (a local server from ``pgserver``, Unix socket,
-  its default settings): the same memories through ``add_many`` (the
-  engine's write path: client-side FTS5 terms, BM25 statistics kept by the
-  triggers), their vectors through ``insert_vectors`` with the model's HNSW
-  index dropped meanwhile, the index then built again from its own
-  definition, the last ``LIVE`` vectors written through the live index (as
-  ``store.embed`` writes them into a grown store), then ``VACUUM ANALYZE``.
-
-Disk: the SQLite files (database, WAL, vector snapshot, HNSW file); PostgreSQL's
-``pg_database_size`` with its largest relations. Then the same queries (SciFact
-claims and LoCoMo questions of 5-10 words) run on every store, one query on
-each store in turn, with the same settings (the defaults; limit 10 with
-snippets, and hybrid also at the default limit of 6), **the query embedding
-excluded**: the queries are embedded first, and the store's embedder answers
-from that table, as in ``bench_hybrid.py``. SQLite runs twice: exact vectors
-(its default below ``ann_threshold``, 300,000) and through the HNSW index;
-the recall@10 of the HNSW store against the exact one (vector and hybrid) is
-reported beside. The queries a search corrects (spelling) are embedded once,
-before any timing. The 1-minute load average is recorded with each figure: the
-machine is shared.
-
-``--sanity`` (SQLite at the first size) times what a hybrid search costs
-with parts of the pipeline turned off or on (relations, the thread stage, the
-relevance floor, explain, the query embedding included), to compare with
-``bench_hybrid.py``'s figures.
+Then disk (SQLite's files; ``pg_database_size`` and the largest relations), and the same
+queries on every store, one query on each store in turn, default settings, **the query
+embedding excluded** (the store's embedder answers from a table of the queries' vectors,
+as in ``bench_hybrid.py``); SQLite exact and through HNSW, with the HNSW recall@10. The
+1-minute load average is recorded with each figure.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -55,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
@@ -66,12 +44,15 @@ from common import (
     add_texts,
     build_sqlite,
     data_dir,
+    fresh_database,
     machine,
+    parser,
     percentiles,
+    pg_server,
+    publish,
     queries,
     query_vectors,
     scale_corpus,
-    write_section,
 )
 from mnemex.engine.sqlite import ann
 
@@ -286,108 +267,48 @@ def open_stores(size: int, sqlite_path: Path, pg_url: str | None, embedder: Prec
     return stores
 
 
-def sanity(path: Path, qs: list[str], model_id: str, table: dict) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
-    """SQLite hybrid at limit 10 with parts of the pipeline off or on: what each costs
-    (a store per variant, the variants interleaved query by query)."""
-    from mnemex.embed.local import LocalEmbedder
-
-    real = LocalEmbedder()
-    real.load()
-    fake = Precomputed(model_id, table)
-    variants: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-        ("as in the table (every default)", {}, {}),
-        ("no relations (search_relations 0)", {}, {"relations": 0}),
-        ("no thread stage (thread_context 0)", {"thread_context": 0}, {}),
-        ("no relevance floor", {"relevance_floor": False}, {}),
-        ("all three off", {"thread_context": 0, "relevance_floor": False}, {"relations": 0}),
-        ("explain=True", {}, {"explain": True}),
-        ("query embedding included (the local model)", {"embedder": real}, {}),
-    ]
-    stores = []
-    runs = {}
-    try:
-        for name, settings, call in variants:
-            store = mnemex.open(path, **{"embedder": fake, "ann": "off", **settings})
-            stores.append(store)
-            store.session.vectors(384).refresh()
-            runs[name] = searcher(store, "hybrid", LIMIT, **call)
-        out = list(interleaved(runs, qs).items())
-    finally:
-        for store in stores:
-            store.close()
-    out.append(
-        ("a new store object: open + first search (median of 5)", cold_first(path, qs, fake))
-    )
-    return out
-
-
-def cold_first(path: Path, qs: list[str], embedder: Precomputed) -> dict[str, Any]:
-    before = load()
-    samples = []
-    for q in qs[:5]:
-        began = time.perf_counter()
-        with mnemex.open(path, embedder=embedder, ann="off") as store:
-            store.search(q, LIMIT, mode="hybrid")
-        samples.append((time.perf_counter() - began) * 1000)
-    return {**percentiles(samples), "load": (before, load())}
-
-
 # -- the run -----------------------------------------------------------------------------
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--sizes", default="100000")
-    parser.add_argument("--postgres-sizes", default="100000", help="'' for none")
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--sanity", action="store_true")
-    parser.add_argument(
-        "--add", action="store_true", help="keep the sizes of the previous run, replace these"
-    )
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--sizes", default="100000")
+    arguments.add_argument("--postgres-sizes", default="100000", help="'' for none")
+    arguments.add_argument("--queries", type=int, default=300)
+    arguments.add_argument("--add", action="store_true", help="keep the previous run's other sizes")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     sizes = [int(s) for s in args.sizes.split(",")]
     pg_sizes = {int(s) for s in args.postgres_sizes.split(",") if s}
     texts, vectors, _ = scale_corpus(folder, max(sizes))
     qs = queries(folder)[: args.queries]
     model_id, table, embed_ms = query_vectors(qs)
-    results: dict[str, Any] = {"builds": [], "latency": {}, "sanity": [], "embed_ms": embed_ms}
+    results: dict[str, Any] = {"builds": [], "latency": {}, "embed_ms": embed_ms}
     results["queries"] = len(qs)
     engines = "SQLite" + (f", PostgreSQL at {fmt(sorted(pg_sizes))}" if pg_sizes else "")
     results["runs"] = [
         f"{fmt(sizes)} memories ({engines}): {machine()}; 1-minute load average at the "
         f"start {load():.1f}"
     ]
-    root = Path(tempfile.mkdtemp(prefix="mnemex-scale-"))
-    server = None
-    try:
-        if pg_sizes:
-            from mnemex.engine.postgres import connect, start_server
+    with (
+        tempfile.TemporaryDirectory(prefix="mnemex-scale-") as tmp,
+        pg_server(Path(tmp) / "pg") if pg_sizes else contextlib.nullcontext() as server,
+    ):
+        root = Path(tmp)
+        if server is not None:
+            from mnemex.engine.postgres import connect
 
-            server = start_server(root / "pg", delete=True)
             with connect(server.url) as admin:
                 results["server"] = pg_server_info(admin)
         for size in sizes:
             run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, results)
-            if args.sanity and size == sizes[0]:
-                results["sanity"] = sanity(root / f"scale-{size}.db", qs, model_id, table)
             for leftover in root.glob(f"scale-{size}.db*"):
                 leftover.unlink()
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(root, ignore_errors=True)
     if args.add and SAVED.exists():
         results = merged(json.loads(SAVED.read_text(encoding="utf-8")), results)
     SAVED.parent.mkdir(parents=True, exist_ok=True)
     SAVED.write_text(json.dumps(results, default=float), encoding="utf-8")
-    text = report(results)
-    print(text)
-    if not args.no_write:
-        write_section("bench_scale", text)
-        print("wrote benchmarks/RESULTS.md")
+    publish("bench_scale", report(results), args.no_write)
 
 
 def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, results) -> None:  # type: ignore[no-untyped-def]
@@ -402,9 +323,7 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
     results["builds"].append(built)
     url = None
     if server is not None and size in pg_sizes:
-        with connect(server.url) as admin:
-            admin.execute(f"CREATE DATABASE scale_{size}".encode())
-        url = server.url_for(f"scale_{size}")
+        url = fresh_database(server.url, f"scale_{size}")
         built = pg_build(url, texts[:size], vectors[:size], model_id)
         print(json.dumps(built, default=float), flush=True)
         results["builds"].append(built)
@@ -432,7 +351,6 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     out["latency"] = dict(
         sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
     )
-    out["sanity"] = now["sanity"] or before["sanity"]
     out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
     out["runs"] = before["runs"] + now["runs"]
     return out
@@ -543,19 +461,6 @@ def report(results: dict[str, Any]) -> str:
                 f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
                 for size, r in sorted(recall.items(), key=lambda kv: int(kv[0]))
                 if r
-            ),
-        ]
-    if results["sanity"]:
-        lines += [
-            "",
-            f"SQLite at {sizes[0]:,}, exact vectors, hybrid at limit 10: what parts of the "
-            "pipeline cost (a store per variant, the variants interleaved query by query):",
-            "",
-            "| variant | p50 / p95 ms | load (1-min) |",
-            "| --- | ---: | ---: |",
-            *(
-                f"| {name} | {cell(v)} | {v['load'][0]:.1f}-{v['load'][1]:.1f} |"
-                for name, v in results["sanity"]
             ),
         ]
     return "\n".join(lines)

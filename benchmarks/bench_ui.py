@@ -24,9 +24,7 @@ downloaded one). Measured:
 
 from __future__ import annotations
 
-import argparse
 import http.client
-import json
 import os
 import re
 import shutil
@@ -37,28 +35,31 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 from urllib.parse import quote, quote_plus, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
 from common import (
-    ROOT,
+    child_env,
     data_dir,
     machine,
     memories,
+    parser,
     percentiles,
+    publish,
     queries,
     real_embeddings,
-    write_section,
+    store_vectors,
 )
 
 KINDS = ("observation", "decision", "fact", "answer", "prompt")
 NAMESPACES = ("/home/dev/code/ledgerly", "/home/dev/code/billing", "research")
 START = datetime(2025, 12, 1, tzinfo=UTC)
 BATCH = 5_000
+VIEWPORT = {"width": 1280, "height": 900}
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -118,47 +119,17 @@ def build(path: Path, texts: list[str], hybrid: bool) -> None:
                     namespace=namespace,
                     embed=False,
                 )
-        if hybrid:
-            attach_vectors(store, texts)
+        if hybrid:  # memory m<i> holds texts[i]
+            from mnemex.embed.local import LocalEmbedder
 
-
-def attach_vectors(store: Any, texts: list[str]) -> None:
-    """The local model's vectors of ``texts`` (cached), stored for the memories holding
-    them (memory ``m<i>`` holds ``texts[i]``), and the store's record of its embedder."""
-    from mnemex.embed import describe
-    from mnemex.embed.local import LocalEmbedder
-
-    vectors, _ = real_embeddings(texts, "bench")
-    model = LocalEmbedder()
-    conn = store.session.conn
-    rows = conn.execute("SELECT seq, id, content_hash FROM memories").fetchall()
-    conn.execute("BEGIN IMMEDIATE")
-    conn.executemany(
-        "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-        [
-            (seq, model.model_id, digest, vectors[int(ident[1:])].tobytes())
-            for seq, ident, digest in rows
-        ],
-    )
-    record = json.dumps(describe(model), sort_keys=True)
-    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)", (record,))
-    conn.execute("COMMIT")
+            vectors, model_id = real_embeddings(texts, "bench")[0], LocalEmbedder().model_id
+            store_vectors(store, vectors, model_id, True, lambda ident: int(ident[1:]))
 
 
 def start_server(db: Path, home: Path, embedder: str) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")},
-        "PYTHONPATH": str(ROOT / "src"),
-        "MNEMEX_HOME": str(home),
-        "MNEMEX_EMBEDDER": embedder,
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mnemex", "--db", str(db), "ui", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
+    env = child_env(MNEMEX_HOME=str(home), MNEMEX_EMBEDDER=embedder)
+    command = [sys.executable, "-m", "mnemex", "--db", str(db), "ui", "--port", "0"]
+    server = subprocess.Popen(command, stdout=PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     assert server.stdout is not None
     url = server.stdout.readline().strip()
     if not url.startswith("http://"):
@@ -191,11 +162,11 @@ def first_paints(browser: Any, origin: str, paths: list[str], runs: int, warm: b
     the stylesheet and htmx fetched too), or in one that has opened the inspector once
     (warm: they come from the browser's cache, as on every later visit)."""
     samples = []
-    kept = browser.new_context(viewport={"width": 1280, "height": 900}) if warm else None
+    kept = browser.new_context(viewport=VIEWPORT) if warm else None
     if kept is not None:
         kept.new_page().goto(origin + "/")
     for i in range(runs):
-        context = kept or browser.new_context(viewport={"width": 1280, "height": 900})
+        context = kept or browser.new_context(viewport=VIEWPORT)
         page = context.new_page()
         page.goto(origin + paths[i % len(paths)])
         page.wait_for_function(
@@ -215,7 +186,7 @@ def first_paints(browser: Any, origin: str, paths: list[str], runs: int, warm: b
 def typed_searches(browser: Any, origin: str, texts: list[str]) -> tuple[list[float], list[float]]:
     """(ms from the last keystroke to the whole query's results on the page, the server's
     ms for that request) for each query typed."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.goto(origin + "/")
     page.evaluate(WATCH)
@@ -272,16 +243,12 @@ def log_prompts(db: Path, count: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--mode", choices=("lexical", "hybrid"), default="lexical")
-    parser.add_argument("--queries", type=int, default=30)
-    parser.add_argument("--paints", type=int, default=20)
-    parser.add_argument("--data")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--size", type=int, default=100_000)
+    arguments.add_argument("--mode", choices=("lexical", "hybrid"), default="lexical")
+    arguments.add_argument("--queries", type=int, default=30)
+    arguments.add_argument("--paints", type=int, default=20)
+    args = arguments.parse_args()
     chromium = shutil.which("chromium")
     if chromium is None:
         sys.exit("needs Chromium from the system's packages: apt-get install -y chromium")
@@ -394,11 +361,7 @@ def report(results: dict[str, Any], args: Any) -> None:
         + ", ".join(f"{name} {statistics.median(v):.1f} ms" for name, v in others.items())
         + ".",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(f"bench_ui_{args.mode}", text)
-        print("wrote benchmarks/RESULTS.md", file=sys.stderr)
+    publish(f"bench_ui_{args.mode}", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":

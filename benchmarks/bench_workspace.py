@@ -39,11 +39,10 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from common import ROOT, machine, write_section
+from common import SRC, machine, parser, publish
 from mnemex.ingest.workspace import freshen
 from mnemex.results import SyncReport
 from mnemex.store import Store
@@ -53,7 +52,6 @@ VOCABULARY = 20_000
 REPEATS = 30
 WATCH_SAVES = 10
 DAY_NS = 86_400 * 1_000_000_000
-SRC = ROOT / "src"
 LOAD = os.getloadavg()[0]
 
 
@@ -243,7 +241,7 @@ def save_to_searchable(db: Path, root: Path, watch: bool) -> list[float]:
     watcher = None
     if watch:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "mnemex", "--db", str(db), "watch", str(root)],
+            [sys.executable, "-m", "mnemex", "--db", str(db), "-n", "default", "watch", str(root)],
             stderr=subprocess.PIPE,
             text=True,
             env=env,
@@ -275,66 +273,35 @@ def save_to_searchable(db: Path, root: Path, watch: bool) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--megabytes", type=float, default=20.0)
-    parser.add_argument(
+    arguments = parser(__doc__)
+    arguments.add_argument("--files", type=int, default=2000)
+    arguments.add_argument("--megabytes", type=float, default=20.0)
+    arguments.add_argument(
         "--model-files",
         type=int,
         default=0,
         help="sync only this many files with the local model and extrapolate (0: all)",
     )
-    parser.add_argument("--no-model", action="store_true", help="skip the local model")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    args = parser.parse_args()
+    arguments.add_argument("--no-model", action="store_true", help="skip the local model")
+    args = arguments.parse_args()
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-ws-") as tmp:
-        folder = Path(tmp)
+        folder, db = Path(tmp), Path(tmp) / "lexical.db"
         root = folder / "workspace"
         started = time.perf_counter()
         made = generate(root, args.files, int(args.megabytes * 1_000_000))
-        print(
-            f"generated {made['files']:,} files, {made['bytes'] / 1e6:.1f} MB "
-            f"in {time.perf_counter() - started:.1f} s",
-            flush=True,
-        )
-        lexical = first_sync(root, folder / "lexical.db", "none")
-        report = lexical["report"]
-        print(
-            f"first sync, lexical only: {lexical['seconds']:.2f} s, {report.files:,} files, "
-            f"{report.chunks:,} chunks ({made['bytes'] / 1e6 / lexical['seconds']:.1f} MB/s)",
-            flush=True,
-        )
-        store = mnemex.open(folder / "lexical.db", embedder=None)
-        paths = sorted(root.rglob("*.md"))
-        again = resyncs(store, root, paths, Writer(SEED + 2))
-        store.close()
-        print(
-            f"re-sync p50, lexical only: touched one file {again['touch']:.1f} ms, edited one "
-            f"{again['edit']:.1f} ms, nothing changed {again['idle']:.1f} ms",
-            flush=True,
-        )
-        fresh = freshness_cost(folder / "lexical.db", root)
-        print(
-            f"search p50 on an unchanged workspace: {fresh['on']:.2f} ms with the freshness "
-            f"check, {fresh['off']:.2f} ms without; the check alone {fresh['check']:.2f} ms",
-            flush=True,
-        )
-        watched = save_to_searchable(folder / "lexical.db", root, watch=True)
-        direct = save_to_searchable(folder / "lexical.db", root, watch=False)
-        print(
-            f"save to searchable, p50: {statistics.median(watched):.2f} s under `mnemex watch` "
-            f"(debounce 1.5 s), {statistics.median(direct) * 1000:.0f} ms through a search's "
-            "own freshness check",
-            flush=True,
-        )
+        took = time.perf_counter() - started
+        print(f"generated {made['files']:,} files, {made['bytes'] / 1e6:.1f} MB in {took:.1f} s")
+        lexical = first_sync(root, db, "none")
+        with mnemex.open(db, embedder=None) as store:
+            again = resyncs(store, root, sorted(root.rglob("*.md")), Writer(SEED + 2))
+        fresh = freshness_cost(db, root)
+        watched = save_to_searchable(db, root, watch=True)
+        direct = save_to_searchable(db, root, watch=False)
         model = None
         if not args.no_model:
-            model = run_model(folder, root, args.model_files, report.chunks)
+            model = run_model(folder, root, args.model_files, lexical["report"].chunks)
         lines = section(made, lexical, again, fresh, watched, direct, model, args)
-        print("\n".join(lines))
-        if not args.no_write:
-            write_section("bench_workspace", "\n".join(lines))
-            print("wrote benchmarks/RESULTS.md")
+    publish("bench_workspace", "\n".join(lines), args.no_write)
 
 
 def run_model(folder: Path, root: Path, files: int, total_chunks: int) -> dict[str, Any]:

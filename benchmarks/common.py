@@ -7,8 +7,10 @@ The benchmark data (BEIR SciFact, LoCoMo) is not shipped: point ``--data`` (or
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import platform
@@ -17,10 +19,14 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 HISTORY = "\n# History\n"  # what RESULTS.md holds after its current numbers
 DEFAULT_DATA = Path(os.environ.get("MNEMEX_BENCH_DATA", ROOT.parent / "shared" / "data"))
@@ -156,6 +162,70 @@ def write_section(name: str, body: str, target: Path = RESULTS) -> None:
     target.write_text(text, encoding="utf-8")
 
 
+def publish(name: str, body: str, no_write: bool, target: Path = RESULTS) -> None:
+    """Print ``body`` and, unless ``no_write``, make it the section ``name`` of ``target``."""
+    print(body)
+    if not no_write:
+        write_section(name, body, target)
+        print(f"wrote {target.relative_to(ROOT)}", file=sys.stderr)
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A script's arguments: the first paragraph of its ``doc``, ``--data`` and ``--no-write``."""
+    out = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    out.add_argument("--data", help="benchmark data folder (see common.py)")
+    out.add_argument("--no-write", action="store_true", help="print, do not update the results")
+    return out
+
+
+def child_env(src: Path = SRC, **variables: str) -> dict[str, str]:
+    """This process's environment without its ``MNEMEX_*`` settings, running the mnemex of
+    ``src``, with ``variables`` set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")}
+    return {**env, "PYTHONPATH": str(src), **variables}
+
+
+def checkout(ref: str, folder: Path) -> Path:
+    """The ``src`` folder of commit ``ref``, extracted into ``folder``."""
+    folder.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder / "src"
+
+
+def short_ref(ref: str) -> str:
+    """``ref`` as the section names it: its short commit, and the name given when another."""
+    short = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True
+    ).stdout.strip()
+    return f"`{short}`" + (f" (`{ref}`)" if ref != short else "")
+
+
+@contextlib.contextmanager
+def pg_server(folder: Path) -> Iterator[Any]:
+    """A throwaway local PostgreSQL 16 + pgvector (``pgserver``), stopped on the way out."""
+    from mnemex.engine.postgres import start_server
+
+    server = start_server(folder, delete=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def fresh_database(url: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``url``, created empty."""
+    from mnemex.engine.postgres import connect
+
+    with connect(url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+        admin.execute(f'CREATE DATABASE "{name}"'.encode())
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
+
+
 CACHE = ROOT / "benchmarks" / ".cache"
 
 
@@ -165,8 +235,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     Returns the float32 matrix and the model's throughput (texts/s) measured
     when it was computed.
     """
-    import hashlib
-
     import numpy as np
 
     from mnemex.embed import embed_checked
@@ -181,8 +249,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
     embedder = LocalEmbedder()
     embedder.load()
     out = np.empty((len(texts), embedder.dim), dtype=np.float32)
-    import time
-
     started = time.perf_counter()
     step = 2048
     for start in range(0, len(texts), step):
@@ -198,8 +264,6 @@ def real_embeddings(texts: list[str], name: str) -> tuple[object, float]:
 
 def timed(fn, items) -> list[float]:  # type: ignore[no-untyped-def]
     """Milliseconds of ``fn(item)`` for each item."""
-    import time
-
     samples = []
     for item in items:
         started = time.perf_counter()
@@ -218,7 +282,7 @@ class Precomputed:
         self.model_id = model_id
         self.dim = 384
         self.table = table
-        self.missed = 0  # texts the local model embedded
+        self.model: Any = None  # the local model, loaded for the first text missing
 
     def embed(self, texts: list[str]) -> object:
         import numpy as np
@@ -228,9 +292,8 @@ class Precomputed:
             from mnemex.embed import embed_checked
             from mnemex.embed.local import LocalEmbedder
 
-            model = LocalEmbedder()
-            self.table.update(zip(missing, embed_checked(model, missing), strict=True))
-            self.missed += len(missing)
+            self.model = self.model or LocalEmbedder()
+            self.table.update(zip(missing, embed_checked(self.model, missing), strict=True))
         return np.vstack([self.table[t] for t in texts])
 
 
@@ -277,38 +340,59 @@ def query_vectors(qs: list[str]) -> tuple[str, dict[str, object], dict[str, floa
 BUILD_BATCH = 20_000
 
 
-def add_texts(store, texts: list[str]) -> None:  # type: ignore[no-untyped-def]
-    """``texts`` as memories tagged ``bench``, through add_many in batches, not embedded."""
+def add_texts(store, texts: list[str], **fields: Any) -> None:  # type: ignore[no-untyped-def]
+    """``texts`` as memories tagged ``bench`` (or with ``fields``), through add_many in
+    batches, not embedded."""
+    fields = {"tags": ["bench"], **fields}
     for start in range(0, len(texts), BUILD_BATCH):
         store.add_many(
-            [{"content": t, "tags": ["bench"]} for t in texts[start : start + BUILD_BATCH]],
-            embed=False,
+            [{"content": t, **fields} for t in texts[start : start + BUILD_BATCH]], embed=False
         )
 
 
-def build_sqlite(path: Path, texts: list[str], vectors, model_id: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def store_vectors(store, vectors, model_id: str, record: bool = False, position=None) -> None:  # type: ignore[no-untyped-def]
+    """``vectors`` written as the store writes them: the k-th memory (by ``seq``) gets
+    ``vectors[k]``, or ``vectors[position(id)]``; with ``record``, the store's record of
+    the local model as its embedder (as ``mnemex embed`` leaves it)."""
+    conn = store.session.conn
+    rows = conn.execute("SELECT seq, id, content_hash FROM memories ORDER BY seq").fetchall()
+    for start in range(0, len(rows), BUILD_BATCH):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
+            [
+                (seq, model_id, digest, vectors[position(ident) if position else k].tobytes())
+                for k, (seq, ident, digest) in enumerate(rows[start : start + BUILD_BATCH], start)
+            ],
+        )
+        conn.execute("COMMIT")
+    if record:
+        from mnemex.embed import describe
+        from mnemex.embed.local import LocalEmbedder
+
+        described = json.dumps(describe(LocalEmbedder()), sort_keys=True)
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedder', ?)", (described,)
+        )
+
+
+def build_sqlite(
+    path: Path,
+    texts: list[str],
+    vectors,
+    model_id: str,
+    record: bool = False,
+    namespace: str | None = None,
+    **fields: Any,
+) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """A SQLite store of ``texts`` through add_many (FTS5 included), then their vectors
     written as the store writes them; seconds of each step (``rows_s``, ``vectors_s``)."""
-    import time
-
     import mnemex
 
     started = time.perf_counter()
-    with mnemex.open(path, embedder=None) as store:
-        add_texts(store, texts)
+    with mnemex.open(path, embedder=None, namespace=namespace) as store:
+        add_texts(store, texts, **fields)
         rows_s = time.perf_counter() - started
         started = time.perf_counter()
-        conn = store.session.conn
-        seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
-        hashes = [r[0] for r in conn.execute("SELECT content_hash FROM memories ORDER BY seq")]
-        for start in range(0, len(seqs), BUILD_BATCH):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-                [
-                    (seqs[i], model_id, hashes[i], vectors[i].tobytes())
-                    for i in range(start, min(start + BUILD_BATCH, len(seqs)))
-                ],
-            )
-            conn.execute("COMMIT")
+        store_vectors(store, vectors, model_id, record)
     return {"rows_s": rows_s, "vectors_s": time.perf_counter() - started}

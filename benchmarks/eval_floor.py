@@ -19,17 +19,15 @@ and writes the "relevance floor" section of benchmarks/RESULTS.md:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import data_dir, machine, write_section
+from common import data_dir, machine, parser, publish
 from mnemex.eval.beir import run_beir
 from mnemex.eval.embed_cache import default_cache_dir
 from mnemex.eval.locomo import run_locomo
@@ -39,6 +37,11 @@ from mnemex.search.floor import FLOOR_VERSION
 
 LAYOUTS = ("turn", "session", "workspace")
 VARIANTS = ((None, False, "as written"), ("lower", False, "lower-cased"), (None, True, "names"))
+
+
+def spec(cache: Path, mode: str = "hybrid") -> Spec:
+    """The run's settings: ``mode`` with the local model, through the embedding cache."""
+    return Spec(mode=mode, embedder="local", embed_cache=cache)
 
 
 def pct(value: float) -> str:
@@ -52,23 +55,18 @@ def locomo_rows(
     for layout in LAYOUTS:
         arms = {
             mode: run_locomo(
-                file,
-                granularity=layout,
-                spec=Spec(mode=mode, embedder="local", embed_cache=cache),
-                foreign=False,
-                progress=False,
+                file, granularity=layout, spec=spec(cache, mode), foreign=False, progress=False
             )["metrics"]["R@10"]
             for mode in ("lexical", "vector")
         }
         for case, names, label in VARIANTS[:1] if quick else VARIANTS:
-            spec = Spec(mode="hybrid", embedder="local", embed_cache=cache)
             asked = others if layout == "turn" and case is None and not names else []
             report = run_locomo(
                 file,
                 granularity=layout,
                 case=case,
                 names=names,
-                spec=spec,
+                spec=spec(cache),
                 progress=False,
                 others=asked,
             )
@@ -91,13 +89,10 @@ def beir_rows(folder: Path, cache: Path) -> tuple[list[str], dict[str, Any]]:
     locomo = folder / "locomo" / "locomo10-dev.json"
     for name, path in sets.items():
         others = [p for n, p in sets.items() if n != name] + [locomo]
-        spec = Spec(mode="hybrid", embedder="local", embed_cache=cache)
-        report = run_beir(path, spec=spec, others=others, progress=False)
+        report = run_beir(path, spec=spec(cache), others=others, progress=False)
         arms = {
-            mode: run_beir(path, spec=Spec(mode=mode, embedder="local", embed_cache=cache))[
-                "metrics"
-            ]["nDCG@10"]
-            for mode in ("lexical", "vector")
+            m: run_beir(path, spec=spec(cache, m))["metrics"]["nDCG@10"]
+            for m in ("lexical", "vector")
         }
         raw[name] = report
         foreign = "; ".join(
@@ -112,7 +107,7 @@ def beir_rows(folder: Path, cache: Path) -> tuple[list[str], dict[str, Any]]:
 
 
 def paraphrase_row(cache: Path) -> tuple[str, dict[str, Any]]:
-    report = run_paraphrase(spec=Spec(mode="hybrid", embedder="local", embed_cache=cache))
+    report = run_paraphrase(spec=spec(cache))
     on, off = report["metrics"], report["metrics_without_floor"]
     row = (
         f"| {on['found@3']:.4f} / {off['found@3']:.4f} | {pct(on['kept'])} | "
@@ -123,13 +118,11 @@ def paraphrase_row(cache: Path) -> tuple[str, dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data")
-    parser.add_argument("--cache", type=Path, default=default_cache_dir())
-    parser.add_argument("--quick", action="store_true", help="only the questions as written")
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--json", type=Path, help="also write every report to this file")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--cache", type=Path, default=default_cache_dir())
+    arguments.add_argument("--quick", action="store_true", help="only the questions as written")
+    arguments.add_argument("--json", type=Path, help="also write every report to this file")
+    args = arguments.parse_args()
     folder = data_dir(args.data)
     started = time.perf_counter()
     para, para_raw = paraphrase_row(args.cache)
@@ -183,9 +176,7 @@ def main() -> None:
             json.dumps({"paraphrase": para_raw, "locomo": loc_raw, "beir": beir_raw}, indent=1),
             encoding="utf-8",
         )
-    if not args.no_write:
-        write_section("relevance-floor", body)
-    print(body)
+    publish("relevance-floor", body, args.no_write)
 
 
 if __name__ == "__main__":

@@ -22,15 +22,15 @@ vectors; the numbers should agree within 0.01 (section pg-quality).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import CACHE, ROOT, data_dir, machine, write_section
+from common import CACHE, ROOT, data_dir, fresh_database, machine, parser, pg_server, publish
 from mnemex.config import DEFAULT_FUSION, TEXT_WEIGHT, VECTOR_WEIGHT
 from mnemex.eval.beir import run_beir
 from mnemex.eval.embed_cache import default_cache_dir
@@ -70,26 +70,13 @@ def run_engine(data: Path, dataset: str, mode: str, db: Any) -> dict[str, Any]:
     return run_beir(data / "beir" / "scifact", spec=spec, db=db, progress=False)
 
 
-def fresh_database(url: str, name: str) -> str:
-    from mnemex.engine.postgres import connect
-
-    with connect(url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
-        admin.execute(f'CREATE DATABASE "{name}"'.encode())
-    base, _, query = url.partition("?")
-    return base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
-
-
 def engines(args: argparse.Namespace) -> None:
     """Lexical and hybrid on SQLite and on PostgreSQL, the same settings (section pg-quality)."""
-    from mnemex.engine.postgres import start_server
-
     data = data_dir(args.data)
     with tempfile.TemporaryDirectory(prefix="mnemex-pgq-") as tmp:
-        server = None if args.url else start_server(Path(tmp) / "pg", delete=True)
-        url = args.url or server.url  # type: ignore[union-attr]
         rows = []
-        try:
+        with contextlib.nullcontext() if args.url else pg_server(Path(tmp) / "pg") as server:
+            url = args.url or server.url
             for dataset in args.datasets.split(","):
                 for mode in args.modes.split(","):
                     sqlite = run_engine(data, dataset, mode, Path(tmp) / f"{dataset}-{mode}.db")
@@ -97,9 +84,6 @@ def engines(args: argparse.Namespace) -> None:
                     pg = run_engine(data, dataset, mode, fresh_database(url, name))
                     rows.append((dataset, mode, sqlite, pg))
                     print(dataset, mode, sqlite["metrics"], pg["metrics"], flush=True)
-        finally:
-            if server is not None:
-                server.stop()
     engines_report(rows, args.no_write)
 
 
@@ -134,9 +118,7 @@ def engines_report(
                 )
             gap = abs(sqlite["metrics"][measures[0]] - pg["metrics"][measures[0]])
             lines.append(f"| {mode} | difference | {gap:.4f} |" + " |" * (len(measures) + 1))
-    print("\n".join(lines))
-    if not no_write:
-        write_section("pg-quality", "\n".join(lines))
+    publish("pg-quality", "\n".join(lines), no_write)
 
 
 def plot(rows: list[tuple[str, dict, dict, dict]], out: Path) -> None:
@@ -167,14 +149,12 @@ def plot(rows: list[tuple[str, dict, dict, dict]], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", help="folder with beir/scifact and locomo (see common.py)")
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--postgres", action="store_true", help="SQLite beside PostgreSQL")
-    parser.add_argument("--datasets", default="scifact,locomo")
-    parser.add_argument("--modes", default="lexical,hybrid")
-    parser.add_argument("--url", help="a PostgreSQL server (default: a local pgserver)")
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--postgres", action="store_true", help="SQLite beside PostgreSQL")
+    arguments.add_argument("--datasets", default="scifact,locomo")
+    arguments.add_argument("--modes", default="lexical,hybrid")
+    arguments.add_argument("--url", help="a PostgreSQL server (default: a local pgserver)")
+    args = arguments.parse_args()
     if args.postgres:
         return engines(args)
     folder = data_dir(args.data)
@@ -239,9 +219,7 @@ def main() -> None:
         "",
         "![quality per mode and fusion](quality.png)",
     ]
-    if not args.no_write:
-        write_section("eval_quality", "\n".join(lines))
-        print("wrote benchmarks/RESULTS.md")
+    publish("eval_quality", "\n".join(lines), args.no_write)
 
 
 if __name__ == "__main__":

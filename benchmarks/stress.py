@@ -1,66 +1,45 @@
-"""The reliability campaigns, each writing its section of RELIABILITY.md with the machine
-and its load; lexical only (``MNEMEX_EMBEDDER=none``):
+"""The campaigns of many processes on one store, each writing its section of RELIABILITY.md
+(``team``: of benchmarks/RESULTS.md) with the machine and its load; lexical only
+(``MNEMEX_EMBEDDER=none``):
 
     python benchmarks/stress.py writers [--seconds 60] [--seed-rows 20000] [--no-write]
+    python benchmarks/stress.py team [--writers 8] [--writes 10000] [--engines sqlite,postgres]
     python benchmarks/stress.py kill [--runs 100] [--no-write]
     python benchmarks/stress.py fuzz [--calls 200000] [--imports 200] [--jobs 2] [--no-write]
 
-``writers`` (section stress_writers): eight processes write one store while two search it: do writers take turns?
+``writers`` (section stress_writers): a store seeded with ``--seed-rows`` real memories,
+then for ``--seconds`` 2 ``Store.add`` writers (duplicate check on), 2 ``Store.remember``,
+2 ``add_many`` (batches of ``--batch``, ``--bulk-rows`` each), 2 ``mnemex add`` CLI
+writers (a new process per memory) and 2 searchers, each in its own process. Every
+acknowledged id must be in the store at the end (lost = acknowledged and missing).
 
-Seeds a store with ``--seed-rows`` real memories (SciFact sentences, LoCoMo
-turns), then for ``--seconds`` runs, each in its own process:
+``team`` (section bench_team): on each engine (a SQLite file; PostgreSQL 16 + pgvector from
+``pgserver``), ``--seed`` memories, then ``--writers`` processes each make ``--writes``
+single writes (``Store.add``; every ``SHARED_EVERY``-th a ``Store.remember`` of a fact
+every writer writes at about the same moment, which must end as one memory) while
+``--searchers`` processes search. Checked: every acknowledged id is in the store, the store
+holds seed + own texts + one memory per shared fact (doubled = more), the errors.
 
-- 2 ``add`` writers (``Store.add``, duplicate check on, the default),
-- 2 ``remember`` writers (``Store.remember``),
-- 2 ``add_many`` writers (batches of ``--batch`` rows, ``--bulk-rows`` each, then they stop),
-- 2 ``mnemex add`` CLI writers (a new process per memory),
-- 2 searchers (``Store.search`` with real queries).
+``kill`` (section stress_kill): ``--runs`` times, a child writes a store (``add_many`` or
+``import_jsonl`` batches of ``--batch``, printing the ids after each commit;
+``reindex(force=True)``; or editing a markdown workspace between ``sync`` calls) and is
+SIGKILLed at a random moment (0 to ``--max-delay`` s after it opened the store); then
+``check()`` runs and every id acknowledged so far on that store is looked up (and a
+workspace synced again).
 
-Each writer records every acknowledged id, its latency and any error. At the
-end every acknowledged id must be in the store (lost = acknowledged and
-missing). The contention is about the write lock, not the model.
-
-``kill`` (section stress_kill): SIGKILL a writer at a random moment, again and again: nothing committed is lost.
-
-``--runs`` times, a child process opens a store and writes to it in a loop,
-one of (in turn):
-
-- ``add_many``: batches of ``--batch`` real memories; after each batch is
-  committed the child prints its ids;
-- ``import``: JSONL files of ``--batch`` lines each through ``import_jsonl``;
-  after each file the child prints the imported ids;
-- ``reindex --force``: ``Store.reindex(force=True)`` over the seeded rows;
-- ``sync``: a markdown workspace whose files the child edits and adds to
-  between ``Store.sync`` calls.
-
-The parent kills it with SIGKILL at a random moment (uniform in
-``0..--max-delay`` s after the child has opened the store), then opens the
-store, runs ``Store.check()`` and looks up every id acknowledged so far, in
-this run and all earlier ones on the same store (lost = acknowledged and
-missing). For ``sync`` it also syncs the workspace again (recovery).
-
-``fuzz`` (section stress_fuzz): fuzz the public API at scale: only ``MnemexError`` ever escapes, and imports lose nothing.
-
-The fuzzing of ``tests/test_hostile.py`` scaled up, without Hypothesis (plain
-``random`` with a seed, so that a run can be repeated):
-
-- ``--calls`` random calls of the public ``Store`` methods, each parameter
-  either a value of the right type (often valid, so later checks are reached)
-  or a hostile one (the test's specials: huge and NaN numbers, lone
-  surrogates, NUL bytes, 70,000-character text, dates of year 1 and 9999,
-  bytes, objects, nested lists and dicts). Any exception that is not a
-  ``mnemex.MnemexError`` is counted as undocumented and the first ones are
-  printed with the call. After every call that raised, the store must still
-  search.
-- ``--imports`` JSONL files of good lines with hostile lines (the test's
-  ``HOSTILE_LINES``, truncated JSON, invalid UTF-8, wrong types) at random
-  places, across import batch boundaries: every good line must be stored,
-  every bad one reported with its line number, and no import aborted.
+``fuzz`` (section stress_fuzz): the fuzzing of ``tests/test_hostile.py`` scaled up with
+plain ``random`` (a seed repeats a run): ``--calls`` random calls of the public ``Store``
+methods, each parameter of the right type or hostile (huge and NaN numbers, lone
+surrogates, NUL bytes, long text, dates of year 1 and 9999, bytes, nested values): any
+exception not a ``mnemex.MnemexError`` is counted, and the store must still search after
+each; ``--imports`` JSONL files of good lines with hostile ones at random places, across
+import batches: every good line stored, every bad one reported, no import aborted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
@@ -74,9 +53,21 @@ import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
-from common import ROOT, data_dir, machine, memories, percentiles, queries, write_section
+from common import (
+    ROOT,
+    SRC,
+    data_dir,
+    fresh_database,
+    machine,
+    memories,
+    percentiles,
+    pg_server,
+    publish,
+    queries,
+)
 
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MNEMEX_EMBEDDER", "none")  # every campaign is lexical only
@@ -86,7 +77,6 @@ from mnemex.store import ALL
 from mnemex.transfer import IMPORT_BATCH, import_jsonl
 
 RELIABILITY = ROOT / "RELIABILITY.md"
-SRC = ROOT / "src"
 
 # -- writers: eight processes write one store while two search it ----------------------
 
@@ -94,64 +84,63 @@ ROLES = ("add", "add", "remember", "remember", "add_many", "add_many", "cli", "c
 SEARCHERS = 2
 
 
+class CliFailed(Exception):
+    """``mnemex add`` exited with an error (its message is the exception's)."""
+
+
+def write_one(
+    store: mnemex.Store, spec: dict[str, Any], position: int
+) -> tuple[int, list[str], int]:
+    """One call of the process's role at ``position`` of its texts: (texts used, ids
+    acknowledged, writes merged as duplicates)."""
+    role, texts = spec["role"], spec["texts"]
+    if role == "add_many":
+        batch = texts[position : position + spec["batch"]]
+        return len(batch), list(store.add_many(batch)), 0
+    if role == "search":
+        store.search(texts[position % len(texts)], spec.get("limit"))
+        return 1, [], 0
+    if role == "add" or (role == "team" and not texts[position].startswith("shared fact")):
+        return 1, [store.add(texts[position], dedup=None if role == "add" else False)], 0
+    if role in ("remember", "team"):
+        added = store.remember(texts[position])
+        return 1, [added.id], int(added.deduplicated)
+    command = [sys.executable, "-m", "mnemex", "--db", spec["db"], "-n", "default", "add"]
+    command.append(texts[position])
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+    if done.returncode != 0:  # a new process per memory, as an agent's shell would
+        raise CliFailed(done.stderr.strip()[-300:])
+    return 1, [done.stdout.strip()], int("deduplicated" in done.stderr)
+
+
 def writers_worker(args: argparse.Namespace) -> None:
     """One process of the campaign: writes (or searches) until the deadline."""
-    import mnemex
-
     spec = json.loads(Path(args.worker).read_text(encoding="utf-8"))
-    role, texts, deadline = spec["role"], spec["texts"], spec["deadline"]
-    latencies: list[float] = []
-    ids: list[str] = []
-    merged = 0
-    errors: list[str] = []
-    store = mnemex.open(spec["db"])
+    out: dict[str, Any] = {"latencies": [], "ids": [], "merged": 0, "errors": []}
+    store = mnemex.open(spec["db"], namespace=spec.get("namespace"))
     while time.time() < spec["start"]:
         time.sleep(0.001)
-    position = 0
-    while time.time() < deadline and position < len(texts):
+    position, done = 0, Path(spec.get("done") or "-never-")
+    while time.time() < spec["deadline"] and not done.exists():
+        if spec["role"] != "search" and position >= len(spec["texts"]):
+            break
         began = time.perf_counter()
         try:
-            if role == "add_many":
-                batch = texts[position : position + spec["batch"]]
-                ids.extend(store.add_many(batch))
-                position += len(batch)
-            elif role == "search":
-                store.search(texts[position % len(texts)])
-                position += 1
-                if position >= len(texts):
-                    position = 0
-            elif role == "cli":  # a new process per memory, as an agent's shell would
-                text = texts[position]
-                position += 1
-                done = subprocess.run(
-                    [sys.executable, "-m", "mnemex", "--db", spec["db"], "add", text],
-                    capture_output=True,
-                    text=True,
-                    env=os.environ,
-                )
-                if done.returncode != 0:
-                    errors.append(done.stderr.strip()[-300:])
-                    continue
-                ids.append(done.stdout.strip())
-                merged += "deduplicated" in done.stderr
-            else:
-                text = texts[position]
-                position += 1
-                if role == "add":
-                    ids.append(store.add(text))
-                else:
-                    added = store.remember(text)
-                    ids.append(added.id)
-                    merged += added.deduplicated
-        except mnemex.MnemexError as exc:
-            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            used, ids, merged = write_one(store, spec, position)
+        except CliFailed as exc:
+            position += 1
+            out["errors"].append(str(exc))
             continue
-        latencies.append((time.perf_counter() - began) * 1000)
+        except mnemex.MnemexError as exc:
+            position += spec["role"] != "add_many"
+            out["errors"].append(f"{type(exc).__name__}: {exc}"[:300])
+            continue
+        position += used
+        out["ids"] += ids
+        out["merged"] += merged
+        out["latencies"].append((time.perf_counter() - began) * 1000)
     store.close()
-    Path(spec["out"]).write_text(
-        json.dumps({"latencies": latencies, "ids": ids, "merged": merged, "errors": errors}),
-        encoding="utf-8",
-    )
+    Path(spec["out"]).write_text(json.dumps(out), encoding="utf-8")
 
 
 WRITERS_SEED = """
@@ -171,76 +160,59 @@ with mnemex.open(sys.argv[1]) as store:
 """
 
 
-def writers_run(args: argparse.Namespace, folder: Path, tmp: Path, src: Path) -> dict[str, object]:
+def in_process(script: str, env: dict[str, str], *argv: Path) -> str:
+    """The standard output of ``script`` run by a new Python with ``argv``."""
+    command = [sys.executable, "-c", script, *map(str, argv)]
+    return subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def writers_run(args: argparse.Namespace, folder: Path, tmp: Path, src: Path) -> dict[str, Any]:
     """One campaign with the mnemex of ``src`` (this checkout's, or a baseline's)."""
     per_writer = args.bulk_rows
     texts = memories(folder, args.seed_rows + 8 * per_writer)
     db = tmp / "stress.db"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "MNEMEX_EMBEDDER": "none",
-    }
+    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
+    env["PYTHONPATH"] = str(src) + os.pathsep + os.environ.get("PYTHONPATH", "")
     (tmp / "seed.json").write_text(json.dumps(texts[: args.seed_rows]), encoding="utf-8")
-    subprocess.run(
-        [sys.executable, "-c", WRITERS_SEED, str(db), str(tmp / "seed.json")], env=env, check=True
-    )
-    pool = texts[args.seed_rows :]
-    start = time.time() + 3.0
-    deadline = start + args.seconds
-    specs = []
+    in_process(WRITERS_SEED, env, db, tmp / "seed.json")
+    pool, start = texts[args.seed_rows :], time.time() + 3.0
+    procs, specs = [], []
     for n, role in enumerate((*ROLES, *("search",) * SEARCHERS)):
         own = (
             queries(folder)[n::SEARCHERS]
             if role == "search"
             else pool[n * per_writer : (n + 1) * per_writer]
         )
-        spec = {
-            "role": role,
-            "texts": own,
-            "db": str(db),
-            "start": start,
-            "deadline": deadline,
-            "batch": args.batch,
-            "out": str(tmp / f"out-{n}.json"),
-        }
-        path = tmp / f"spec-{n}.json"
-        path.write_text(json.dumps(spec), encoding="utf-8")
-        specs.append((role, path, spec["out"]))
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "writers", "--worker", str(path)], env=env)
-        for _, path, _ in specs
-    ]
-    load_before = os.getloadavg()
-    loads = []
+        spec = {"role": role, "texts": own, "db": str(db), "start": start, "batch": args.batch}
+        spec |= {"deadline": start + args.seconds, "out": str(tmp / f"out-{n}.json")}
+        (tmp / f"spec-{n}.json").write_text(json.dumps(spec), encoding="utf-8")
+        worker = [sys.executable, __file__, "writers", "--worker", str(tmp / f"spec-{n}.json")]
+        procs.append(subprocess.Popen(worker, env=env))
+        specs.append(spec)
+    load_before, loads = os.getloadavg(), []
     while any(p.poll() is None for p in procs):
         time.sleep(1.0)
         if time.time() > start:
             loads.append(os.getloadavg()[0])
     took = time.time() - start
-    results = []
-    for (role, _, out), proc in zip(specs, procs, strict=True):
-        data = json.loads(Path(out).read_text(encoding="utf-8")) if Path(out).exists() else None
-        results.append((role, proc.returncode, data))
+    results = [
+        (
+            s["role"],
+            p.returncode,
+            json.loads(Path(s["out"]).read_text(encoding="utf-8"))
+            if Path(s["out"]).exists()
+            else None,
+        )
+        for s, p in zip(specs, procs, strict=True)
+    ]
     acknowledged = [i for role, _, d in results if d and role != "search" for i in d["ids"]]
     (tmp / "acknowledged.json").write_text(json.dumps(acknowledged), encoding="utf-8")
-    verified = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", WRITERS_VERIFY, str(db), str(tmp / "acknowledged.json")],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
-    return {
+    verified = json.loads(in_process(WRITERS_VERIFY, env, db, tmp / "acknowledged.json"))
+    return verified | {
         "results": results,
         "acknowledged": len(acknowledged),
         "unique": len(set(acknowledged)),
-        "found": verified["found"],
-        "count": verified["count"],
         "seed": args.seed_rows,
-        "check": verified["check"],
         "took": took,
         "load_before": load_before,
         "load_max": max(loads, default=float("nan")),
@@ -259,32 +231,30 @@ def _latency(samples: list[float]) -> str:
     )
 
 
-def measures(run: dict[str, object]) -> list[tuple[str, str]]:
+def measures(run: dict[str, Any]) -> list[tuple[str, str]]:
     """The table's rows for one campaign."""
-    results: list[tuple[str, int, dict[str, object] | None]] = run["results"]  # type: ignore[assignment]
-    by_role: dict[str, list[dict[str, object] | None]] = {}
+    results: list[tuple[str, int, dict[str, Any] | None]] = run["results"]
+    by_role: dict[str, list[dict[str, Any] | None]] = {}
     for role, _, data in results:
         by_role.setdefault(role, []).append(data)
 
     def samples(*roles: str) -> list[float]:
-        return [x for r in roles for d in by_role.get(r, []) if d for x in d["latencies"]]  # type: ignore[attr-defined]
+        return [x for r in roles for d in by_role.get(r, []) if d for x in d["latencies"]]
 
     def writes(role: str) -> str:
-        counts = [len(d["ids"]) if d else 0 for d in by_role[role]]  # type: ignore[arg-type]
-        return " / ".join(f"{c:,}" for c in counts)
+        return " / ".join(f"{len(d['ids']) if d else 0:,}" for d in by_role[role])
 
-    errors = [e for _, _, d in results if d for e in d["errors"]]  # type: ignore[attr-defined]
+    errors = [e for _, _, d in results if d for e in d["errors"]]
     crashed = sum(1 for _, code, d in results if code != 0 or d is None)
-    merged = sum(int(d["merged"]) for _, _, d in results if d)  # type: ignore[call-overload]
+    merged = sum(int(d["merged"]) for _, _, d in results if d)
     single = samples("add", "remember")
-    per_second = len(single) / 4 / max(float(run["took"]), 1e-9)  # type: ignore[arg-type]
-    check = run["check"]
-    rows = [
+    count, seed, check, load = run["count"], run["seed"], run["check"], run["load_before"]
+    return [
         ("acknowledged writes (memories)", f"{run['acknowledged']:,}"),
-        ("lost (acknowledged, not in the store)", f"{int(run['unique']) - int(run['found']):,}"),
+        ("lost (acknowledged, not in the store)", f"{run['unique'] - run['found']:,}"),
         (
             "memories in the store after the run (seed + new)",
-            f"{run['count']:,} ({run['seed']:,} + {int(run['count']) - int(run['seed']):,}; "
+            f"{count:,} ({seed:,} + {count - seed:,}; "
             f"{merged:,} writes merged as duplicates by remember or mnemex add)",
         ),
         (
@@ -293,33 +263,29 @@ def measures(run: dict[str, object]) -> list[tuple[str, str]]:
         ),
         ("processes that crashed", str(crashed)),
         ("writes per process: add / remember", f"{writes('add')} / {writes('remember')}"),
-        ("single writes per second per process (API)", f"{per_second:.1f}"),
+        (
+            "single writes per second per process (API)",
+            f"{len(single) / 4 / max(run['took'], 1e-9):.1f}",
+        ),
         ("add_many rows per process", writes("add_many")),
         ("mnemex add (CLI) writes per process", writes("cli")),
         ("single add latency (API add + remember)", _latency(single)),
         ("add_many latency per batch", _latency(samples("add_many"))),
         ("mnemex add latency (new process each)", _latency(samples("cli"))),
         ("search latency during the writes", _latency(samples("search"))),
-        ("campaign time (until the last process stopped)", f"{float(run['took']):.0f} s"),  # type: ignore[arg-type]
-        ("`check` after the run", "ok" if check["ok"] else f"PROBLEMS {check['problems']}"),  # type: ignore[index]
+        ("campaign time (until the last process stopped)", f"{run['took']:.0f} s"),
+        ("`check` after the run", "ok" if check["ok"] else f"PROBLEMS {check['problems']}"),
         (
             "load average (1 min) before / mean / max during",
-            f"{run['load_before'][0]:.1f} / {run['load_mean']:.1f} / {run['load_max']:.1f} "  # type: ignore[index]
-            f"on {os.cpu_count()} cores",
+            f"{load[0]:.1f} / {run['load_mean']:.1f} / {run['load_max']:.1f} on {os.cpu_count()} cores",
         ),
     ]
-    return rows
 
 
 def writers_report(
-    args: argparse.Namespace, runs: list[tuple[str, dict[str, object]]], took: float
+    args: argparse.Namespace, runs: list[tuple[str, dict[str, Any]]], took: float
 ) -> str:
     tables = [measures(r) for _, r in runs]
-    header = " | ".join(name for name, _ in runs)
-    lines = [
-        f"| {name} | " + " | ".join(t[i][1] for t in tables) + " |"
-        for i, (name, _) in enumerate(tables[0])
-    ]
     baseline = f" --baseline-src {args.baseline_src}" if args.baseline_src else ""
     return "\n".join(
         [
@@ -339,9 +305,12 @@ def writers_report(
             "≤ 250 ms, search p99 ≤ 100 ms. Measured when the issue was filed: 367 errors, "
             "single add p50 132 ms, p99 7.5 s, max 25.7 s.",
             "",
-            f"| measure | {header} |",
+            f"| measure | {' | '.join(name for name, _ in runs)} |",
             "| --- |" + " --- |" * len(runs),
-            *lines,
+            *(
+                f"| {name} | " + " | ".join(t[i][1] for t in tables) + " |"
+                for i, (name, _) in enumerate(tables[0])
+            ),
         ]
     )
 
@@ -351,16 +320,130 @@ def writers_main(args: argparse.Namespace) -> None:
         return writers_worker(args)
     folder = data_dir(args.data)
     began = time.time()
+    srcs = ([("baseline", Path(args.baseline_src))] if args.baseline_src else []) + [
+        ("this checkout", SRC)
+    ]
     runs = []
-    if args.baseline_src:
+    for name, src in srcs:
         with tempfile.TemporaryDirectory(prefix="mnemex-stress-") as tmp:
-            runs.append(("baseline", writers_run(args, folder, Path(tmp), Path(args.baseline_src))))
-    with tempfile.TemporaryDirectory(prefix="mnemex-stress-") as tmp:
-        runs.append(("this checkout", writers_run(args, folder, Path(tmp), SRC)))
-    body = writers_report(args, runs, time.time() - began)
-    print(body)
-    if not args.no_write:
-        write_section("stress_writers", body, RELIABILITY)
+            runs.append((name, writers_run(args, folder, Path(tmp), src)))
+    publish(
+        "stress_writers",
+        writers_report(args, runs, time.time() - began),
+        args.no_write,
+        RELIABILITY,
+    )
+
+
+# -- team: writer processes on one store, per engine (section bench_team of RESULTS.md) ----
+
+SHARED_EVERY = 50  # every 50th write of a writer is a fact all writers write
+
+
+def team_texts(pool: list[str], writer: int, writes: int) -> list[str]:
+    """A writer's texts: its own slice of the pool, with the shared facts in place."""
+    own = iter(pool[writer * writes : (writer + 1) * writes])
+    return [
+        f"shared fact {n // SHARED_EVERY}: the team agreed on decision {n // SHARED_EVERY}"
+        if n % SHARED_EVERY == SHARED_EVERY - 1
+        else next(own)
+        for n in range(writes)
+    ]
+
+
+def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]:
+    """Seed ``db``, run the writers and searchers, verify; the figures of one engine."""
+    texts = memories(folder, args.seed + args.writers * args.writes)
+    with mnemex.open(db, namespace="team") as store:
+        store.add_many(texts[: args.seed])
+    pool, start, done = texts[args.seed :], time.time() + 3.0, tmp / "writers-done"
+    done.unlink(missing_ok=True)
+    asked, procs, outs = queries(folder), [], []
+    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
+    for n in range(args.writers + args.searchers):
+        own = team_texts(pool, n, args.writes) if n < args.writers else (asked * 50)[n::2]
+        spec = {"role": "team" if n < args.writers else "search", "texts": own, "db": db}
+        spec |= {"start": start, "deadline": start + 1e9, "done": str(done), "limit": 10}
+        spec |= {"namespace": "team", "out": str(tmp / f"out-{n}.json")}
+        (tmp / f"spec-{n}.json").write_text(json.dumps(spec), encoding="utf-8")
+        worker = [sys.executable, __file__, "writers", "--worker", str(tmp / f"spec-{n}.json")]
+        procs.append(subprocess.Popen(worker, env=env))
+        outs.append(Path(spec["out"]))
+    loads = []
+    while any(proc.poll() is None for proc in procs[: args.writers]):
+        time.sleep(1.0)
+        loads.append(os.getloadavg()[0])
+    took = time.time() - start
+    done.touch()
+    for proc in procs[args.writers :]:
+        proc.wait()
+    results = [json.loads(out.read_text(encoding="utf-8")) for out in outs]
+    writes, searches = results[: args.writers], results[args.writers :]
+    acknowledged = {i for out in writes for i in out["ids"]}
+    shared = len({t for t in team_texts(pool, 0, args.writes) if t.startswith("shared fact")})
+    with mnemex.open(db, namespace="team") as store:
+        found = {m.id for m in store.get(sorted(acknowledged)).memories}
+        count = store.count()
+    return {
+        "writes": sum(len(out["latencies"]) for out in writes),
+        "errors": [e for out in writes for e in out["errors"]][:5],
+        "error_count": sum(len(out["errors"]) for out in writes),
+        "search_errors": sum(len(out["errors"]) for out in searches),
+        "lost": len(acknowledged - found),
+        "count": count,
+        "expected": args.seed + args.writers * (args.writes - shared) + shared,
+        "merged": sum(out["merged"] for out in writes),
+        "took": took,
+        "write_ms": percentiles([x for out in writes for x in out["latencies"]]),
+        "search_ms": percentiles([x for out in searches for x in out["latencies"]] or [0.0]),
+        "searches": sum(len(out["latencies"]) for out in searches),
+        "procs": [p.returncode for p in procs],
+        "load": max(loads, default=0.0),
+    }
+
+
+def team_main(args: argparse.Namespace) -> None:
+    folder, rows, load = data_dir(args.data), [], 0.0
+    for engine in args.engines.split(","):
+        with (
+            tempfile.TemporaryDirectory(prefix=f"mnemex-team-{engine}-") as tmp,
+            pg_server(Path(tmp) / "pgdata")
+            if engine == "postgres"
+            else contextlib.nullcontext() as server,
+        ):
+            db = fresh_database(server.url, "team") if server else str(Path(tmp) / "team.db")
+            r = team_run(db, args, folder, Path(tmp))
+        print(engine, json.dumps(r, indent=1))
+        w, s = r["write_ms"], r["search_ms"]
+        rows.append(
+            f"| {engine} | {r['writes']:,} | {r['writes'] / r['took']:,.0f}/s | {r['error_count']} | "
+            f"{r['lost']} | {r['count'] - r['expected']:+d} | {w['p50']:.1f} / {w['p95']:.1f} ms | "
+            f"{r['searches']:,} | {s['p50']:.1f} / {s['p95']:.1f} ms |"
+        )
+        load = max(load, float(r["load"]))
+    body = "\n".join(
+        [
+            "## A team on one store: concurrent writers per engine (`benchmarks/stress.py team`)",
+            "",
+            f"Machine: {machine()}; load average during the writes up to {load:.1f}",
+            "",
+            f"{args.seed:,} memories first, then {args.writers} processes × {args.writes:,} "
+            f"single writes through the Python API (`Store.add`; every {SHARED_EVERY}th write a "
+            f"`Store.remember` of a fact all {args.writers} write at once), while "
+            f"{args.searchers} processes search (limit 10). Lexical only. *Lost*: acknowledged "
+            "and missing; *doubled*: memories beyond seed + own texts + one per shared fact.",
+            "",
+            "| engine | writes | writes/s (all writers) | errors | lost | doubled | "
+            "write p50 / p95 | searches | search p50 / p95 |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+            "PostgreSQL: 16 + pgvector 0.6 from `pgserver` on the same machine (Unix socket), "
+            "each process with its own pool. Before and after the PostgreSQL write changes: "
+            'RESULTS.md History, "PostgreSQL writes (issue 30)".',
+        ]
+    )
+    publish("bench_team", body, args.no_write)
 
 
 # -- kill: SIGKILL a writer at a random moment -----------------------------------------
@@ -407,56 +490,34 @@ while True:
 """
 
 
+KILL_SEED = """
+import json, sys, mnemex
+texts = json.load(open(sys.argv[2], encoding="utf-8"))
+with mnemex.open(sys.argv[1], embedder=None) as store:
+    store.add_many(texts)
+    store.sync(sys.argv[3], namespace="ws")
+"""
+
+
 def kill_seed(db: Path, texts: list[str], workspace: Path, env: dict[str, str]) -> None:
     (workspace / "memory").mkdir(parents=True)
     for i in range(20):
         (workspace / "memory" / f"seed-{i}.md").write_text(
             f"# Seed {i}\n\n" + "\n\n".join(texts[i * 10 : i * 10 + 10]) + "\n", encoding="utf-8"
         )
-    script = (
-        "import json, sys, mnemex\n"
-        "texts = json.load(open(sys.argv[2], encoding='utf-8'))\n"
-        "with mnemex.open(sys.argv[1], embedder=None) as store:\n"
-        "    store.add_many(texts)\n"
-        "    store.sync(sys.argv[3], namespace='ws')\n"
-    )
     seed_file = db.parent / "seed.json"
     seed_file.write_text(json.dumps(texts), encoding="utf-8")
-    subprocess.run(
-        [sys.executable, "-c", script, str(db), str(seed_file), str(workspace)],
-        env=env,
-        check=True,
-    )
+    in_process(KILL_SEED, env, db, seed_file, workspace)
 
 
 def one_kill(
-    op: str,
-    db: Path,
-    pool: Path,
-    workspace: Path,
-    start: int,
-    args: argparse.Namespace,
-    rng: random.Random,
-    env: dict[str, str],
+    argv: list[Any], args: argparse.Namespace, rng: random.Random, env: dict[str, str]
 ) -> dict[str, Any]:
-    """Start the child, kill it after a random delay, return what it acknowledged."""
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            CHILD,
-            op,
-            str(db),
-            str(pool),
-            str(args.batch),
-            str(start),
-            str(workspace),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    """Start the child with ``argv`` (operation, store, pool, batch, first text, workspace),
+    kill it after a random delay, return what it acknowledged."""
+    argv.insert(3, args.batch)
+    command = [sys.executable, "-c", CHILD, *map(str, argv)]
+    child = subprocess.Popen(command, stdout=PIPE, stderr=PIPE, text=True, env=env)
     assert child.stdout is not None
     ready = child.stdout.readline().strip() == "ready"
     delay = rng.uniform(0, args.max_delay)
@@ -466,25 +527,20 @@ def one_kill(
     ids: list[str] = []
     steps = 0
     for line in out.splitlines():
-        if line.startswith("ids "):
-            try:
-                ids.extend(json.loads(line[4:]))
-            except json.JSONDecodeError:  # a line cut by the kill was not acknowledged
-                continue
-        steps += 1
+        with contextlib.suppress(json.JSONDecodeError):  # a line cut by the kill: not acknowledged
+            ids.extend(json.loads(line[4:]) if line.startswith("ids ") else [])
+            steps += 1
+    finished = child.returncode != -signal.SIGKILL
     return {
         "ready": ready,
-        "delay": delay,
         "ids": ids,
         "steps": steps,
-        "finished": child.returncode != -signal.SIGKILL,
+        "finished": finished,
         "stderr": err.strip()[-300:],
     }
 
 
 def verify(db: Path, op: str, acknowledged: list[str], workspace: Path) -> dict[str, Any]:
-    import mnemex
-
     with mnemex.open(db, embedder=None) as store:
         check = store.check()
         namespace = "imported" if op == "import" else None
@@ -501,12 +557,8 @@ def verify(db: Path, op: str, acknowledged: list[str], workspace: Path) -> dict[
 
 
 def campaign(args: argparse.Namespace, texts: list[str], tmp: Path) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "MNEMEX_EMBEDDER": "none",
-    }
-    sys.path.insert(0, str(SRC))
+    env = {**os.environ, "MNEMEX_EMBEDDER": "none"}
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")
     rng = random.Random(args.seed)
     seeded = texts[: args.seed_rows]
     pool = tmp / "pool.json"
@@ -530,38 +582,23 @@ def campaign(args: argparse.Namespace, texts: list[str], tmp: Path) -> dict[str,
     while runs < args.runs and time.time() - began < args.seconds:
         op = OPERATIONS[runs % len(OPERATIONS)]
         db, workspace = stores[op]
-        result = one_kill(op, db, pool, workspace, next_start, args, rng, env)
+        result = one_kill([op, db, pool, next_start, workspace], args, rng, env)
         next_start += args.batch * 40  # fresh texts (and ids) for every run
         if next_start + args.batch * 40 > len(texts) - args.seed_rows:
             next_start = 0
         acknowledged[op].extend(result["ids"])
         checked = verify(db, op, acknowledged[op], workspace)
-        stats = per_op[op]
-        stats["runs"] += 1
-        stats["steps"] += result["steps"]
-        stats["acknowledged"] += len(result["ids"])
-        stats["lost"] += checked["missing"]
         problems = checked["check"]["problems"]
-        stats["problems"] += len(problems)
-        stats["unrecovered"] += bool(checked["recovery"])
-        for message in (
-            *(f"run {runs} ({op}): check: {p}" for p in problems),
-            *(
-                [f"run {runs} ({op}): {checked['missing']} acknowledged ids missing"]
-                if checked["missing"]
-                else []
-            ),
-            *(
-                [f"run {runs} ({op}): sync after the kill: {checked['recovery']}"]
-                if checked["recovery"]
-                else []
-            ),
-            *(
-                [f"run {runs} ({op}): child failed before the kill: {result['stderr']}"]
-                if result["finished"] or not result["ready"]
-                else []
-            ),
-        ):
+        counted = {"runs": 1, "steps": result["steps"], "acknowledged": len(result["ids"])}
+        counted |= {"lost": checked["missing"], "problems": len(problems)}
+        for key, value in (counted | {"unrecovered": bool(checked["recovery"])}).items():
+            per_op[op][key] += value
+        found = [f"check: {p}" for p in problems]
+        found += [f"{checked['missing']} acknowledged ids missing"] * bool(checked["missing"])
+        found += [f"sync after the kill: {checked['recovery']}"] * bool(checked["recovery"])
+        failed = result["finished"] or not result["ready"]
+        found += [f"child failed before the kill: {result['stderr']}"] * failed
+        for message in (f"run {runs} ({op}): {f}" for f in found):
             findings.append(message)
             print(message, flush=True)
         runs += 1
@@ -611,10 +648,7 @@ def kill_main(args: argparse.Namespace) -> None:
     texts = memories(data_dir(args.data), args.seed_rows + 40_000)
     with tempfile.TemporaryDirectory(prefix="mnemex-kill-") as tmp:
         result = campaign(args, texts, Path(tmp))
-    body = kill_report(args, result)
-    print(body)
-    if not args.no_write:
-        write_section("stress_kill", body, RELIABILITY)
+    publish("stress_kill", kill_report(args, result), args.no_write, RELIABILITY)
 
 
 # -- fuzz: the public API and imports with hostile input --------------------------------
@@ -925,9 +959,7 @@ def fuzz_main(args: argparse.Namespace) -> None:
     ):
         imports = fuzz_imports(store, rng, args.imports)
     body = fuzz_report(args, calls, imports, time.time() - began)
-    print(body)
-    if not args.no_write:
-        write_section("stress_fuzz", body, RELIABILITY)
+    publish("stress_fuzz", body, args.no_write, RELIABILITY)
 
 
 def _writers_args(parser: argparse.ArgumentParser) -> None:
@@ -940,6 +972,15 @@ def _writers_args(parser: argparse.ArgumentParser) -> None:
         "--baseline-src", help="also run the campaign with the mnemex of this src folder, first"
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def _team_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--writes", type=int, default=10_000, help="writes per writer")
+    parser.add_argument("--searchers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=5_000, help="memories written first")
+    parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument("--data", help="benchmark data folder (see common.py)")
 
 
 def _kill_args(parser: argparse.ArgumentParser) -> None:
@@ -962,17 +1003,19 @@ def _fuzz_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+CAMPAIGNS = {"writers": _writers_args, "team": _team_args, "kill": _kill_args, "fuzz": _fuzz_args}
+MAINS = {"writers": writers_main, "team": team_main, "kill": kill_main, "fuzz": fuzz_main}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     campaigns = parser.add_subparsers(dest="campaign", required=True)
-    for name, add in (("writers", _writers_args), ("kill", _kill_args), ("fuzz", _fuzz_args)):
+    for name, add in CAMPAIGNS.items():
         sub = campaigns.add_parser(name)
-        sub.add_argument(
-            "--no-write", action="store_true", help="print, do not touch RELIABILITY.md"
-        )
+        sub.add_argument("--no-write", action="store_true", help="print, do not touch the results")
         add(sub)
     args = parser.parse_args()
-    {"writers": writers_main, "kill": kill_main, "fuzz": fuzz_main}[args.campaign](args)
+    MAINS[args.campaign](args)
 
 
 if __name__ == "__main__":

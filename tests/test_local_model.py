@@ -123,12 +123,12 @@ def test_folded_model_gives_the_vectors_of_the_model_run_unoptimized(tmp_path: P
     """A hook process loads the folded model; its vectors are those of the int8 file run
     without optimizations, bit for bit, and within 1e-6 cosine of the optimized session."""
     texts = hook_queries()
-    unoptimized = LocalEmbedder(optimize=False)  # no folded_cache: the file itself
+    unoptimized = LocalEmbedder(optimize=False)  # no saved_cache: the file itself
     optimized = LocalEmbedder()
     before = np.concatenate([embed_checked(unoptimized, [t]) for t in texts])
     reference = embed_checked(optimized, texts)
     cache = tmp_path / "models"
-    first = LocalEmbedder(optimize=False, folded_cache=cache)  # folds and saves
+    first = LocalEmbedder(optimize=False, saved_cache=cache)  # folds and saves
     folded = np.concatenate([embed_checked(first, [t]) for t in texts])
     (folder,) = cache.iterdir()
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -137,7 +137,7 @@ def test_folded_model_gives_the_vectors_of_the_model_run_unoptimized(tmp_path: P
         "stamp.json",
     ]
     inode = (folder / "model.onnx.data").stat().st_ino
-    second = LocalEmbedder(optimize=False, folded_cache=cache)  # loads what was saved
+    second = LocalEmbedder(optimize=False, saved_cache=cache)  # loads what was saved
     loaded = np.concatenate([embed_checked(second, [t]) for t in texts])
     assert (folder / "model.onnx.data").stat().st_ino == inode  # not folded again
     assert np.array_equal(folded, before)
@@ -145,23 +145,60 @@ def test_folded_model_gives_the_vectors_of_the_model_run_unoptimized(tmp_path: P
     assert ((loaded * reference).sum(axis=1) >= 1 - 1e-6).all()
 
 
+def test_saved_optimized_model_gives_the_vectors_of_the_optimized_session(
+    tmp_path: Path,
+) -> None:
+    """A process that embeds many texts loads the optimized model saved in the data folder
+    (once, beside the folded one, neither removing the other); its vectors are those of
+    the session optimized as it loads, bit for bit, for short texts and for windows."""
+    texts = [*hook_queries(), "长" * 300 + "文本。" * 40, " ".join(["retry policy"] * 200)]
+    reference = embed_checked(LocalEmbedder(), texts)
+    cache = tmp_path / "models"
+    embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), texts[:1])  # folded
+    first = embed_checked(LocalEmbedder(saved_cache=cache), texts)  # optimizes and saves
+    (folded, optimized) = sorted(cache.iterdir())
+    assert optimized.name == f"{folded.name}-optimized"
+    assert sorted(p.name for p in optimized.iterdir()) == [
+        "model.onnx",
+        "model.onnx.data",
+        "stamp.json",
+    ]
+    inode = (optimized / "model.onnx.data").stat().st_ino
+    from mnemex.embed import local
+
+    local._SHARED.clear()  # a new process: the session is read from the folder
+    again = embed_checked(LocalEmbedder(saved_cache=cache), texts)
+    assert (optimized / "model.onnx.data").stat().st_ino == inode  # not saved again
+    assert np.array_equal(first, reference) and np.array_equal(again, reference)
+    embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), texts[:1])
+    assert sorted(cache.iterdir()) == [folded, optimized]
+    (optimized / "model.onnx").write_bytes(b"not a model")  # damaged: saved again
+    local._SHARED.clear()
+    assert np.array_equal(embed_checked(LocalEmbedder(saved_cache=cache), texts), reference)
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the folder would go")
+    local._SHARED.clear()
+    unwritable = LocalEmbedder(saved_cache=blocked / "models")
+    assert np.array_equal(embed_checked(unwritable, texts), reference)  # optimized in memory
+
+
 def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
     text = ["where do we keep the retry policy?"]
     expected = embed_checked(LocalEmbedder(optimize=False), text)
     cache = tmp_path / "models"
-    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), text)
     (folder,) = cache.iterdir()
     weights = folder / "model.onnx.data"
     size = weights.stat().st_size
     with open(weights, "r+b") as stream:  # cut short: the stamp no longer matches
         stream.truncate(size // 2)
-    again = embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    again = embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), text)
     assert np.array_equal(again, expected) and weights.stat().st_size == size  # folded again
     (folder / "model.onnx").write_bytes(b"not a model")  # damaged, and the stamp lies about it
     stamp = json.loads((folder / "stamp.json").read_text())
     stamp["sizes"]["model.onnx"] = len(b"not a model")
     (folder / "stamp.json").write_text(json.dumps(stamp))
-    again = embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    again = embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), text)
     assert np.array_equal(again, expected)
     assert (folder / "model.onnx").stat().st_size > len(b"not a model")  # folded again
     stale = cache / f".{folder.name}.1.tmp"  # abandoned by a process stopped while folding
@@ -169,7 +206,7 @@ def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
     os.utime(stale, (0, 0))
     recent = cache / f".{folder.name}.2.tmp"  # another process folding right now
     recent.mkdir()
-    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)  # loads the folder
+    embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), text)  # loads the folder
     assert not stale.exists() and recent.exists()
     recent.rmdir()
     stale.mkdir()
@@ -179,9 +216,9 @@ def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
     import shutil
 
     shutil.rmtree(folder)
-    embed_checked(LocalEmbedder(optimize=False, folded_cache=cache), text)
+    embed_checked(LocalEmbedder(optimize=False, saved_cache=cache), text)
     assert [p.name for p in cache.iterdir()] == [folder.name]
     blocked = tmp_path / "file"
     blocked.write_text("a file where the folder would go")
-    unwritable = LocalEmbedder(optimize=False, folded_cache=blocked / "models")
+    unwritable = LocalEmbedder(optimize=False, saved_cache=blocked / "models")
     assert np.array_equal(embed_checked(unwritable, text), expected)  # runs the file as before

@@ -28,19 +28,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from mnemex.config import is_url, load_settings
-from mnemex.engine import engine_of
-from mnemex.engine.copy import SQLITE, CopyTables, MemoryRecord, RelationRecord
+from mnemex.engine.copy import MemoryRecord, RelationRecord
 from mnemex.errors import IndexMismatch, InvalidInput, StoreError
 from mnemex.relations import relation_row
 from mnemex.rows import prepare
 from mnemex.store import Store
 from mnemex.text import parse_stored_time, utcnow
-
-if TYPE_CHECKING:
-    from mnemex.engine.sqlite.session import SqliteSession
 
 Place = str | os.PathLike[str]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -48,7 +44,6 @@ BATCH: Final = 1_000  # memories (or relations) read and written per transaction
 MAX_SHOWN: Final = 50  # differences and conflicts listed in a report
 MARKER: Final = "migrating_from"  # meta key of a target while a migrate fills it
 _NO_LIMIT: Final = 2**62  # the source accepted its texts: no size limit is applied again
-PG_MAX_DIM: Final = 2_000  # pgvector's limit for an indexed vector
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,15 +218,6 @@ def _is_store_file(path: Path) -> bool:
         return False
 
 
-def copying(session: SqliteSession) -> CopyTables:
-    """The records of a session's store (:mod:`mnemex.engine.copy`)."""
-    if engine_of(session) == "SQLite":
-        return SQLITE
-    from mnemex.engine.postgres.copy import copy_tables
-
-    return copy_tables()
-
-
 def identity(store: Store) -> str:
     """What names a store wherever the command runs: its absolute path, or its URL
     (without the password)."""
@@ -287,7 +273,7 @@ class _Copy:
         self.src, self.dst, self.report = src, dst, report
         self.vectors = vectors
         self.progress = progress
-        self.reads, self.writes = copying(src.session), copying(dst.session)
+        self.reads, self.writes = src.session.copying, dst.session.copying
         self.now = utcnow()
         self.done = 0
         self.total = 0
@@ -345,9 +331,10 @@ class _Copy:
                     f"the target holds {held[model]}-dimensional vectors of {model}, the "
                     f"source {dim}-dimensional ones{hint}"
                 )
-            if dim > PG_MAX_DIM and self.writes is not SQLITE:
+            limit = self.writes.max_dim
+            if limit is not None and dim > limit:
                 raise IndexMismatch(
-                    f"{model} has {dim} dimensions; PostgreSQL indexes at most {PG_MAX_DIM}{hint}"
+                    f"{model} has {dim} dimensions; {self.writes.engine} indexes at most {limit}{hint}"
                 )
         if models and embedder is not None and recorded is not None:
             ours, theirs = json.loads(embedder), json.loads(recorded)
@@ -484,7 +471,7 @@ def compare(
 
 def _compare(src: Store, dst: Store, vectors: bool, progress: Progress | None) -> Comparison:
     out = Comparison(str(src.path), str(dst.path), vectors)
-    a, b = copying(src.session), copying(dst.session)
+    a, b = src.session.copying, dst.session.copying
     with src.session.read() as sconn, dst.session.read() as tconn:
         ours, theirs = a.counts(sconn), b.counts(tconn)
         total = sum(c.get("memories", 0) + c.get("relations", 0) for c in ours.values())

@@ -119,7 +119,7 @@ def read_from_in(session: Session, memory_id: str, namespace: str) -> list[Relat
 
 
 def count_in(session: Session, namespace: str | None) -> int:
-    """:func:`count_relations` on the session's engine."""
+    """Relations in the namespace (``None``: in every namespace)."""
     with session.connection() as conn:
         return int(session.relations.count(conn, _optional_namespace(namespace)))
 
@@ -293,11 +293,6 @@ def _forgotten(wanted: list[str], gone: set[str]) -> ForgetResult:
 
 
 # -- reads ----------------------------------------------------------------------
-
-
-def count_relations(conn: sqlite3.Connection, namespace: str | None) -> int:
-    """Relations in the namespace (``None``: in every namespace)."""
-    return sqlite_relations.count(conn, _optional_namespace(namespace))
 
 
 def neighbors(

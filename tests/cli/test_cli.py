@@ -366,11 +366,11 @@ def test_add_and_search_load_the_local_model_fast(  # type: ignore[no-untyped-de
     run("add", "Users now sign in through the company OIDC provider")
     folded = Path(os.environ["MNEMEX_HOME"]) / "models"
     assert not folded.exists()
-    assert [(m.optimize, m.folded_cache) for m in _local_models.values()] == [(False, None)]
-    LocalEmbedder(optimize=False, folded_cache=folded).load()  # as the first hook does
+    assert [(m.optimize, m.saved_cache) for m in _local_models.values()] == [(False, None)]
+    LocalEmbedder(optimize=False, saved_cache=folded).load()  # as the first hook does
     found = json.loads(run("search", "how do people log in?", "--json").stdout)
     assert found["mode_used"] == "hybrid" and found["hits"][0]["snippet"].startswith("Users")
-    assert [m.folded_cache for m in _local_models.values()] == [None, folded]
+    assert [m.saved_cache for m in _local_models.values()] == [None, folded]
     other = tmp_path / "other.db"
     with mnemex.open(other, embedder=fake_embedder) as store:
         store.add("Deploys go through Fly.io")

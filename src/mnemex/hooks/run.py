@@ -664,7 +664,7 @@ class _opened:
 
 SERVE_ANNOUNCED = "serve.announced"  # in the data folder once the server was announced
 ANNOUNCEMENT = (
-    "mnemex started a background server (mnemex serve, about 250 MB) that keeps the "
+    "mnemex started a background server (mnemex serve, about 150 MB) that keeps the "
     "embedding model loaded, so that later prompts are answered in milliseconds; it stops "
     "after {minutes:.0f} idle minutes. `mnemex hooks status` shows it, `mnemex hooks stop` "
     "stops it, and `mnemex hook --no-serve` in the agent's settings never starts it."

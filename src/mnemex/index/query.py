@@ -16,10 +16,8 @@ words are set aside (they come back when nothing else is left); a Korean
 word loses its trailing particle; a run of Chinese or Japanese characters is
 cut at its function words, so no phrase straddles one. Every term it keeps is
 a substring of what the question said, so a memory holding the question's
-words still matches. It stays one OR query: searching each keyword on its
-own and keeping a row's best score ranks far worse, as a row's score then
-stops adding up the query terms it contains (benchmarks/RESULTS.md, History,
-"Query expansion: one OR query, numbers kept").
+words still matches. It stays one OR query, so that a row's score adds up
+the query terms it contains.
 """
 
 from __future__ import annotations
@@ -151,10 +149,8 @@ def expand_terms(
 def weak_word(surface: str, stopwords: frozenset[str]) -> bool:
     """A word that says little on its own: a stop word, or one character that is not a digit.
 
-    Numbers are kept: dropping them cost SciFact in lexical mode and changed
-    nothing on LoCoMo (benchmarks/RESULTS.md, History, "Query expansion: one OR
-    query, numbers kept"). Punctuation needs no rule: FTS5's tokenizer never makes
-    a token of it.
+    Numbers are kept (dropping them cost SciFact in lexical mode). Punctuation needs
+    no rule: FTS5's tokenizer never makes a token of it.
     """
     return surface in stopwords or (len(surface) < MIN_WORD_CHARS and not surface.isdigit())
 
@@ -171,8 +167,6 @@ def capital_letters(text: str) -> frozenset[str]:
     cells"): a lone capital letter. Not "I", and not an "A" that opens a
     sentence (the article). Lower-case one-letter words stay weak words:
     most are the tails of contractions ("it's", "don't") or stray letters.
-    Keeping them helps SciFact in lexical mode (benchmarks/RESULTS.md, History,
-    "Adaptive fusion and the relevance floor", "The lexical arm").
     """
     found = set()
     for match in _CAPITAL.finditer(text):

@@ -90,7 +90,6 @@ class LexicalPlan:
     raw: str | None = None  # an FTS5 expression given as is
     scope: Scope | None = None  # statistics of the namespace searched (None: the index's)
     postings: tuple[Postings, ...] = ()  # with a scope: each term's rows in the namespace
-    dropped_postings: tuple[Postings, ...] = ()
 
     def with_dropped(self, lexicon: TermStatistics | None = None) -> LexicalPlan:
         """The same query with its stop words put back (a scoped plan needs the

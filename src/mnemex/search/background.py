@@ -15,8 +15,8 @@ Both are computed by the engine over the vectors the search may return, kept per
 namespace and filters in the session (``session.backgrounds``, owned here), and
 computed again when the number of those vectors has moved by more than a tenth.
 A SQLite store keeps them for the next process too (:class:`Saved`: beside its vector
-snapshot, checked as the snapshot is), which then need not measure them (66-137 ms of
-CPU at 10,000 memories, in every hook and shell command that searches).
+snapshot, checked as the snapshot is), so that a hook or shell command that searches
+need not measure them.
 """
 
 from __future__ import annotations
@@ -95,8 +95,7 @@ PAIR_ROWS = 2_000  # vectors the pairs are sampled from
 
 def measure(best: Sequence[float], pairs: Sequence[float]) -> Background | None:
     """The background of these best cosines and pair cosines (``None``: nothing to compare).
-    The pair quantile is the element a sort would put at its rank, found without sorting
-    (a new process measures 200,000 pairs: 39 ms sorted in Python)."""
+    The pair quantile is the element a sort would put at its rank, found without sorting."""
     import numpy as np
 
     found = np.asarray(best, dtype=np.float64)

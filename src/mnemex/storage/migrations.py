@@ -406,8 +406,8 @@ _THREADS: Final = (
 # The injection log (mnemex.injections): each prompt the hooks answered, the block
 # injected into it or why there was none, and the scores that decided it (``detail``,
 # JSON). Bounded by days and entries, pruned on every write. And memories by time across
-# namespaces: the timeline of every namespace (`mnemex ui`'s default) read 100,000 rows
-# and sorted them for each page without it (184 ms a page; benchmarks/bench_ui.py).
+# namespaces, so a page of the timeline of every namespace (`mnemex ui`'s default) does not
+# sort every row.
 _INJECTIONS: Final = (
     "CREATE INDEX IF NOT EXISTS memories_created ON memories (created_at)",
     """CREATE TABLE IF NOT EXISTS injections (

@@ -8,6 +8,9 @@ from typing import Final
 
 IN_CHUNK: Final = 500
 """Values per ``IN (...)`` list: far below SQLite's limit on bound parameters."""
+OPTIMIZE_MAX_ROWS: Final = 2_000_000
+"""Past this many memories a merge of the full-text index into one segment would hold the
+write lock too long: FTS5's own incremental merging does the work."""
 
 
 def marks(count: int) -> str:

@@ -8,15 +8,12 @@ each term's document frequency are the namespace's own (``namespace_stats``,
 ``term_stats``), so a namespace ranks as it would alone, as on SQLite. IDFs
 are computed here by the function SQLite's arm uses
 (:func:`mnemex.index.query.idf`); the terms are FTS5's own
-(:mod:`mnemex.engine.postgres.tokens`). On SciFact the rankings equal
-SQLite's (benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite").
+(:mod:`mnemex.engine.postgres.tokens`), so the rankings equal SQLite's.
 
 Rows and frequencies come from ``postings`` (namespace, term, seq) → tf, len:
-one B-tree range scan per query term, summed per row in one aggregate. It
-was chosen by measurement over a GIN index on the ``lex`` tsvector, which
-ranks the same but is several times slower: a GIN match still reads and
-unpacks every matching row's whole tsvector, and a common term matches most
-rows (benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite").
+one B-tree range scan per query term, summed per row in one aggregate. Not a
+GIN index on a tsvector: a GIN match reads and unpacks every matching row's
+whole tsvector, and a common term matches most rows.
 
 A search is shaped as SQLite's arm shapes it (``lexical_budget``, see
 :func:`mnemex.index.query.shape`): when the query's terms occur in more rows
@@ -24,8 +21,8 @@ together than the budget, the candidates are the rows holding its rarest
 terms, and each candidate's postings of the common terms are looked up by
 key instead of reading those terms' long lists; every candidate is still
 scored with all the terms. A search's cost then follows the budget more than the
-store's size (benchmarks/RESULTS.md, History, "PostgreSQL speed (issue 30)"). The same rows and scores
-as SQLite's arm; fewer candidates than the pool: every matching row scored.
+store's size. The same rows and scores as SQLite's arm; fewer candidates than the
+pool: every matching row scored.
 
 Public surface: :func:`plan` (query text to terms, stop words set aside),
 :func:`retrieve` (terms to scored rows, shaped) and :func:`lexical` (every
@@ -81,9 +78,7 @@ _SCORE = f"""
 # postings of the other terms, joined by (namespace, term, seq), and only the
 # candidates are scored (with all the terms, exactly). The namespace is a constant
 # in that join when one is searched: the planner then chooses between a key probe
-# per candidate and reading a common term's postings from the key alone, and picks
-# well (at 100,000 memories the statement took 20-25 against 33-46 ms exact; with
-# the namespace taken from the candidates it probed always, 36 ms).
+# per candidate and reading a common term's postings from the key alone.
 _SHAPED = f"""
     WITH e AS MATERIALIZED (
         SELECT p.namespace, p.seq, p.tf, p.len, q.w

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mnemex.engine.copy import Conn, CopyTables, MemoryRecord, VectorRecord
+from mnemex.engine.copy import STREAM_BATCH, Conn, CopyTables, MemoryRecord, VectorRecord
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.engine.postgres.vectors import create_index, ensure_model
 from mnemex.engine.postgres.workspaces import tables
@@ -34,9 +34,7 @@ from mnemex.errors import InvalidInput
 from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
-    from mnemex.engine.sqlite.session import SqliteSession
-
-STREAM_BATCH = 1_000
+    from mnemex.engine.copy import RowInserter
 
 _RELATIONS = """INSERT INTO relations (id, namespace, subject, predicate, object, subject_key,
         object_key, confidence, source_memory, created_at, updated_at, lex, lex_len)
@@ -60,6 +58,8 @@ class PgCopyTables(CopyTables):
     """Records of a PostgreSQL store, read and written."""
 
     by_id = 'm.id COLLATE "C"'
+    engine = "PostgreSQL"
+    max_dim = 2_000  # pgvector's limit for an indexed vector
 
     def vector_models(self, conn: Conn) -> dict[str, int]:
         rows = conn.execute("SELECT model, dim FROM vector_models").fetchall()
@@ -94,7 +94,7 @@ class PgCopyTables(CopyTables):
 
     def write_memories(
         self,
-        session: SqliteSession,
+        session: RowInserter,
         conn: Conn,
         rows: list[tuple[Any, ...]],
         records: Sequence[MemoryRecord],

@@ -210,9 +210,8 @@ def search(
     checks them best first, ``CHECKED`` first and twice as many each time, until
     ``limit`` pass: the cost of the check follows the hits wanted, not the rows.
 
-    The statements are never prepared: a generic plan, blind to how many rows the
-    arrays hold, took 1.5 s where the plan for the values takes 0.1 s (SciFact,
-    ``"of the"``).
+    The statements are never prepared: a generic plan is blind to how many rows the
+    arrays hold, and far slower than the plan for the values.
     """
     if query.tsquery is None or query.cover is None or limit <= 0:
         return []

@@ -441,18 +441,14 @@ def _covering_key(prefix: str) -> tuple[str, ...]:
     )
 
 
-# The postings read from their key alone (see bm25.py): at 100,000 memories the exact
-# arm's statement took 13.2 instead of 17.9 ms (p50), and the key, built anew, is
-# smaller than the one grown by inserts (158 against 216 MB).
+# The postings read from their key alone (see bm25.py): a faster exact arm, and a key
+# built anew is smaller than one grown by inserts.
 _COVERING: Final = (*_covering_key(""), *_covering_key("relation_"))
 
-# Counters in slots. Every write of memories (and of vectors) added its counts to the
-# same rows, its namespace's and its terms', and held their locks until it committed:
-# writers of one namespace took turns (8 writers of single memories: 4.7 of the 8
-# waiting for another's transaction, on average). Each counter is now the sum of its
-# rows, one per slot; a transaction writes into a slot no other running transaction
-# holds (the first free one: as many slots are used as writers ran at once), so writers
-# never wait for each other's counts. A read sums the slots in its one snapshot.
+# Counters in slots, so that writers of one namespace never wait for each other's counts
+# (one row per counter would hold its lock until the writer commits). Each counter is the
+# sum of its rows, one per slot; a transaction writes into a slot no other running
+# transaction holds (the first free one). A read sums the slots in its one snapshot.
 _SLOT_FUNCTION: Final = f"""CREATE OR REPLACE FUNCTION mnemex_stats_slot() RETURNS smallint
     LANGUAGE plpgsql AS $$
     DECLARE s integer;

@@ -8,7 +8,6 @@ system user that it creates. The server listens on a Unix socket only.
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,10 @@ from mnemex.errors import MissingExtra
 
 @dataclass(frozen=True, slots=True)
 class LocalServer:
-    """A running server: its URL (database ``postgres``), data folder and start time."""
+    """A running server: its URL (database ``postgres``) and data folder."""
 
     url: str
     data: Path
-    started_in: float  # seconds
     handle: Any
 
     def url_for(self, database: str) -> str:
@@ -48,6 +46,5 @@ def load_pgserver() -> Any:
 def start(data: Path, *, delete: bool = False) -> LocalServer:
     """Start (or reuse) the server whose data folder is ``data``; its parent must exist."""
     pgserver = load_pgserver()
-    began = time.perf_counter()
     handle = pgserver.get_server(data, cleanup_mode="delete" if delete else "stop")
-    return LocalServer(str(handle.get_uri()), data, time.perf_counter() - began, handle)
+    return LocalServer(str(handle.get_uri()), data, handle)

@@ -31,6 +31,7 @@ from mnemex.text import clean_namespace
 if TYPE_CHECKING:
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.postgres.copy import PgCopyTables
     from mnemex.engine.postgres.embedding import PgEmbedding
     from mnemex.engine.postgres.retrieval import PostgresEngine
     from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
@@ -169,6 +170,14 @@ class PostgresSession:
     @property
     def embedder(self) -> Embedder | None:
         return self.embedding.embedder
+
+    @property
+    def copying(self) -> PgCopyTables:
+        """The store's records, read and written (imported on first use: only a migration
+        needs them)."""
+        from mnemex.engine.postgres.copy import copy_tables
+
+        return copy_tables()
 
     # -- bulk insert -----------------------------------------------------------------------
 

@@ -21,12 +21,8 @@ allows (``hnsw.ef_search`` ≤ 1000; it has no iterative scans) to find
 ``limit`` of them. Otherwise the index is searched with ``ef_search`` sized
 to that share, and exactly again if it still returns too few.
 
-``EF_SEARCH_MIN`` is 200, the ``ef_search`` that reached recall@10 0.97 on
-random unit vectors (a hard case for HNSW; pgvector's default of 40 gave
-0.67), and the scan is exact up to ``EXACT_MAX`` vectors (about 40 ms;
-benchmarks/RESULTS.md, History, "PostgreSQL engine beside SQLite"). Where
-between 50,000 and 1M the index starts to pay on real embeddings is for
-``benchmarks/bench_scale.py`` to settle.
+``EF_SEARCH_MIN`` and ``EXACT_MAX`` are chosen by measurement (benchmarks/RESULTS.md,
+History, "PostgreSQL engine beside SQLite").
 """
 
 from __future__ import annotations

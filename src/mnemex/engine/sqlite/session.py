@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from mnemex.config import Settings
     from mnemex.embed import Embedder
+    from mnemex.engine.copy import CopyTables
     from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
     from mnemex.engine.sqlite.retrieval import Engine
     from mnemex.engine.sqlite.vectors import VectorIndex
@@ -34,6 +35,7 @@ from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import (
+    OPTIMIZE_MAX_ROWS,
     connect,
     marks,
     migrate,
@@ -48,7 +50,6 @@ Conflict = Literal["error", "skip"]
 WRITE_CHUNK = 2_500  # rows per INSERT ... SELECT in a bulk write
 OPTIMIZE_MIN_BATCH = 1_000  # only bulk writes consider merging the full-text index
 OPTIMIZE_MIN_ROWS = 10_000
-OPTIMIZE_MAX_ROWS = 2_000_000
 LEAN_BYTES = 1 << 20  # a memory this large is written with a small page cache (see lean)
 LEAN_CACHE_KIB = 8_192
 _MAX_SEQ = "SELECT coalesce(max(seq), 0) FROM memories"
@@ -108,6 +109,14 @@ class SqliteSession:
             self.backgrounds.clear()
             self.queries = None
             self.files_cache.clear()
+
+    @property
+    def copying(self) -> CopyTables:
+        """The store's records, read and written (imported on first use: only a migration
+        needs them)."""
+        from mnemex.engine.copy import SQLITE as records
+
+        return records
 
     @property
     def conn(self) -> sqlite3.Connection:

@@ -1,4 +1,8 @@
-"""Vectors and hybrid search, with a deterministic fake embedder."""
+"""Vectors and hybrid search, with a deterministic fake embedder.
+
+The tests that hold on SQLite alone; those run on both engines are in
+``tests/engine/test_vectors.py``.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,6 @@ import mnemex
 from mnemex import EmbeddingError, IndexMismatch
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
-from tests.pg_fixtures import both_engines
 
 DOCS = [
     "PostgreSQL connection pool exhausted during the nightly billing run",
@@ -156,50 +159,6 @@ def test_embedding_failure_keeps_the_memory_pending(
     vector_store.add("the next write catches up")
     assert vector_store.stats().pending_vectors == 0
     assert vector_store.last_embedding_error is None
-
-
-class Interrupted(FakeEmbedder):
-    """A Ctrl-C in the middle of embedding: its call number ``at`` raises KeyboardInterrupt."""
-
-    def __init__(self, at: int) -> None:
-        super().__init__()
-        self.at = at
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if self.calls + 1 == self.at:
-            self.calls += 1
-            raise KeyboardInterrupt
-        return super().embed(texts)
-
-
-@both_engines
-def test_vectors_an_interrupted_import_left_out_are_caught_up_by_the_next_writes(
-    make_store, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
-    from mnemex.engine.embedding import CATCH_UP_MEMORIES
-    from mnemex.transfer import import_jsonl
-
-    store = make_store("cut.db", embedder=Interrupted(at=2))
-    lines = [
-        json.dumps({"id": f"m{i}", "content": f"memory {i} on topic {i % 7}"}) for i in range(1200)
-    ]
-    with pytest.raises(KeyboardInterrupt):
-        import_jsonl(store, lines)
-    pending = store.stats().pending_vectors
-    assert pending > CATCH_UP_MEMORIES
-    again = import_jsonl(store, lines)  # every id is there already: nothing new stored...
-    assert again.imported == 0
-    left = pending - CATCH_UP_MEMORIES  # ...but a bounded part of the backlog embedded, said
-    assert store.stats().pending_vectors == left
-    assert f"embedding {CATCH_UP_MEMORIES} of the {pending} memories" in caplog.text
-    assert f"{left} memories still have no vector" in caplog.text
-    while left:  # each later write embeds as much again, until none is left
-        store.add(f"a later write, {left} left")
-        assert store.stats().pending_vectors == max(0, left - CATCH_UP_MEMORIES)
-        left = store.stats().pending_vectors
-    caplog.clear()
-    store.add("and a write with no backlog embeds only itself")
-    assert caplog.text == "" and store.stats().pending_vectors == 0
 
 
 def test_embed_catches_up(make_store, fake_embedder: FakeEmbedder) -> None:  # type: ignore[no-untyped-def]
