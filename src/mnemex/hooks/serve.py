@@ -62,7 +62,10 @@ class HookServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: HookServer
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # the headers and the body go out at once
+    disable_nagle_algorithm = True  # the answer goes out as soon as it is written
+    # Buffered: the status line, the headers and the body leave in one send (unbuffered,
+    # the headers went out first and the body after them, a second wake-up of the client).
+    wbufsize = -1
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # no line per request on stderr
@@ -124,6 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()
 
 
 def serve(
