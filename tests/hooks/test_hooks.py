@@ -931,6 +931,48 @@ def test_serve_answers_the_http_hook(tmp_path: Path, project: Path) -> None:
     assert "JSONDecodeError" in (Path(os.environ["MNEMEX_HOME"]) / "hooks.log").read_text()
 
 
+def test_serve_answers_in_turn_and_no_connection_holds_it(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server answers on one thread: every answer closes its connection (a client
+    that would keep it open for its next event does not hold the server), and a
+    connection that sends nothing holds it no longer than the request time limit."""
+    import http.client
+    import socket
+    import threading
+
+    from mnemex.hooks import serve
+
+    monkeypatch.setattr(serve._Handler, "timeout", 0.3)
+    store = mnemex.open(tmp_path / "m.db", embedder=None)
+    store.add("The billing API listens on port 8443.", namespace=project_namespace(str(project)))
+    server = serve.HookServer(store, 0)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    event = ClaudeSession(tmp_path / "s.jsonl", str(project)).event(
+        "UserPromptSubmit", prompt="What port is the billing API on?"
+    )
+    body = json.dumps(event).encode()
+    silent = socket.create_connection(("127.0.0.1", port))  # connects, sends nothing
+    try:
+        kept = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(2):  # the same client, asking again: a new connection each time
+            started = time.monotonic()
+            kept.request("POST", "/hook", body=body, headers={"Content-Type": "application/json"})
+            response = kept.getresponse()
+            assert response.status == 200 and response.getheader("Connection") == "close"
+            assert "port 8443" in response.read().decode()
+            assert time.monotonic() - started < 5.0
+    finally:
+        silent.close()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        store.close()
+    assert server.handled == 2
+
+
 def test_blas_threads_of_a_hook_process_and_of_a_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
