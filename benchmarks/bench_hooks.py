@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
 from common import (
+    add_texts,
     build_sqlite,
     checkout,
     child_env,
@@ -66,6 +67,39 @@ def build(path: Path, namespace: str, texts: list[str]) -> None:
     vectors, _ = real_embeddings(texts, "bench")
     model_id = LocalEmbedder().model_id
     build_sqlite(path, texts, vectors, model_id, True, namespace, kind="answer")
+
+
+OWN_SESSION = "own"  # the session whose own memories the "serve own" server's store holds
+
+
+def own_store(path: Path, copy: Path, namespace: str, prompts: list[str]) -> None:
+    """A copy of the store at ``path`` with, for each prompt, a memory of the session
+    :data:`OWN_SESSION` that answers it (as its capture would have stored the turn): the
+    prompt hook recalls again for that session, leaving its own memories out."""
+    import sqlite3
+
+    from mnemex.embed.local import LocalEmbedder
+
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
+        source.backup(target)
+    texts = [f"Earlier in this session: {p}" for p in prompts]
+    vectors, _ = real_embeddings(texts, "own")
+    model_id = LocalEmbedder().model_id
+    with mnemex.open(copy, namespace=namespace, embedder=None) as store:
+        conn = store.session.conn
+        first = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
+        add_texts(store, texts, kind="answer", tags=["bench", f"session:{OWN_SESSION}"])
+        query = "SELECT seq, content_hash FROM memories WHERE seq > ? ORDER BY seq"
+        rows = conn.execute(query, (first,)).fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
+            [(seq, model_id, digest, vectors[i].tobytes()) for i, (seq, digest) in enumerate(rows)],
+        )
+        conn.execute("COMMIT")
 
 
 def timed(
@@ -205,6 +239,109 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     return out
 
 
+# Where the served prompt hook's time goes: the functions of one event, as `mnemex serve`
+# calls them (module attributes, wrapped in this process by served_profile).
+PROFILED = [
+    ("mnemex.hooks.project", "project_namespace", "the project's namespace"),
+    ("mnemex.search.pipeline", "plan_arms", "plan: the query cleaned, the lexical plan, spelling"),
+    ("mnemex.search.pipeline", "embed_checked", "the query's embedding (on a worker thread)"),
+    ("mnemex.search.pipeline", "retrieve_arms", "both arms (waits for the embedding)"),
+    ("mnemex.search.pipeline", "complete_scores", "each candidate's score in the other arm"),
+    ("mnemex.search.pipeline", "fuse", "fusion"),
+    ("mnemex.search.pipeline", "rank_candidates", "the relevance floor, thresholds, stages"),
+    ("mnemex.search.pipeline", "build_hits", "the hits"),
+    ("mnemex.search.recall", "read_bodies", "recall: the memories' text"),
+    ("mnemex.search.recall", "recall", "recall: the block packed"),
+    ("mnemex.hooks.run", "record_injection", "the injection log (after the answer)"),
+]
+
+
+def served_profile(
+    db: Path, home: Path, project: Path, prompts: list[str], rounds: int = 3
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """Each step's median wall time (ms) over ``rounds`` passes of the prompts through
+    ``handle`` on a store opened and warmed as `mnemex serve` opens it, and the medians of
+    the whole event: its wall time to the answer, the CPU time of its thread and of the
+    process (the model's threads too) to the answer."""
+    import gc
+    import importlib
+
+    from mnemex.hooks.run import handle
+
+    spent: dict[str, float] = {}
+    wrapped = []
+    for module_name, name, label in PROFILED:
+        module = importlib.import_module(module_name)
+        original = getattr(module, name)
+
+        def timed_call(*a: object, _f=original, _label=label, **k: object) -> object:  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + (time.perf_counter() - started) * 1000
+
+        wrapped.append((module, name, original))
+        setattr(module, name, timed_call)
+    steps: dict[str, list[float]] = {label: [] for _, _, label in PROFILED}
+    whole: dict[str, list[float]] = {"wall": [], "thread CPU": [], "process CPU": []}
+    try:
+        with mnemex.open(db, embedder="local") as store:
+            store.search("warm up", limit=1, namespace=mnemex.ALL)
+            gc.freeze()
+            for _ in range(rounds):
+                for prompt in prompts:
+                    event = {"session_id": "profile", "cwd": str(project)}
+                    event.update(hook_event_name="UserPromptSubmit", prompt=prompt)
+                    spent.clear()
+                    marks: list[tuple[float, float, float]] = []
+                    now = (time.perf_counter(), time.thread_time(), time.process_time())
+
+                    def answer(_: str, marks=marks) -> None:  # type: ignore[no-untyped-def]
+                        marks.append((time.perf_counter(), time.thread_time(), time.process_time()))
+
+                    handle(event, store=store, home=str(home), answer=answer)
+                    for key, start, end in zip(whole, now, marks[0], strict=True):
+                        whole[key].append((end - start) * 1000)
+                    for label in steps:
+                        steps[label].append(spent.get(label, 0.0))
+    finally:
+        for module, name, original in wrapped:
+            setattr(module, name, original)
+    return [(k, statistics.median(v)) for k, v in steps.items()], {
+        k: statistics.median(v) for k, v in whole.items()
+    }
+
+
+# served_profile in a new process, set up as `mnemex serve` sets itself up: BLAS threads that
+# sleep as soon as a product is done, set before numpy loads.
+PROFILE = """
+import json, sys
+from pathlib import Path
+from mnemex.hooks.run import quiet_blas
+quiet_blas()
+sys.path.insert(0, sys.argv[1])
+from bench_hooks import served_profile
+steps, whole = served_profile(*map(Path, sys.argv[2:5]), json.loads(sys.argv[5]))
+print(json.dumps([steps, whole]))
+"""
+
+
+def profile_served(
+    env: dict[str, str], db: Path, home: Path, project: Path, prompts: list[str]
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """:func:`served_profile` in a new process, as `mnemex serve` runs."""
+    bench = str(Path(__file__).resolve().parent)
+    args = [bench, str(db), str(home), str(project), json.dumps(prompts)]
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE, *args], capture_output=True, text=True, env=env
+    )
+    if done.returncode != 0:
+        sys.exit(f"the served hook's profile failed: {done.stderr}")
+    steps, whole = json.loads(done.stdout)
+    return [(label, ms) for label, ms in steps], whole
+
+
 def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  # type: ignore[no-untyped-def]
     """`mnemex search` and `mnemex add` as a person types them in the project, timed with
     the code of each hybrid mode (this checkout's, and the commit before's)."""
@@ -235,6 +372,11 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     ]
     rows += [row for m in ("lexical", "hybrid") for row in old(f"{served}, {m}", f"serve {m}")]
     rows += [(f"{served}, lexical", "serve lexical"), (f"{served}, hybrid", "serve hybrid")]
+    own = "in a session whose own memories answer the prompt (recalled twice: they are left out)"
+    rows += [
+        *old(f"{served}, hybrid, {own}", "serve own"),
+        (f"{served}, hybrid, {own}", "serve own"),
+    ]
     rows += [
         (
             f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid `mnemex serve`",
@@ -259,7 +401,10 @@ def environments(tmp: Path, home: Path, against: str | None) -> tuple[dict[str, 
     lexical, hybrid = {**base, "MNEMEX_EMBEDDER": "none"}, {**base, "MNEMEX_EMBEDDER": "local"}
     # The same lexical hook with the injection log off: what the log costs a prompt.
     modes = [("lexical", lexical), ("hybrid", hybrid)]
-    served = [("serve lexical", lexical), ("serve hybrid", hybrid)]
+    # "serve own": the hybrid server on a copy of the store that holds memories of the
+    # prompts' own session (own_store), which its prompts come from.
+    own = {**hybrid, "MNEMEX_DB": str(home / "own.db")}
+    served = [("serve lexical", lexical), ("serve hybrid", hybrid), ("serve own", own)]
     if against:
         other = {"PYTHONPATH": str(checkout(against, tmp / "against"))}
         other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
@@ -271,8 +416,8 @@ def environments(tmp: Path, home: Path, against: str | None) -> tuple[dict[str, 
     servers = {}
     for index, (key, env) in enumerate(served):
         (tmp / f"serve-{index}").mkdir()
-        servers[key] = {**env, "MNEMEX_HOME": str(tmp / f"serve-{index}")}
-        servers[key]["MNEMEX_DB"] = str(home / "memories.db")
+        servers[key] = {"MNEMEX_DB": str(home / "memories.db"), **env}
+        servers[key]["MNEMEX_HOME"] = str(tmp / f"serve-{index}")
     return base, modes, servers
 
 
@@ -288,8 +433,10 @@ def prompt_event(tmp: Path, project: Path, prompt: str) -> bytes:
     ).encode()
 
 
-def one_run(tmp: Path, project: Path, prompt: str, state: dict[str, Any]) -> dict[str, bytes]:
-    """Time every process and server on ``prompt``; their answers."""
+def one_run(
+    tmp: Path, project: Path, prompt: str, state: dict[str, Any], i: int
+) -> dict[str, bytes]:
+    """Time every process and server on ``prompt`` (run ``i``); their answers."""
     samples, hook, env = state["samples"], state["hook"], state["base_env"]
     payload = prompt_event(tmp, project, prompt)
     samples["pass"].append(timed([sys.executable, "-c", "pass"], env)[0])
@@ -298,9 +445,13 @@ def one_run(tmp: Path, project: Path, prompt: str, state: dict[str, Any]) -> dic
         elapsed, out = timed(hook, env, payload)
         samples[mode].append(elapsed)
         answers[mode] = out.strip()
-    for key, (_, port) in state["servers"].items():
+    own = json.dumps({**json.loads(payload), "session_id": OWN_SESSION}).encode()
+    # Every other run the commit before's servers first: neither commit always follows the
+    # hook processes above.
+    order = sorted(state["servers"].items(), key=lambda kv: (i % 2) != kv[0].endswith(")"))
+    for key, (_, port) in order:
         started = time.perf_counter()
-        answer = post(port, payload)
+        answer = post(port, own if key.startswith("serve own") else payload)
         samples[key].append((time.perf_counter() - started) * 1000)
         answers[key] = b"" if answer == b"{}" else answer.strip()
     # A new `mnemex hook` process that hands the event to the running hybrid server.
@@ -334,13 +485,16 @@ def run_prompts(
     """Every run, one prompt each; what the section says of the answers."""
     injected: dict[str, int] = {}  # prompts answered with a block (the floor leaves some)
     same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
+    same_own = 0  # prompts the "serve own" servers of both commits answer the same
     load = os.getloadavg()[0]
     for i, prompt in enumerate(prompts):
-        answers = one_run(tmp, project, prompt, state)
+        answers = one_run(tmp, project, prompt, state, i)
         for key, answer in answers.items():
             injected[key] = injected.get(key, 0) + bool(answer)
         ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
         same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
+        if (other := f"serve own ({state['against']})") in ageless:
+            same_own += ageless["serve own"] == ageless[other]
         # An empty answer may be a hook stopped at its time limit (counted below).
         if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
             return {
@@ -351,7 +505,8 @@ def run_prompts(
         captures(tmp, project, home, state)
         print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
     load = max(load, os.getloadavg()[0])
-    return {"failure": "", "injected": injected, "same_hybrid": same_hybrid, "load": load}
+    ran = {"failure": "", "injected": injected, "same_hybrid": same_hybrid, "load": load}
+    return ran | {"same_own": same_own}
 
 
 def hook_logs(home: Path, server_envs: dict[str, dict[str, str]]) -> tuple[list[str], int]:
@@ -374,6 +529,7 @@ def measure(
     home.mkdir()
     started = time.perf_counter()
     build(home / "memories.db", str(project), texts)
+    own_store(home / "memories.db", home / "own.db", str(project), prompts)
     print(f"built {args.size:,} memories in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     base_env, modes, server_envs = environments(tmp, home, args.against)
     hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
@@ -383,7 +539,7 @@ def measure(
     samples |= {k: [] for k in [*dict(modes), *server_envs]}
     servers = {key: start_server(env) for key, env in server_envs.items()}
     state = {"samples": samples, "hook": hook, "base_env": base_env, "modes": modes}
-    state |= {"servers": servers, "server_envs": server_envs}
+    state |= {"servers": servers, "server_envs": server_envs, "against": args.against}
     try:
         # Compiles the bytecode into the cache; the hybrid run also writes the vector snapshot
         # and the model's checksum stamp, as the first prompt of a session does.
@@ -403,6 +559,11 @@ def measure(
     ran["logged"], ran["write_ms"] = injection_log_cost(home / "memories.db")
     events = [{"session_id": "cold", "cwd": str(project), "prompt": p} for p in prompts]
     ran["cold"] = statistics.median(cold_log_cost(lexical, events))
+    (tmp / "profile").mkdir()
+    hybrid = dict(modes)["hybrid"]
+    ran["steps"], ran["whole"] = profile_served(
+        hybrid, home / "memories.db", tmp / "profile", project, prompts
+    )
     return ran | {"samples": samples}
 
 
@@ -421,6 +582,53 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp:
         ran = measure(args, Path(tmp), prompts, texts, typed)
     publish("bench_hooks", section(args, ran, prompts), args.no_write)
+
+
+def served_differences(samples: dict[str, list[float]], against: str | None) -> dict[str, float]:
+    """The served rows' paired differences with the commit before (the same prompt in the
+    same run, this checkout's less the other's; none without one): steadier than two
+    medians on a loaded machine."""
+    if not against:
+        return {}
+    return {
+        key: statistics.median(
+            a - b for a, b in zip(samples[key], samples[f"{key} ({against})"], strict=True)
+        )
+        for key in ("serve lexical", "serve hybrid", "serve own")
+    }
+
+
+def served_lines(pairs: dict[str, float]) -> list[str]:
+    """RESULTS.md's paragraph on :func:`served_differences` (none without them)."""
+    if not pairs:
+        return []
+    said = ", ".join(f"{k.removeprefix('serve ')} {v:+.2f} ms" for k, v in pairs.items())
+    return [
+        "Served, the medians of the paired differences with the commit before (the same "
+        f"prompt in the same run, this checkout's less the commit before's): {said}.",
+        "",
+    ]
+
+
+def profile_lines(
+    steps: list[tuple[str, float]], whole: dict[str, float], prompts: int
+) -> list[str]:
+    """RESULTS.md's lines on where the served prompt hook's time goes."""
+    return [
+        "",
+        "Where a served hybrid prompt's time goes (`handle`, as `mnemex serve` calls it, in "
+        f"a process set up as the server is, on the same store, after the runs: {prompts} prompts, 3 "
+        "rounds, medians of each step's wall time; the embedding runs on a worker thread "
+        "while the plan and the lexical arm run, and the arms wait for it). To the answer: "
+        f"{whole['wall']:.2f} ms of wall time, {whole['thread CPU']:.2f} ms of CPU in the "
+        f"event's thread, {whole['process CPU']:.2f} ms in the process (the model's threads "
+        "too). The HTTP round trip adds the difference between the served row above and "
+        "this wall time.",
+        "",
+        "| step | median |",
+        "| --- | ---: |",
+        *(f"| {label} | {ms:.2f} ms |" for label, ms in steps),
+    ]
 
 
 def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
@@ -443,9 +651,11 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
         "questions), each run starting the processes below one after the other, then "
-        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, and "
-        "the same two of the commit before when there is one; started and warmed up before "
-        "the runs); wall time of the whole process (or of the "
+        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, one "
+        "hybrid on a copy of the store holding, for each prompt, a memory of the prompt's own "
+        "session that answers it, and the same three of the commit before when there is one; "
+        "started and warmed up before the runs, the commit before's POSTed first every other "
+        "run); wall time of the whole process (or of the "
         "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
@@ -458,6 +668,7 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
         f"| `python -c pass` | {base:.1f} ms | 1.0 |",
         *(f"| {label} | {med[key]:.1f} ms | {med[key] / base:.2f} |" for label, key in rows),
         "",
+        *served_lines(served_differences(samples, args.against)),
         f"The injection log costs the prompt hook {paired:+.1f} ms (the median of the "
         "paired differences between the lexical hook with the log, the default, and "
         "without it, in the same runs; whole processes, so within their noise). Timed "
@@ -474,11 +685,18 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
         "The lexical answer of `mnemex serve` is checked equal to the new process's; the "
         f"hybrid answers are the same for {ran['same_hybrid']} of {len(prompts)} prompts (the server "
         "runs the optimized graph, the hook process the folded model: the same memories "
-        "unless two are within float rounding of each other). "
-        "Largest imports on the lexical path "
+        "unless two are within float rounding of each other)"
+        + (
+            f"; the servers of both commits, in the session with its own memories, answer "
+            f"{ran['same_own']} of {len(prompts)} prompts the same. "
+            if args.against
+            else ". "
+        )
+        + "Largest imports on the lexical path "
         "(`python -X importtime` of the same command, cumulative): "
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])
         + ".",
+        *profile_lines(ran["steps"], ran["whole"], len(prompts)),
     ]
     print("largest imports (cumulative ms):", ", ".join(f"{m} {t:.0f}" for m, t in profile))
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from mnemex.hooks import transcript
 from mnemex.hooks.capture import capture, project_namespace
 from mnemex.hooks.redact import redact
 from mnemex.hooks.run import handle, worth_recalling
-from tests.conftest import SRC
+from tests.conftest import SRC, FakeEmbedder
 from tests.hook_fixtures import ClaudeSession, codex_transcript, text, thinking, tool_use
 
 SECRET = "sk-proj-4f9Qa8ZrT2mXc7LpB1vN6kD3hJ0wYeU5"
@@ -353,6 +353,30 @@ def test_the_prompt_block_is_what_recall_answers(tmp_path: Path, project: Path) 
     )
     assert "templates/credit.html" in block["hookSpecificOutput"]["additionalContext"]
     store.close()
+
+
+def test_a_prompt_among_its_own_memories_is_embedded_once(
+    tmp_path: Path, project: Path, fake_embedder: FakeEmbedder
+) -> None:
+    """The second recall of a prompt whose first found the session's own memories reuses
+    the prompt's vector: the prompt is embedded once, and the block is the same as with a
+    store that embeds it twice."""
+    old = ClaudeSession(tmp_path / "s.jsonl", str(project))
+    for i in range(2):
+        old.turn(f"Where is invoice template {i} kept", f"In templates/invoice-{i}.html.")
+    other = ClaudeSession(tmp_path / "t.jsonl", str(project))
+    other.turn("Where is the credit note template", "In templates/credit.html, for invoices.")
+    store = mnemex.open(tmp_path / "memories.db", embedder=fake_embedder)
+    handle(old.event("Stop"), store=store)
+    handle(other.event("Stop"), store=store)
+    event = old.event("UserPromptSubmit", prompt="where do we keep the invoice templates")
+    calls = fake_embedder.calls
+    block = handle(event, store=store)
+    assert fake_embedder.calls == calls + 1
+    assert "templates/credit.html" in block and "invoice-1" not in block
+    store.close()
+    with mnemex.open(tmp_path / "memories.db", embedder=FakeEmbedder()) as fresh:
+        assert handle(event, store=fresh) == block
 
 
 def test_secret_in_a_transcript_is_nowhere_in_the_store_or_its_export(
@@ -905,6 +929,48 @@ def test_serve_answers_the_http_hook(tmp_path: Path, project: Path) -> None:
         thread.join()
         store.close()
     assert "JSONDecodeError" in (Path(os.environ["MNEMEX_HOME"]) / "hooks.log").read_text()
+
+
+def test_serve_answers_in_turn_and_no_connection_holds_it(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server answers on one thread: every answer closes its connection (a client
+    that would keep it open for its next event does not hold the server), and a
+    connection that sends nothing holds it no longer than the request time limit."""
+    import http.client
+    import socket
+    import threading
+
+    from mnemex.hooks import serve
+
+    monkeypatch.setattr(serve._Handler, "timeout", 0.3)
+    store = mnemex.open(tmp_path / "m.db", embedder=None)
+    store.add("The billing API listens on port 8443.", namespace=project_namespace(str(project)))
+    server = serve.HookServer(store, 0)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    event = ClaudeSession(tmp_path / "s.jsonl", str(project)).event(
+        "UserPromptSubmit", prompt="What port is the billing API on?"
+    )
+    body = json.dumps(event).encode()
+    silent = socket.create_connection(("127.0.0.1", port))  # connects, sends nothing
+    try:
+        kept = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(2):  # the same client, asking again: a new connection each time
+            started = time.monotonic()
+            kept.request("POST", "/hook", body=body, headers={"Content-Type": "application/json"})
+            response = kept.getresponse()
+            assert response.status == 200 and response.getheader("Connection") == "close"
+            assert "port 8443" in response.read().decode()
+            assert time.monotonic() - started < 5.0
+    finally:
+        silent.close()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        store.close()
+    assert server.handled == 2
 
 
 def test_blas_threads_of_a_hook_process_and_of_a_server(

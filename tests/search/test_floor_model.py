@@ -78,6 +78,22 @@ def test_a_question_in_other_words_finds_its_memory(local_store: Callable[..., S
         assert store.search(prompt).hits == (), prompt
 
 
+def test_only_an_explained_search_records_what_the_floor_read(
+    local_store: Callable[..., Store],
+) -> None:
+    """The floor's trace is made for explain alone: a search without it keeps and ranks
+    exactly the same memories, with the same floor decision."""
+    store = local_store()
+    store.add_many(list(PROJECT.values()))
+    for question, _ in [*REWORDED, *((u, None) for u in UNRELATED)]:
+        plain, explained = store.search(question), store.search(question, explain=True)
+        assert [(h.id, h.score) for h in plain.hits] == [(h.id, h.score) for h in explained.hits]
+        assert plain.floor == explained.floor and plain.notes == explained.notes
+        assert all(h.explain is None for h in plain.hits)
+        for hit in explained.hits:
+            assert [s["stage"] for s in hit.explain["stages"]][:2] == ["floor", "threshold"]
+
+
 @both_engines
 def test_text_the_model_cannot_read_is_found_by_its_words(
     local_store: Callable[..., Store],

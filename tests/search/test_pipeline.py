@@ -14,9 +14,11 @@ from mnemex.index.retrieval import Filters
 from mnemex.request import Ranking, Request
 from mnemex.search import fusion
 from mnemex.search.pipeline import (
+    QUERY_VECTORS_KEPT,
     build_hits,
     complete_scores,
     fuse,
+    kept_query_vectors,
     plan_arms,
     rank_candidates,
     retrieve_arms,
@@ -131,6 +133,44 @@ def test_each_stage_returns_what_the_next_reads(hybrid: Store, name: str) -> Non
     assert [h.id for h in result.hits] == [h.id for h in hits]
     assert (result.fusion, result.fusion_version) == (fused.label, formula.version)
     assert [h.explain for h in result.hits] == [h.explain for h in hits]
+
+
+def test_a_text_searched_again_is_not_embedded_again_while_vectors_are_kept(
+    hybrid: Store,
+) -> None:
+    """Within kept_query_vectors the session keeps the newest query vectors: searching a
+    text again reuses its vector, and finds the same; a text out of the kept ones is
+    embedded again. Outside it, every search embeds its query."""
+    embedder = hybrid.embedder
+    assert isinstance(embedder, FakeEmbedder)
+    with kept_query_vectors(hybrid.session):
+        first = hybrid.search("blue deploy script")
+        calls = embedder.calls
+        again = hybrid.search("blue deploy script", limit=3)
+        assert embedder.calls == calls
+        assert [(h.id, h.score) for h in again.hits] == [(h.id, h.score) for h in first.hits[:3]]
+        assert again.mode_used == "hybrid"
+        for i in range(QUERY_VECTORS_KEPT):
+            hybrid.search(f"deploy script number {i}")
+        assert embedder.calls == calls + QUERY_VECTORS_KEPT
+        hybrid.search("blue deploy script")  # pushed out by the newer texts
+        assert embedder.calls == calls + QUERY_VECTORS_KEPT + 1
+    assert hybrid.session.queries is None
+    hybrid.search("blue deploy script")
+    assert embedder.calls == calls + QUERY_VECTORS_KEPT + 2
+
+
+def test_a_failed_embedding_is_not_kept(hybrid: Store) -> None:
+    embedder = hybrid.embedder
+    assert isinstance(embedder, FakeEmbedder)
+    with kept_query_vectors(hybrid.session):
+        embedder.fail = True
+        assert hybrid.search("deploy script").mode_used == "lexical"
+        embedder.fail = False
+        assert hybrid.search("deploy script").mode_used == "hybrid"
+    hybrid.search("deploy script")  # kept no more: the embedder is asked, and is down
+    embedder.fail = True
+    assert hybrid.search("deploy script").mode_used == "lexical"
 
 
 def test_a_single_arm_keeps_its_own_scores(hybrid: Store) -> None:

@@ -469,8 +469,16 @@ def prompt_decision(
     conversation already.
     """
     from mnemex.hooks.injected import clean_text
+    from mnemex.search.pipeline import kept_query_vectors
 
     task = clean_text(prompt)[:MAX_PROMPT_CHARS]
+    with kept_query_vectors(store.session):  # a second recall does not embed the prompt again
+        return _decide(store, task, session_id, namespace, until)
+
+
+def _decide(
+    store: Store, task: str, session_id: str | None, namespace: str | None, until: float | None
+) -> Decision:
     found = store.recall(task, namespace=namespace)  # what `recall` answers, exactly
     late = _late(store, found, until)
     if not found.memories or not _own(store, found, session_id, namespace):

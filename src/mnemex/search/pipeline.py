@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -58,7 +59,7 @@ from mnemex.text import clean_query, clip, parse_stored_time, summarize
 from mnemex.workers import Job, query_pool
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from contextlib import AbstractContextManager
     from pathlib import Path
 
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
 
 CANDIDATE_MULTIPLIER = 4  # seed 004
 MAX_CANDIDATES = 200
+# Query vectors a session keeps, the newest, within kept_query_vectors.
+QUERY_VECTORS_KEPT = 8
+_kept_lock = threading.Lock()  # the sessions' kept query vectors
 FALLBACK_SNIPPET_CHARS = 240  # a hit the lexical arm did not find shows the start of its text
 NOTHING_RELEVANT = (
     "nothing stored is relevant to the query (no memory reaches the relevance floor): no hits"
@@ -109,6 +113,7 @@ class Retriever(Protocol):
     settings: Settings
     embedder: Embedder | None
     backgrounds: dict[Any, Any]  # the session's background levels (mnemex.search.background)
+    queries: dict[Any, Any] | None  # the session's kept query vectors (kept_query_vectors)
 
     def snapshot(self) -> AbstractContextManager[Any]: ...
     def plan(self, request: Request, text: str) -> LexicalPlan: ...
@@ -337,20 +342,24 @@ def rank_candidates(
     decay, confidence and MMR (reading each candidate's age, confidence and source)."""
     ranking = request.ranking
     notes: list[str] = []
-    floor: dict[int, dict[str, Any]] = {}
+    # What the floor read of each hit: for explain only (a dict per candidate otherwise made
+    # on every search, a tenth of a millisecond or more).
+    floor: dict[int, dict[str, Any]] | None = {} if request.explain else None
     order, decision = _relevant(engine, request, arms, fused.order, scores, notes, floor)
-    threshold = {
-        "stage": "threshold",
-        "min_text_score": ranking.min_text_score,
-        "min_vector_score": ranking.min_vector_score,
-    }
     ranked, stages = fused.scores, dict[int, list[dict[str, Any]]]()
     if order and ranking.reorders:
         ranked, order, stages = rerank(engine, request, order, fused.scores, arms.query_vector)
-    trace = {
-        seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
-        for seq in order
-    }
+    trace: dict[int, list[dict[str, Any]]] = {}
+    if floor is not None:
+        threshold = {
+            "stage": "threshold",
+            "min_text_score": ranking.min_text_score,
+            "min_vector_score": ranking.min_vector_score,
+        }
+        trace = {
+            seq: [*([floor[seq]] if seq in floor else []), dict(threshold), *stages.get(seq, ())]
+            for seq in order
+        }
     return Ranked(order, ranked, len(fused.order), trace, tuple(notes), decision)
 
 
@@ -398,15 +407,60 @@ def _embed_query(engine: Retriever, text: str, notes: list[str]) -> Job[np.ndarr
         return None
     if not text.strip():
         return None
-    pending = query_pool().submit(
-        embed_checked, engine.embedder, [text], within=engine.settings.query_timeout
-    )
+    key = (id(engine.embedder), engine.embedder.model_id, text)
+    queries = engine.queries
+    with _kept_lock:
+        kept = None if queries is None else queries.get(key)
+    if kept is not None:
+        pending: Job[np.ndarray] = Job(lambda: kept)
+        pending.run()
+        return pending
+    within = engine.settings.query_timeout
+    if queries is None:
+        pending = query_pool().submit(embed_checked, engine.embedder, [text], within=within)
+    else:
+        pending = query_pool().submit(_embed_kept, engine.embedder, text, queries, key, within)
     if not getattr(engine.embedder, "lazy_dim", False):
         # Bring the vector index up to date meanwhile: on a cold start this
         # overlaps loading the model with loading the vectors.
         with contextlib.suppress(IndexMismatch):  # reported where the vector arm runs
             engine.warm(engine.embedder.dim)
     return pending
+
+
+@contextlib.contextmanager
+def kept_query_vectors(session: Any) -> Iterator[None]:
+    """Within it, the searches of ``session`` keep their query vectors (the
+    :data:`QUERY_VECTORS_KEPT` newest) and a text searched again is not embedded again:
+    the same model gives the same vector for the same text. For a caller that searches
+    one text several times in a row, as the prompt hook does when the first recall finds
+    the session's own memories. Outside it every search embeds its query (and learns that
+    the embedder is down)."""
+    with _kept_lock:
+        outer = session.queries
+        if outer is None:
+            session.queries = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            with _kept_lock:
+                session.queries = None
+
+
+def _embed_kept(
+    embedder: Embedder, text: str, kept: dict[Any, Any], key: Any, within: float
+) -> np.ndarray:
+    """The query's vector (a row), kept in ``kept`` under ``key`` among the session's
+    :data:`QUERY_VECTORS_KEPT` newest."""
+    vectors = embed_checked(embedder, [text], within=within)
+    vectors.flags.writeable = False  # shared by the searches of the same text
+    with _kept_lock:
+        kept.pop(key, None)
+        kept[key] = vectors
+        while len(kept) > QUERY_VECTORS_KEPT:
+            del kept[next(iter(kept))]
+    return vectors
 
 
 def _relevant(
@@ -416,10 +470,11 @@ def _relevant(
     order: list[int],
     scores: Scores,
     notes: list[str],
-    trace: dict[int, dict[str, Any]],
+    trace: dict[int, dict[str, Any]] | None,
 ) -> tuple[list[int], dict[str, Any] | None]:
     """The fused order less what the query type, the relevance floor and the thresholds
-    drop (what the floor read of each hit in ``trace``), and the floor's decision
+    drop (what the floor read of each hit in ``trace``, unless it is ``None``), and the
+    floor's decision
     (:func:`floor_decision`; ``None`` when no floor applies)."""
     ranking, text_scores, cosines = request.ranking, scores.text, scores.cosine
     if request.raw:  # the expression decides membership: no vector-only hits
@@ -475,12 +530,12 @@ def _floor(
     floor: Floor,
     order: list[int],
     scores: Scores,
-    trace: dict[int, dict[str, Any]],
+    trace: dict[int, dict[str, Any]] | None,
 ) -> tuple[list[int] | None, background.Background | None]:
     """The candidates the relevance floor keeps (:mod:`mnemex.search.floor`), or ``None``
     when none answers the query (I/O: the store's background level, the text of the
     memories whose text score could let them in, the namespace's mean length); what it
-    read of each kept one in ``trace``; and the background it read."""
+    read of each kept one in ``trace`` (unless ``None``); and the background it read."""
     query_vector = arms.query_vector
     assert query_vector is not None
     vocabulary, first = model_words()
@@ -522,8 +577,9 @@ def _floor(
         if not relevant_query(floor, evidence.values(), lift):
             return None, found
     kept = [s for s in order if relevant_hit(floor, evidence[s])]
-    for seq in kept:
-        trace[seq] = _floor_stage(floor, found, evidence[seq])
+    if trace is not None:
+        for seq in kept:
+            trace[seq] = _floor_stage(floor, found, evidence[seq])
     return kept, found
 
 

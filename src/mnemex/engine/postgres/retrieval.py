@@ -126,6 +126,7 @@ class PostgresEngine:
     # snapshot: the arm and the scores of given rows weigh the terms with them.
     stats: bm25.Statistics | None = None
     backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
+    queries: dict[Any, Any] | None = None  # the session's kept query vectors, if it keeps them
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:

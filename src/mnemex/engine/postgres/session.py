@@ -67,6 +67,8 @@ class PostgresSession:
         self.dedup: DuplicateChecks = dedup  # the duplicate checks
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
+        # The query vectors kept while a caller asks (mnemex.search.pipeline.kept_query_vectors)
+        self.queries: dict[Any, Any] | None = None
         self.embedding: PgEmbedding = PgEmbedding(
             self, FROM_SETTINGS if embedder is FROM_SETTINGS else embedder
         )
@@ -220,7 +222,9 @@ class PostgresSession:
         """What a search on ``conn``, one of this session's connections, reads."""
         from mnemex.engine.postgres.retrieval import PostgresEngine  # with search only
 
-        return PostgresEngine(conn, self.settings, embedder, backgrounds=self.backgrounds)
+        return PostgresEngine(
+            conn, self.settings, embedder, backgrounds=self.backgrounds, queries=self.queries
+        )
 
     def insert_one(self, conn: Conn, row: tuple[Any, ...]) -> Written:
         """Insert one prepared row in the caller's transaction (its text already stored in

@@ -50,6 +50,7 @@ class Engine:
     embedder: Embedder | None
     vectors: Any  # Callable[[int], VectorIndex]: the index for a dimension
     backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
+    queries: dict[Any, Any] | None = None  # the session's kept query vectors, if it keeps them
 
     def snapshot(self) -> AbstractContextManager[Any]:
         return read_transaction(self.conn)

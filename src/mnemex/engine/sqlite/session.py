@@ -91,6 +91,8 @@ class SqliteSession:
         self.memories: MemoryStatements = memories  # the memories' statements
         self.files_cache: dict[int, tuple[Any, ...]] = {}  # owned by mnemex.ingest.workspace
         self.backgrounds: dict[Any, Any] = {}  # owned by mnemex.search.background
+        # The query vectors kept while a caller asks (mnemex.search.pipeline.kept_query_vectors)
+        self.queries: dict[Any, Any] | None = None
         self.embedding = Embedding(self, embedder)
 
     def close(self) -> None:
@@ -105,6 +107,7 @@ class SqliteSession:
                 self._conn = None
             self._vector_index = None
             self.backgrounds.clear()
+            self.queries = None
             self.files_cache.clear()
 
     @property
@@ -233,7 +236,15 @@ class SqliteSession:
         """What a search on ``conn``, one of this session's connections, reads."""
         from mnemex.engine.sqlite.retrieval import Engine  # with search only
 
-        return Engine(conn, self.lexicon, self.settings, embedder, self.vectors, self.backgrounds)
+        return Engine(
+            conn,
+            self.lexicon,
+            self.settings,
+            embedder,
+            self.vectors,
+            self.backgrounds,
+            self.queries,
+        )
 
     def vectors(self, dim: int) -> VectorIndex:
         """The in-process index of the embedder's ``dim``-dimensional vectors (kept between
