@@ -246,7 +246,7 @@ class VectorIndex:
             if self._count() == int(self._valid[: self._n].sum()):
                 self.from_snapshot = self._n
                 if self.ann is not None:
-                    self.ann.add(*self.live_rows())
+                    self.ann.add(*self._rows_after(self.ann.max_id))
                 return
             self._reset()  # does not add up: a stale or foreign snapshot
         row = self.conn.execute("SELECT max(id) FROM vector_log").fetchone()
@@ -807,6 +807,13 @@ class VectorIndex:
 
     def live_rows(self) -> tuple[np.ndarray, np.ndarray]:
         keep = self._np.flatnonzero(self._valid[: self._n])
+        return self._matrix[keep], self._eid[keep]
+
+    def _rows_after(self, eid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The searchable vectors with an embedding id above ``eid`` and their ids: only
+        those rows are read (rows are in id order), not a copy of every vector."""
+        start = int(self._np.searchsorted(self._eid[: self._n], eid, side="right"))
+        keep = start + self._np.flatnonzero(self._valid[start : self._n])
         return self._matrix[keep], self._eid[keep]
 
     def memory_bytes(self) -> int:
