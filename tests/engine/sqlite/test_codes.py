@@ -150,3 +150,24 @@ def test_an_old_store_without_codes_and_a_stale_codes_file_still_search_exactly(
     after = search()
     monkeypatch.setattr(codes, "CODES_MIN_ROWS", 10**9)
     assert after == search() and after != first
+
+
+def test_with_a_graph_the_background_pass_reads_the_codes_a_chunk_at_a_time(
+    lowered: None, noise_store: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(codes, "READ_CHUNK", 700)  # 5 chunks of the file, then the tail
+    monkeypatch.setattr(codes, "CODES_FIRST_POOL", 2)
+    queries = NoiseEmbedder().embed([f"{g} background {g}" for g in range(0, 80, 2)])
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="on") as store:
+        store.add_many([f"5 later {i}" for i in range(30)], embed=True)  # after the file
+        store.session.update_ann(store.embedder)  # type: ignore[arg-type]
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="on") as store:
+        index = store.session.vectors(48)
+        index.refresh()
+        assert index.ann is not None and index._n == 3530
+        mask = index.mask_for(Filters(namespace=None))
+        assert isinstance(index._background_codes(), codes.StreamedCodes)
+        streamed = index.best_cosines(mask, queries)
+        assert index.codes is None  # none held
+        monkeypatch.setattr(codes, "CODES_MIN_ROWS", 10**9)
+        assert np.array_equal(streamed, index.best_cosines(mask, queries))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,16 +187,8 @@ class VectorCodes:
 
         try:
             with open(path, "rb") as stream:
-                if stream.read(8) != CODES_MAGIC:
-                    return None
-                size = int.from_bytes(stream.read(8), "little")
-                if size > HEADER_ROOM - 16:
-                    return None
-                found = json.loads(stream.read(size))
-                stream.seek(HEADER_ROOM)
-                if any(found.get(key) != value for key, value in head.items()) or (
-                    found.get("dim") != dim or found.get("scale") != CODE_SCALE
-                ):
+                found = _header(stream, dim, head)
+                if found is None:
                     return None
                 codes = cls(dim)
                 rows = int(found["n"])
@@ -209,3 +201,80 @@ class VectorCodes:
                 return codes
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+class StreamedCodes:
+    """The codes of a file searched a chunk at a time (never all of them in memory, for a
+    process that keeps an HNSW graph and scans every row only to measure a background),
+    then those of ``tail``, the rows after the file's."""
+
+    def __init__(self, path: Path, dim: int, rows: int, slack: float, tail: np.ndarray) -> None:
+        self.path, self.dim, self.rows, self.slack = path, dim, rows, slack
+        self.tail = VectorCodes(dim)
+        self.tail.add(tail)
+        self.size = rows + self.tail.size
+
+    @classmethod
+    def open(
+        cls, path: Path, dim: int, head: dict[str, Any], tail: np.ndarray
+    ) -> StreamedCodes | None:
+        """The file's codes when its header has ``head``'s values, else ``None``."""
+        try:
+            with open(path, "rb") as stream:
+                found = _header(stream, dim, head)
+                if found is None or path.stat().st_size != HEADER_ROOM + found["n"] * dim:
+                    return None
+                return cls(path, dim, int(found["n"]), float(found["slack"]), tail)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _chunks(self) -> Iterator[tuple[int, VectorCodes]]:
+        import numpy
+
+        with open(self.path, "rb") as stream:
+            stream.seek(HEADER_ROOM)
+            for start in range(0, self.rows, READ_CHUNK):
+                count = min(READ_CHUNK, self.rows - start)
+                chunk = VectorCodes(self.dim)
+                raw = numpy.fromfile(stream, dtype=numpy.uint8, count=count * self.dim)
+                chunk.add_codes(raw.reshape(count, self.dim), self.slack)
+                yield start, chunk
+        yield self.rows, self.tail
+
+    def search_many(
+        self, queries: np.ndarray, m: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`VectorCodes.search_many` over every chunk, the best ``m`` of them all."""
+        import numpy
+
+        rows, approx, bounds = [], [], []
+        for start, chunk in self._chunks():
+            if not chunk.size:
+                continue
+            part = None if mask is None else mask[start : start + chunk.size]
+            found, scores, bound = chunk.search_many(queries, min(m, chunk.size), part)
+            rows.append(numpy.where(found >= 0, found + start, -1))
+            approx.append(numpy.where(found >= 0, scores, -numpy.inf))
+            bounds.append(bound)
+        every, scores = numpy.concatenate(rows, axis=1), numpy.concatenate(approx, axis=1)
+        order = numpy.argsort(-scores, axis=1, kind="stable")[:, :m]
+        best_rows = numpy.take_along_axis(every, order, axis=1)
+        best_scores = numpy.take_along_axis(scores, order, axis=1)
+        return best_rows, best_scores, numpy.max(bounds, axis=0)
+
+
+def _header(stream: Any, dim: int, head: dict[str, Any]) -> dict[str, Any] | None:
+    """The codes file's header when it has ``head``'s values (and this dimension and
+    scale), else ``None``; the stream is left at the first code."""
+    if stream.read(8) != CODES_MAGIC:
+        return None
+    size = int.from_bytes(stream.read(8), "little")
+    if size > HEADER_ROOM - 16:
+        return None
+    found: dict[str, Any] = json.loads(stream.read(size))
+    stream.seek(HEADER_ROOM)
+    if any(found.get(key) != value for key, value in head.items()):
+        return None
+    if found.get("dim") != dim or found.get("scale") != CODE_SCALE:
+        return None
+    return found

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mnemex.engine.sqlite.ann import HnswIndex
-    from mnemex.engine.sqlite.codes import VectorCodes
+    from mnemex.engine.sqlite.codes import StreamedCodes, VectorCodes
     from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
@@ -827,7 +827,7 @@ class VectorIndex:
             if mask is None:
                 return best
             allowed = int(numpy.count_nonzero(mask[: self._n]))
-            codes = self._scan_codes() if allowed >= self._n // 4 else None
+            codes = self._background_codes() if allowed >= self._n // 4 else None
             if codes is not None and allowed:
                 whole = allowed == self._n == len(mask) == codes.size
                 return self._best_by_codes(codes, None if whole else mask, queries64, allowed)
@@ -837,8 +837,26 @@ class VectorIndex:
                 numpy.maximum(best, (block @ queries64.T).max(axis=0), out=best)
         return best
 
+    def _background_codes(self) -> VectorCodes | StreamedCodes | None:
+        """The codes a pass over every row scores: with an HNSW graph (whose searches need
+        no codes), those of the file read a chunk at a time, else :meth:`_scan_codes`."""
+        head = self._snapshot_head
+        big = self._n >= codes_module.CODES_MIN_ROWS and codes_module.available()
+        if self.ann is not None and self.codes is None and head is not None and big:
+            assert self.snapshot is not None
+            path = codes_module.codes_path(self.snapshot)
+            tail = self._matrix[head["n"] : self._n]
+            streamed = codes_module.StreamedCodes.open(path, self.dim, head, tail)
+            if streamed is not None:
+                return streamed
+        return self._scan_codes()
+
     def _best_by_codes(
-        self, codes: VectorCodes, mask: np.ndarray | None, queries: np.ndarray, allowed: int
+        self,
+        codes: VectorCodes | StreamedCodes,
+        mask: np.ndarray | None,
+        queries: np.ndarray,
+        allowed: int,
     ) -> np.ndarray:
         """:meth:`best_cosines` from the rows the codes rank first, rescored as the full
         pass scores every row (the same float64 product), more of them for a query until
