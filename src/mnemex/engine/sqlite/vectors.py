@@ -430,6 +430,7 @@ class VectorIndex:
         of the next process (none for a small store or without faiss)."""
         assert self.snapshot is not None and self._snapshot_head is not None
         path = codes_module.codes_path(self.snapshot)
+        _remove_stale(path)
         if self.codes is not None and self.codes.size == n:
             self.codes.write(path, self._snapshot_head)
         elif n >= codes_module.CODES_MIN_ROWS and codes_module.available():
