@@ -93,6 +93,7 @@ RESCORE_MARGIN = 1e-4
 # a window per sentence); each further step takes WINDOWS_FIRST times more.
 WINDOWS_FIRST = 4
 BEST_BLOCK = 16_384  # rows read at once for a set of queries' best cosines
+BEST_QUERIES = 16  # queries whose best rows are rescored at once (their union, in memory)
 # At most this many rows of the snapshot are read from its file (one pread each) rather
 # than through its mapping: a page fault maps 16 pages around the one it needs (64 KiB
 # that then count in the process's memory for a 1.5 KiB row).
@@ -868,19 +869,29 @@ class VectorIndex:
         m = min(allowed, codes_module.CODES_FIRST_POOL)
         while len(todo):
             rows, approx, bounds = codes.search_many(queries[todo], m, mask)
-            # Every query's product with the rows any of them picked, in one product of
-            # the full pass's shape (the same sums, to the last bit).
-            union = numpy.sort(rows[rows >= 0])  # not numpy.unique: it imports numpy.ma
-            union = union[numpy.concatenate(([True], union[1:] != union[:-1]))]
-            products = self._float_rows(union).astype(numpy.float64) @ queries.T
-            left = []
-            for j, query in enumerate(todo.tolist()):
-                picked = rows[j][rows[j] >= 0]
-                best[query] = float(products[numpy.searchsorted(union, picked), query].max())
-                if m < allowed and approx[j][len(picked) - 1] + bounds[j] >= best[query]:
-                    left.append(query)
-            todo, m = numpy.asarray(left, dtype=numpy.int64), min(allowed, m * 4)
+            for start in range(0, len(todo), BEST_QUERIES):
+                group = slice(start, start + BEST_QUERIES)
+                self._rescore_best(rows[group], todo[group], queries, best)
+            last = numpy.array(
+                [approx[j][numpy.count_nonzero(r >= 0) - 1] for j, r in enumerate(rows)]
+            )
+            short = (last + bounds >= best[todo]) if m < allowed else numpy.zeros(len(todo), bool)
+            todo, m = todo[short], min(allowed, m * 4)
         return best
+
+    def _rescore_best(
+        self, rows: np.ndarray, todo: np.ndarray, queries: np.ndarray, best: np.ndarray
+    ) -> None:
+        """Set each query of ``todo``'s best cosine among its ``rows`` (-1 pads): every
+        query's product with the rows any of them picked, in one product of the full
+        pass's shape (the same sums, to the last bit)."""
+        numpy = self._np
+        union = numpy.sort(rows[rows >= 0])  # not numpy.unique: it imports numpy.ma
+        union = union[numpy.concatenate(([True], union[1:] != union[:-1]))]
+        products = self._float_rows(union).astype(numpy.float64) @ queries.T
+        for j, query in enumerate(todo.tolist()):
+            picked = rows[j][rows[j] >= 0]
+            best[query] = float(products[numpy.searchsorted(union, picked), query].max())
 
     def sample_cosines(self, mask: np.ndarray | None, queries: np.ndarray, rows: int) -> np.ndarray:
         """The queries' cosines with at most ``rows`` vectors of ``mask``, spread evenly over
