@@ -54,7 +54,7 @@ from common import (
     query_vectors,
     scale_corpus,
 )
-from mnemex.engine.sqlite import ann
+from mnemex.engine.sqlite import ann, codes
 
 LIMIT = 10
 SAVED = CACHE / "bench_scale.json"  # the last results, for --add
@@ -82,7 +82,12 @@ def files_bytes(path: Path) -> int:
 
 def part_name(suffix: str) -> str:
     """What a file beside a SQLite store is, by the end of its name."""
-    for end, name in (("-wal", "WAL"), (".vectors", "vector snapshot"), (".hnsw", "HNSW file")):
+    for end, name in (
+        ("-wal", "WAL"),
+        (".vectors", "vector snapshot"),
+        (".codes", "8-bit codes"),
+        (".hnsw", "HNSW file"),
+    ):
         if suffix.endswith(end):
             return name
     return suffix or "database"
@@ -213,9 +218,27 @@ def interleaved(runs: dict[str, Callable[[str], Any]], qs: list[str]) -> dict[st
     return {label: {**percentiles(s), "load": loads} for label, s in samples.items()}
 
 
-def searcher(store: Any, mode: str, limit: int | None, **call: Any) -> Callable[[str], Any]:
+FLOAT32 = "SQLite, float32 scan (no 8-bit codes: before)"
+
+
+@contextlib.contextmanager
+def float32_scan(label: str):  # type: ignore[no-untyped-def]
+    """Exact search without the 8-bit first pass, for the store labelled :data:`FLOAT32`."""
+    if not label.startswith(FLOAT32):
+        yield
+        return
+    before = codes.CODES_MIN_ROWS
+    codes.CODES_MIN_ROWS = 1 << 62
+    try:
+        yield
+    finally:
+        codes.CODES_MIN_ROWS = before
+
+
+def searcher(store: Any, mode: str, limit: int | None, label: str = "") -> Callable[[str], Any]:
     def run(q: str) -> None:
-        result = store.search(q, limit, mode=mode, **call)
+        with float32_scan(label):
+            result = store.search(q, limit, mode=mode)
         assert result.mode_used == mode, (mode, result.mode_used, result.notes)
 
     return run
@@ -227,7 +250,7 @@ def latencies(stores: dict[str, Any], qs: list[str]) -> dict[str, dict[str, Any]
     for q in qs:  # the queries a search corrects get their vectors before any is timed
         next(iter(stores.values())).search(q, LIMIT, mode="hybrid")
     for key, mode, limit in MODES:
-        runs = {label: searcher(store, mode, limit) for label, store in stores.items()}
+        runs = {label: searcher(store, mode, limit, label) for label, store in stores.items()}
         for label, figures in interleaved(runs, qs).items():
             out[label][key] = figures
     return out
@@ -251,10 +274,30 @@ def ann_recall(stores: dict[str, Any], qs: list[str]) -> dict[str, float]:
     return out
 
 
+def codes_same(stores: dict[str, Any], qs: list[str]) -> dict[str, float]:
+    """The share of queries whose top 10 (ids, in order) the exact search through the 8-bit
+    codes gives as the float32 scan does, per mode."""
+    exact = next((s for label, s in stores.items() if label.startswith("SQLite, exact")), None)
+    before = next((s for label, s in stores.items() if label.startswith(FLOAT32)), None)
+    if exact is None or before is None:
+        return {}
+    out = {}
+    for mode in ("vector", "hybrid"):
+        same = 0
+        for q in qs:
+            with float32_scan(FLOAT32):
+                old = [h.id for h in before.search(q, LIMIT, mode=mode).hits]
+            same += old == [h.id for h in exact.search(q, LIMIT, mode=mode).hits]
+        out[mode] = same / len(qs)
+    return out
+
+
 def open_stores(size: int, sqlite_path: Path, pg_url: str | None, embedder: Precomputed):  # type: ignore[no-untyped-def]
     stores = {
         f"SQLite, exact vectors|{size}": mnemex.open(sqlite_path, embedder=embedder, ann="off")
     }
+    if codes.available() and size >= codes.CODES_MIN_ROWS:
+        stores[f"{FLOAT32}|{size}"] = mnemex.open(sqlite_path, embedder=embedder, ann="off")
     if ann.available():
         stores[f"SQLite, HNSW (faiss)|{size}"] = mnemex.open(
             sqlite_path, embedder=embedder, ann="on"
@@ -264,6 +307,9 @@ def open_stores(size: int, sqlite_path: Path, pg_url: str | None, embedder: Prec
     for label, store in stores.items():
         if label.startswith("SQLite"):
             store.session.vectors(384).refresh()
+    for label, store in stores.items():  # the first full scan reads the codes
+        with float32_scan(label):
+            store.search("warm", LIMIT, mode="vector")
     return stores
 
 
@@ -331,6 +377,7 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
     try:
         measured = latencies(stores, qs)
         results.setdefault("recall", {})[str(size)] = ann_recall(stores, qs)
+        results.setdefault("codes_same", {})[str(size)] = codes_same(stores, qs)
     finally:
         for store in stores.values():
             store.close()
@@ -352,6 +399,7 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
         sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
     )
     out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
+    out["codes_same"] = {**before.get("codes_same", {}), **now.get("codes_same", {})}
     out["runs"] = before["runs"] + now["runs"]
     return out
 
@@ -460,6 +508,20 @@ def report(results: dict[str, Any]) -> str:
             *(
                 f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
                 for size, r in sorted(recall.items(), key=lambda kv: int(kv[0]))
+                if r
+            ),
+        ]
+    same = results.get("codes_same", {})
+    if any(same.values()):
+        lines += [
+            "",
+            "Exact search through the 8-bit codes (faiss, the best rows rescored exactly) "
+            "against the float32 scan of the same store: the share of queries with the same "
+            "top 10, in the same order:",
+            "",
+            *(
+                f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
+                for size, r in sorted(same.items(), key=lambda kv: int(kv[0]))
                 if r
             ),
         ]

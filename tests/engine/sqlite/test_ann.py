@@ -160,3 +160,24 @@ def test_the_graph_keeps_8_bit_codes_past_a_few_vectors(tmp_path) -> None:  # ty
     assert kinds == {"small": "IndexHNSWFlat", "large": "IndexHNSWSQ"}
     saved = (tmp_path / "small.hnsw").stat().st_size - (tmp_path / "large.hnsw").stat().st_size
     assert saved >= 0.9 * 3000 * 64 * 3  # a byte a dimension instead of four
+
+
+def test_a_loaded_graph_gets_only_the_vectors_written_since_it_was_saved(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "ann.db"
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store:
+        store.add_many(corpus(3000), embed=False)
+        store.embed()
+        built = store.session.vectors(64).ann
+        assert built is not None and built.size == 3000
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="off") as writer:
+        new = [writer.add(f"omega omega psi fresh memory {i}", embed=True) for i in range(3)]
+        writer.session.vectors(64).refresh()
+    with mnemex.open(path, embedder=FakeEmbedder(), ann="on") as store:
+        index = store.session.vectors(64)
+        index.refresh()
+        assert index.from_snapshot == 3003
+        assert index.ann is not None and index.ann.size == 3003  # the 3 new rows, once
+        vectors, eids = index._rows_after(index.ann.max_id - 3)
+        assert vectors.shape == (3, 64) and (eids > index.ann.max_id - 3).all()
+        hits = store.search("omega omega psi fresh memory 1", 3, mode="vector").hits
+        assert new[1] in {h.id for h in hits}

@@ -290,6 +290,7 @@ class SqliteSession:
         """Delete the model's HNSW index, vector snapshot and background files (to be built
         anew)."""
         from mnemex.engine.sqlite import ann
+        from mnemex.engine.sqlite.codes import codes_path
         from mnemex.engine.sqlite.vectors import backgrounds_path, snapshot_path
 
         graph = ann.sidecar(self.path, model_id)
@@ -298,6 +299,7 @@ class SqliteSession:
             graph,
             graph.with_suffix(graph.suffix + ".json"),
             snapshot,
+            codes_path(snapshot),
             backgrounds_path(snapshot),
         ):
             path.unlink(missing_ok=True)

@@ -44,11 +44,13 @@ import os
 import re
 import sqlite3
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.embed import SENTENCE_BASE
+from mnemex.engine.sqlite import codes as codes_module
 from mnemex.errors import IndexMismatch
 from mnemex.index.retrieval import VectorHit
 from mnemex.storage import IN_CHUNK, marks
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mnemex.engine.sqlite.ann import HnswIndex
+    from mnemex.engine.sqlite.codes import StreamedCodes, VectorCodes
     from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
@@ -90,6 +93,11 @@ RESCORE_MARGIN = 1e-4
 # a window per sentence); each further step takes WINDOWS_FIRST times more.
 WINDOWS_FIRST = 4
 BEST_BLOCK = 16_384  # rows read at once for a set of queries' best cosines
+BEST_QUERIES = 16  # queries whose best rows are rescored at once (their union, in memory)
+# At most this many rows of the snapshot are read from its file (one pread each) rather
+# than through its mapping: a page fault maps 16 pages around the one it needs (64 KiB
+# that then count in the process's memory for a 1.5 KiB row).
+READ_MAX_ROWS = 1 << 16
 
 
 def row_steps(k: int, windows: int) -> list[int]:
@@ -188,6 +196,13 @@ class VectorIndex:
         self.ann: HnswIndex | None = None  # optional approximate index (mnemex.engine.sqlite.ann)
         self.snapshot = snapshot  # the snapshot file (None: never read or written)
         self.from_snapshot = 0  # vectors the first load took from the snapshot
+        # The rows' 8-bit codes (mnemex.engine.sqlite.codes), made on the first full scan,
+        # and what the snapshot the first rows came from says (None: rows moved since).
+        self.codes: VectorCodes | None = None
+        self._snapshot_head: dict[str, Any] | None = None
+        # (file descriptor, offset, rows) of the snapshot whose matrix the first rows are
+        # (None: rows moved since), for reading a few rows without mapping their pages.
+        self._rows_file: tuple[int, int, int] | None = None
         self._read = 0  # vectors read from SQLite since the snapshot was last written
 
     # -- keeping in step -----------------------------------------------------------
@@ -246,7 +261,7 @@ class VectorIndex:
             if self._count() == int(self._valid[: self._n].sum()):
                 self.from_snapshot = self._n
                 if self.ann is not None:
-                    self.ann.add(*self.live_rows())
+                    self.ann.add(*self._rows_after(self.ann.max_id))
                 return
             self._reset()  # does not add up: a stale or foreign snapshot
         row = self.conn.execute("SELECT max(id) FROM vector_log").fetchone()
@@ -273,6 +288,7 @@ class VectorIndex:
         self._n, self._read, self.corrupt = 0, 0, 0
         self._most_tokens, self._most_sentences = 1, 0
         self._ns_codes, self._kind_codes = {}, {}
+        self._rows_moved()
 
     def _read_snapshot(self) -> bool:
         """Map the snapshot's arrays (copy on write: the file never changes); False when
@@ -305,6 +321,7 @@ class VectorIndex:
             if n == 0:
                 return False
             arrays = {}
+            head_offset = offset
             arrays["_matrix"] = np.memmap(
                 self.snapshot, dtype=np.float32, mode="c", offset=offset, shape=(n, self.dim)
             )
@@ -326,7 +343,41 @@ class VectorIndex:
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
         self.corrupt = int(head.get("corrupt", 0))
+        self._snapshot_head = {"lineage": head["lineage"], "last_eid": self._last_eid, "n": n}
+        self._open_rows_file(head_offset, n)
         return True
+
+    def _open_rows_file(self, offset: int, n: int) -> None:
+        assert self.snapshot is not None
+        with contextlib.suppress(OSError):
+            fd = os.open(self.snapshot, os.O_RDONLY)
+            self._rows_file = (fd, offset, n)
+            self._closer = weakref.finalize(self, os.close, fd)
+
+    def _rows_moved(self) -> None:
+        """The rows are no longer the snapshot's (compacted, or read again)."""
+        self.codes, self._snapshot_head = None, None
+        if self._rows_file is not None:
+            self._rows_file = None
+            self._closer()
+
+    def _float_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The float32 vectors of ``rows``: those of the snapshot read from its file when
+        they are few (see :data:`READ_MAX_ROWS`), the others from the matrix."""
+        numpy = self._np
+        source = self._rows_file
+        if source is None or len(rows) > READ_MAX_ROWS:
+            found: np.ndarray = self._matrix[rows]
+            return found
+        fd, offset, n = source
+        width = self.dim * 4
+        rows = numpy.asarray(rows, dtype=numpy.int64)
+        out: np.ndarray = numpy.empty((len(rows), self.dim), dtype=numpy.float32)
+        inside = rows < n
+        read = b"".join(os.pread(fd, width, offset + r * width) for r in rows[inside].tolist())
+        out[inside] = numpy.frombuffer(read, dtype=numpy.float32).reshape(-1, self.dim)
+        out[~inside] = self._matrix[rows[~inside]]
+        return out
 
     def _same_vectors(self, eids: np.ndarray, seqs: np.ndarray, matrix: np.ndarray) -> bool:
         """Whether the snapshot's newest vector is the store's (when it is still there)."""
@@ -371,6 +422,20 @@ class VectorIndex:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+            return
+        self._snapshot_head = {"lineage": head["lineage"], "last_eid": self._last_eid, "n": n}
+        self._write_codes(n)
+
+    def _write_codes(self, n: int) -> None:
+        """Write the codes of the snapshot's ``n`` rows beside it, for the first full scan
+        of the next process (none for a small store or without faiss)."""
+        assert self.snapshot is not None and self._snapshot_head is not None
+        path = codes_module.codes_path(self.snapshot)
+        _remove_stale(path)
+        if self.codes is not None and self.codes.size == n:
+            self.codes.write(path, self._snapshot_head)
+        elif n >= codes_module.CODES_MIN_ROWS and codes_module.available():
+            codes_module.write_matrix_codes(path, self._snapshot_head, self._matrix[:n])
 
     def _rows_of_eids(self, eids: np.ndarray) -> np.ndarray:
         """Row of each embedding id, -1 where it has none (ids are stored in increasing order)."""
@@ -529,6 +594,11 @@ class VectorIndex:
         self._created[n:end] = fields[:, 2]
         self._valid[n:end] = True
         self._n = end
+        if self.codes is not None:
+            if self.codes.size == n:
+                self.codes.add(block)
+            else:  # out of step: made again on the next full scan
+                self.codes = None
         if self.ann is not None:
             self.ann.add(block, eids)
 
@@ -567,6 +637,7 @@ class VectorIndex:
             array[:count] = array[keep]
         self._n = count
         self._valid[count:] = False
+        self._rows_moved()
 
     # -- searching -----------------------------------------------------------------
 
@@ -648,6 +719,10 @@ class VectorIndex:
                 approximate = self._search_ann(q, mask, k, allowed / n)
                 if approximate is not None:
                     return approximate
+            codes = self._scan_codes() if allowed >= n // 4 else None
+            if codes is not None:
+                whole = allowed == n == codes.size  # else the rows outside go by the mask
+                return self._top_by_codes(codes, q, None if whole else mask, k, allowed)
             rows = np.flatnonzero(mask)
             if allowed < n // 4:  # few rows: score only those
                 scores = self._matrix[rows] @ q
@@ -665,11 +740,51 @@ class VectorIndex:
                     break
             return found
 
+    def _scan_codes(self) -> VectorCodes | None:
+        """The rows' 8-bit codes for a full scan (:mod:`mnemex.engine.sqlite.codes`):
+        read from beside the snapshot when they are its rows', made from the matrix
+        otherwise; ``None`` below :data:`~mnemex.engine.sqlite.codes.CODES_MIN_ROWS` rows
+        or without faiss."""
+        n = self._n
+        if n < codes_module.CODES_MIN_ROWS or not codes_module.available():
+            return None
+        if self.codes is None:
+            self.codes = self._saved_codes() or codes_module.VectorCodes(self.dim)
+            made = self.codes.size
+            for start in range(made, n, codes_module.READ_CHUNK):
+                self.codes.add(self._matrix[start : min(n, start + codes_module.READ_CHUNK)])
+            head = self._snapshot_head
+            if made == 0 and head is not None and head["n"] == n and self.snapshot is not None:
+                self._write_codes(n)
+        return self.codes
+
+    def _saved_codes(self) -> VectorCodes | None:
+        head = self._snapshot_head
+        if head is None or self.snapshot is None:
+            return None
+        return codes_module.VectorCodes.read(codes_module.codes_path(self.snapshot), self.dim, head)
+
+    def _top_by_codes(
+        self, codes: VectorCodes, q: np.ndarray, mask: np.ndarray | None, k: int, allowed: int
+    ) -> list[VectorHit]:
+        """The exact top ``k`` memories: the best rows by their codes, rescored exactly,
+        more of them until no row left out can outscore the k-th (see
+        :mod:`mnemex.engine.sqlite.codes`)."""
+        m = min(allowed, max(codes_module.CODES_FIRST_POOL, k * WINDOWS_FIRST * 4))
+        while True:
+            rows, approx, error = codes.search(q, m, mask)
+            found = self._exact_top(rows, q, k)
+            if m >= allowed:
+                return found
+            if len(found) >= k and float(approx[-1]) + error < found[k - 1].cosine:
+                return found
+            m = min(allowed, m * 4)
+
     def _exact_top(self, rows: np.ndarray, q: np.ndarray, k: int) -> list[VectorHit]:
         """The ``k`` best memories of ``rows`` by exact cosine (a memory's best row), ties
         by seq."""
         np = self._np
-        exact = exact_cosines(self._matrix[rows], q)
+        exact = exact_cosines(self._float_rows(rows), q)
         seqs = self._seq[rows]
         order = np.lexsort((seqs, -exact))
         if self._windows > 1:  # each memory once, at its best window
@@ -713,11 +828,70 @@ class VectorIndex:
         with self._lock:
             if mask is None:
                 return best
+            allowed = int(numpy.count_nonzero(mask[: self._n]))
+            codes = self._background_codes() if allowed >= self._n // 4 else None
+            if codes is not None and allowed:
+                whole = allowed == self._n == len(mask) == codes.size
+                return self._best_by_codes(codes, None if whole else mask, queries64, allowed)
             rows = numpy.flatnonzero(mask[: self._n])
             for start in range(0, len(rows), BEST_BLOCK):
                 block = self._matrix[rows[start : start + BEST_BLOCK]].astype(numpy.float64)
                 numpy.maximum(best, (block @ queries64.T).max(axis=0), out=best)
         return best
+
+    def _background_codes(self) -> VectorCodes | StreamedCodes | None:
+        """The codes a pass over every row scores: with an HNSW graph (whose searches need
+        no codes), those of the file read a chunk at a time, else :meth:`_scan_codes`."""
+        head = self._snapshot_head
+        big = self._n >= codes_module.CODES_MIN_ROWS and codes_module.available()
+        if self.ann is not None and self.codes is None and head is not None and big:
+            assert self.snapshot is not None
+            path = codes_module.codes_path(self.snapshot)
+            tail = self._matrix[head["n"] : self._n]
+            streamed = codes_module.StreamedCodes.open(path, self.dim, head, tail)
+            if streamed is not None:
+                return streamed
+        return self._scan_codes()
+
+    def _best_by_codes(
+        self,
+        codes: VectorCodes | StreamedCodes,
+        mask: np.ndarray | None,
+        queries: np.ndarray,
+        allowed: int,
+    ) -> np.ndarray:
+        """:meth:`best_cosines` from the rows the codes rank first, rescored as the full
+        pass scores every row (the same float64 product), more of them for a query until
+        no row left out can outscore its best (see :mod:`mnemex.engine.sqlite.codes`)."""
+        numpy = self._np
+        best: np.ndarray = numpy.full(len(queries), -1.0)
+        todo = numpy.arange(len(queries))
+        m = min(allowed, codes_module.CODES_FIRST_POOL)
+        while len(todo):
+            rows, approx, bounds = codes.search_many(queries[todo], m, mask)
+            for start in range(0, len(todo), BEST_QUERIES):
+                group = slice(start, start + BEST_QUERIES)
+                self._rescore_best(rows[group], todo[group], queries, best)
+            last = numpy.array(
+                [approx[j][numpy.count_nonzero(r >= 0) - 1] for j, r in enumerate(rows)]
+            )
+            short = (last + bounds >= best[todo]) if m < allowed else numpy.zeros(len(todo), bool)
+            todo, m = todo[short], min(allowed, m * 4)
+        return best
+
+    def _rescore_best(
+        self, rows: np.ndarray, todo: np.ndarray, queries: np.ndarray, best: np.ndarray
+    ) -> None:
+        """Set each query of ``todo``'s best cosine among its ``rows`` (-1 pads): every
+        query's product with the rows any of them picked, in one product of the full
+        pass's shape (the same sums, to the last bit)."""
+        numpy = self._np
+        union = numpy.sort(rows[rows >= 0])  # not numpy.unique: it imports numpy.ma
+        union = union[numpy.concatenate(([True], union[1:] != union[:-1]))]
+        products = self._float_rows(union).astype(numpy.float64) @ queries.T
+        for j, query in enumerate(todo.tolist()):
+            picked = rows[j][rows[j] >= 0]
+            best[query] = float(products[numpy.searchsorted(union, picked), query].max())
 
     def sample_cosines(self, mask: np.ndarray | None, queries: np.ndarray, rows: int) -> np.ndarray:
         """The queries' cosines with at most ``rows`` vectors of ``mask``, spread evenly over
@@ -729,7 +903,7 @@ class VectorIndex:
                 return empty
             allowed = numpy.flatnonzero(mask[: self._n])
             picked = allowed[:: max(1, -(-len(allowed) // rows))]
-            block = self._matrix[picked].astype(numpy.float64)
+            block = self._float_rows(picked).astype(numpy.float64)
         found: np.ndarray = (block @ numpy.asarray(queries, dtype=numpy.float64).T).ravel()
         return found
 
@@ -762,12 +936,12 @@ class VectorIndex:
         return self._seq_order[1], self._seq_order[2]
 
     def vectors_of(self, seqs: Sequence[int]) -> dict[int, np.ndarray]:
-        """The vector of the first window of each memory that has one (rows of the
-        matrix, not copies)."""
+        """The vector of the first window of each memory that has one (copies)."""
         with self._lock:
             rows = self._rows_of(seqs)
             rows = rows[self._win[rows] == 0]
-            return {int(self._seq[r]): self._matrix[r] for r in rows}
+            vectors = self._float_rows(rows)
+            return {int(self._seq[r]): vectors[i] for i, r in enumerate(rows.tolist())}
 
     def cosines_of(self, seqs: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """The exact cosine (see :func:`exact_cosines`) to ``query`` of each memory that
@@ -792,7 +966,7 @@ class VectorIndex:
         """Each memory's best exact cosine to ``query`` among ``rows``."""
         if not len(rows):
             return {}
-        exact = exact_cosines(self._matrix[rows], query)
+        exact = exact_cosines(self._float_rows(rows), query)
         out: dict[int, float] = {}
         for seq, cosine in zip(self._seq[rows].tolist(), exact.tolist(), strict=True):
             if seq not in out or cosine > out[seq]:
@@ -807,6 +981,13 @@ class VectorIndex:
 
     def live_rows(self) -> tuple[np.ndarray, np.ndarray]:
         keep = self._np.flatnonzero(self._valid[: self._n])
+        return self._matrix[keep], self._eid[keep]
+
+    def _rows_after(self, eid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The searchable vectors with an embedding id above ``eid`` and their ids: only
+        those rows are read (rows are in id order), not a copy of every vector."""
+        start = int(self._np.searchsorted(self._eid[: self._n], eid, side="right"))
+        keep = start + self._np.flatnonzero(self._valid[start : self._n])
         return self._matrix[keep], self._eid[keep]
 
     def memory_bytes(self) -> int:
