@@ -411,7 +411,7 @@ def _parameters(call: Any) -> dict[str, inspect.Parameter]:
     options that its ``**given`` (search) or ``**search`` (recall) takes."""
     out = {}
     for name, parameter in inspect.signature(call).parameters.items():
-        if parameter.kind is parameter.POSITIONAL_ONLY and name == "options":
+        if name == "options":
             continue  # search(query, options): its fields come as keyword arguments below
         if parameter.kind is not parameter.VAR_KEYWORD:
             out[name] = parameter

@@ -222,3 +222,6 @@ def test_store_search_takes_its_query_and_options_by_keyword_too(tmp_path: Path)
             assert [h.id for h in result.hits] == [h.id for h in by_position.hits] == ["k"]
         with pytest.raises(TypeError, match="not both"):
             store.search(query="deploy key", options=options, limit=2)
+        for wrong in ([], "3", 2.5, True):
+            with pytest.raises(InvalidInput, match="options must be SearchOptions or a limit"):
+                store.search("deploy key", wrong)

@@ -459,6 +459,10 @@ class Store:
                 raise TypeError("search takes SearchOptions or keyword arguments, not both")
         else:
             if options is not None:
+                if isinstance(options, bool) or not isinstance(options, int):
+                    raise InvalidInput(
+                        f"options must be SearchOptions or a limit (int), not {type(options).__name__}"
+                    )
                 if "limit" in given:
                     raise TypeError("search got the limit twice")
                 given["limit"] = options
