@@ -121,6 +121,7 @@ class Plan:
 
     terms: tuple[Term, ...]
     dropped: tuple[Term, ...]
+    stats: Statistics | None = None  # the namespace's, with the kept terms' frequencies
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +172,10 @@ def plan(conn: psycopg.Connection[Any], text: str, namespace: str | None) -> Pla
     set aside, at most ``MAX_QUERY_TERMS`` of the rarest kept)."""
     tokens = lexicon().tokenize(text)
     kept, dropped = content_terms(expand_terms(tokens, STOPWORDS, capital_letters(text)))
-    freqs = statistics(conn, namespace, [query_key(t) for t in kept]).doc_freqs
+    stats = statistics(conn, namespace, [query_key(t) for t in kept])
+    freqs = stats.doc_freqs
     keep = keep_rarest(kept, [freqs.get(query_key(t), 0) for t in kept], MAX_QUERY_TERMS)
-    return Plan(tuple(kept[i] for i in keep), tuple(dropped))
+    return Plan(tuple(kept[i] for i in keep), tuple(dropped), stats)
 
 
 def term_weights(

@@ -194,9 +194,7 @@ class PostgresEngine:
                 hits = self._exact(qvec, filters, model, planned.pool)
             else:
                 self.shape = dim_and_counts(self.conn, model, filters.namespace)
-                found = vector(
-                    self.conn, qvec, filters.namespace, model, planned.pool, self.shape
-                )
+                found = vector(self.conn, qvec, filters.namespace, model, planned.pool, self.shape)
                 hits = [VectorHit(h.seq, h.cosine) for h in found]
         except IndexMismatch as exc:
             notes.append(f"{exc}; answered from the lexical arm")
@@ -302,8 +300,7 @@ class PostgresEngine:
         """created_at (text), confidence, pinned and source of each memory (read with the
         columns the later stages of the search need: one round trip for all)."""
         return {
-            s: (format_time(r[1]), r[2], int(r[3]), r[4])
-            for s, r in self._remembered(seqs).items()
+            s: (format_time(r[1]), r[2], int(r[3]), r[4]) for s, r in self._remembered(seqs).items()
         }
 
     def neighbours(
