@@ -80,16 +80,6 @@ class NamespaceLexicon:
         return bm25.statistics(self.conn, self.namespace).docs
 
 
-def query_terms(conn: Conn, text: str, namespace: str) -> list[Term]:
-    """A text's terms as a query of the namespace (the lexical arm's plan)."""
-    return list(bm25.plan(conn, text, namespace).terms)
-
-
-def query_plan(conn: Conn, text: str, namespace: str) -> bm25.Plan:
-    """A text's plan as a query of the namespace, with the statistics it read."""
-    return bm25.plan(conn, text, namespace)
-
-
 def scores(
     conn: Conn,
     terms: Sequence[Term],
@@ -306,7 +296,7 @@ def _close_texts(
     ``stored``): (similarity, seq, "text"), as SQLite decides (the rows
     found as a search shaped by ``budget`` finds them; with ``after``, among the rows
     after that seq, every one scored)."""
-    planned = query_plan(conn, new.content, new.namespace)
+    planned = bm25.plan(conn, new.content, new.namespace)  # the lexical arm's plan
     terms = list(planned.terms)
     if not terms:
         return []
