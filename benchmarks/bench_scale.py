@@ -352,8 +352,9 @@ def main() -> None:
                 leftover.unlink()
     if args.add and SAVED.exists():
         results = merged(json.loads(SAVED.read_text(encoding="utf-8")), results)
-    SAVED.parent.mkdir(parents=True, exist_ok=True)
-    SAVED.write_text(json.dumps(results, default=float), encoding="utf-8")
+    if not args.no_write:  # a trial run leaves the saved results (what --add merges with)
+        SAVED.parent.mkdir(parents=True, exist_ok=True)
+        SAVED.write_text(json.dumps(results, default=float), encoding="utf-8")
     publish("bench_scale", report(results), args.no_write)
 
 
@@ -401,6 +402,9 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
     out["codes_same"] = {**before.get("codes_same", {}), **now.get("codes_same", {})}
     out["runs"] = before["runs"] + now["runs"]
+    for key in ("server", "embed_ms"):  # this run's server and query embedding
+        if key in now:
+            out[key] = now[key]
     return out
 
 

@@ -4,6 +4,7 @@
 
     python benchmarks/stress.py writers [--seconds 60] [--seed-rows 20000] [--no-write]
     python benchmarks/stress.py team [--writers 8] [--writes 10000] [--engines sqlite,postgres]
+        [--batched 10000] [--batch 1000]
     python benchmarks/stress.py kill [--runs 100] [--no-write]
     python benchmarks/stress.py fuzz [--calls 200000] [--imports 200] [--jobs 2] [--no-write]
 
@@ -18,7 +19,8 @@ acknowledged id must be in the store at the end (lost = acknowledged and missing
 single writes (``Store.add``; every ``SHARED_EVERY``-th a ``Store.remember`` of a fact
 every writer writes at about the same moment, which must end as one memory) while
 ``--searchers`` processes search. Checked: every acknowledged id is in the store, the store
-holds seed + own texts + one memory per shared fact (doubled = more), the errors.
+holds seed + own texts + one memory per shared fact (doubled = more), the errors. Then
+one process writes ``--batched`` more by ``add_many`` in batches of ``--batch``, alone.
 
 ``kill`` (section stress_kill): ``--runs`` times, a child writes a store (``add_many`` or
 ``import_jsonl`` batches of ``--batch``, printing the ids after each commit;
@@ -341,7 +343,7 @@ def team_texts(pool: list[str], writer: int, writes: int) -> list[str]:
 
 def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]:
     """Seed ``db``, run the writers and searchers, verify; the figures of one engine."""
-    texts = common.memories(folder, args.seed + args.writers * args.writes)
+    texts = common.memories(folder, args.seed + args.writers * args.writes + args.batched)
     with mnemex.open(db, namespace="team") as store:
         store.add_many(texts[: args.seed])
     pool, start, done = texts[args.seed :], time.time() + 3.0, tmp / "writers-done"
@@ -372,7 +374,9 @@ def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict
     with mnemex.open(db, namespace="team") as store:
         found = {m.id for m in store.get(sorted(acknowledged)).memories}
         count = store.count()
+        batched = team_batched(store, pool[args.writers * args.writes :], args.batch)
     return {
+        "batched": batched,
         "writes": sum(len(out["latencies"]) for out in writes),
         "errors": [e for out in writes for e in out["errors"]][:5],
         "error_count": sum(len(out["errors"]) for out in writes),
@@ -390,6 +394,28 @@ def team_run(db: str, args: argparse.Namespace, folder: Path, tmp: Path) -> dict
     }
 
 
+def team_batched(store: mnemex.Store, texts: list[str], batch: int) -> dict[str, Any]:
+    """``texts`` written by ``add_many`` in batches of ``batch`` after the single writes,
+    one process alone: rows per second (all, and the median batch's), every id found."""
+    rates, ids, began = [], [], time.perf_counter()
+    for at in range(0, len(texts), batch):
+        part = texts[at : at + batch]
+        started = time.perf_counter()
+        ids += store.add_many(part)
+        rates.append(len(part) / (time.perf_counter() - started))
+    took = time.perf_counter() - began
+    found = len({m.id for m in store.get(sorted(set(ids))).memories}) if ids else 0
+    rates.sort()
+    median = rates[len(rates) // 2] if rates else 0.0
+    return {
+        "rows": len(texts),
+        "per_s": len(texts) / max(took, 1e-9),
+        "median_batch_per_s": median,
+        "lost": len(set(ids)) - found,
+        "load": os.getloadavg()[0],
+    }
+
+
 def team_main(args: argparse.Namespace) -> None:
     folder, rows, load = common.data_dir(args.data), [], 0.0
     for engine in args.engines.split(","):
@@ -402,11 +428,12 @@ def team_main(args: argparse.Namespace) -> None:
             db = common.fresh_database(server.url, "team") if server else str(Path(tmp) / "team.db")
             r = team_run(db, args, folder, Path(tmp))
         print(engine, json.dumps(r, indent=1))
-        w, s = r["write_ms"], r["search_ms"]
+        w, s, b = r["write_ms"], r["search_ms"], r["batched"]
         rows.append(
             f"| {engine} | {r['writes']:,} | {r['writes'] / r['took']:,.0f}/s | {r['error_count']} | "
             f"{r['lost']} | {r['count'] - r['expected']:+d} | {w['p50']:.1f} / {w['p95']:.1f} ms | "
-            f"{r['searches']:,} | {s['p50']:.1f} / {s['p95']:.1f} ms |"
+            f"{r['searches']:,} | {s['p50']:.1f} / {s['p95']:.1f} ms | "
+            f"{b['per_s']:,.0f}/s ({b['median_batch_per_s']:,.0f}/s), {b['lost']} lost |"
         )
         load = max(load, float(r["load"]))
     body = "\n".join(
@@ -419,11 +446,14 @@ def team_main(args: argparse.Namespace) -> None:
             f"single writes through the Python API (`Store.add`; every {SHARED_EVERY}th write a "
             f"`Store.remember` of a fact all {args.writers} write at once), while "
             f"{args.searchers} processes search (limit 10). Lexical only. *Lost*: acknowledged "
-            "and missing; *doubled*: memories beyond seed + own texts + one per shared fact.",
+            "and missing; *doubled*: memories beyond seed + own texts + one per shared fact. "
+            f"*Batched*: then {args.batched:,} more memories by `add_many` in batches of "
+            f"{args.batch:,}, one process alone (all rows per second, and the median "
+            "batch's).",
             "",
             "| engine | writes | writes/s (all writers) | errors | lost | doubled | "
-            "write p50 / p95 | searches | search p50 / p95 |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "write p50 / p95 | searches | search p50 / p95 | batched |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
             *rows,
             "",
             "PostgreSQL: 16 + pgvector 0.6 from `pgserver` on the same machine (Unix socket), "
@@ -969,6 +999,8 @@ def _team_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--searchers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=5_000, help="memories written first")
     parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument("--batched", type=int, default=10_000, help="add_many rows after")
+    parser.add_argument("--batch", type=int, default=1_000, help="rows per add_many call")
     parser.add_argument("--data", help="benchmark data folder (see common.py)")
 
 

@@ -84,6 +84,49 @@ def test_two_writers_remembering_one_fact_at_once_end_with_one_memory(pg_url: st
 
 
 @postgres
+@pytest.mark.parametrize(
+    "between", ["the deploy key rotates on day 3 of the month", "The deploy key rotates on day 3."]
+)
+def test_a_repeat_stored_between_the_lookup_and_the_write_is_merged_into(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """The lookup runs beside other writers (the namespace's lock shared); under the lock
+    the write compares the rows stored since: a repeat (the same text, or a near one)
+    another writer stored in between is found there, and the new text merged into it.
+    Another namespace's rows in between move the largest seq on and change nothing."""
+    from mnemex.engine.postgres import dedup
+
+    lock, lookup, calls = dedup.lock_namespace, dedup._lookup, []
+
+    def another_writer_first(conn: object, namespace: str, *, shared: bool = False) -> None:
+        if not shared and "between" not in calls:  # the lookup is done, the write not begun
+            calls.append("between")
+            with mnemex.open(pg_url, namespace="other") as elsewhere:
+                elsewhere.add_many([f"an unrelated note number {n}" for n in range(3)])
+            with mnemex.open(pg_url) as other:
+                other.remember(between)
+        lock(conn, namespace, shared=shared)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args[5] if len(args) > 5 else 0)
+        return lookup(*args, **kwargs)  # type: ignore[arg-type]
+
+    with mnemex.open(pg_url) as store:
+        store.add_many([f"the backup runs at {n} o'clock" for n in range(20)])
+        monkeypatch.setattr(dedup, "lock_namespace", another_writer_first)
+        monkeypatch.setattr(dedup, "_lookup", counted)
+        added = store.remember("the deploy key rotates on day 3 of the month")
+        assert added.deduplicated, added
+        # looked up among every row, then (after the other writer's lookup and recheck)
+        # among the rows after the 20 it saw
+        assert calls[:2] == [0, "between"] and calls[-1] == 20, calls
+        assert store.count() == 21
+        held = store.get([added.id]).memories[0]
+        assert held.content == between
+        assert store.check()["ok"]
+
+
+@postgres
 def test_writes_add_many_and_remember_decide_repeats_alike(pg_url: str) -> None:
     with mnemex.open(pg_url) as store:
         first = store.remember("Billing is owned by the payments team", tags=["org"])

@@ -7,6 +7,8 @@ Connections are in autocommit mode; every write is one explicit transaction
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +67,21 @@ def pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
         open=True,
     )
     return opened
+
+
+@contextlib.contextmanager
+def snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """One read-only ``REPEATABLE READ`` transaction on an idle connection, begun in one
+    command (``BEGIN ISOLATION LEVEL ... READ ONLY``: no ``SET TRANSACTION`` round trip).
+    The connection's own settings are back as they were when it ends."""
+    from psycopg import IsolationLevel
+
+    conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+    try:
+        with conn.transaction():
+            yield
+    finally:
+        conn.isolation_level, conn.read_only = None, None
 
 
 def redact(url: str) -> str:

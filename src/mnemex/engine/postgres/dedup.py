@@ -6,11 +6,15 @@ against the namespace's rows and against itself, its nearest first-window
 vectors, term statistics for the coverage, and the writes of a merge and of a
 move to the duplicates namespace.
 
-Writers of one namespace that check for duplicates take turns: each check and
-its write run in one transaction under ``pg_advisory_xact_lock`` for the
-namespace, so two agents remembering the same fact at once compare with each
-other's row and end with one memory (an exact repeat also meets the schema's
-unique index).
+Writers of one namespace that check for duplicates look side by side and write
+in turn, as on SQLite: the lookup (a ranked search of the namespace) runs under
+the namespace's advisory lock taken shared, so lookups do not wait for each
+other; the write takes it exclusive (``pg_advisory_xact_lock``) and compares only
+the rows stored since the lookup (rows with a larger seq: a writer that held the
+lock before the lookup committed before it, and one that takes it after drew its
+seq after the lookup read the largest), then inserts or merges. Two agents
+remembering the same fact at once thus compare with each other's row and end
+with one memory (an exact repeat also meets the schema's unique index).
 """
 
 from __future__ import annotations
@@ -42,11 +46,17 @@ from mnemex.text import parse_stored_time, tags_columns
 Conn = Any  # psycopg.Connection
 
 
-def lock_namespace(conn: Conn, namespace: str) -> None:
-    """Take the namespace's duplicate-check lock until the transaction ends."""
-    conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("mnemex dedup " + namespace,)
-    )
+def lock_namespace(conn: Conn, namespace: str, *, shared: bool = False) -> None:
+    """Take the namespace's duplicate-check lock until the transaction ends: exclusive
+    to write, ``shared`` to look up (lookups side by side, none while a write runs)."""
+    lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    conn.execute(f"SELECT {lock}(hashtextextended(%s, 0))".encode(), ("mnemex dedup " + namespace,))
+
+
+def last_seq(conn: Conn) -> int:
+    """The largest seq of the memories stored (0: none)."""
+    row = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()
+    return int(row[0]) if row else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +78,6 @@ class NamespaceLexicon:
 
     def n_docs(self) -> int:
         return bm25.statistics(self.conn, self.namespace).docs
-
-
-def query_terms(conn: Conn, text: str, namespace: str) -> list[Term]:
-    """A text's terms as a query of the namespace (the lexical arm's plan)."""
-    return list(bm25.plan(conn, text, namespace).terms)
 
 
 def scores(
@@ -99,14 +104,19 @@ def beside(
     new: tuple[str, str],
     limit: int,
     budget: int = 0,
+    known: tuple[bm25.Statistics | None, int] = (None, 0),
 ) -> tuple[float, list[tuple[int, float]]]:
     """BM25 of a text not stored yet, ``new`` = (content, tags JSON), and (seq, BM25) of
     the namespace's best ``limit`` rows, for the terms; both scored as they would be once
     the text is stored (it counts in the rows, their average length and the document
     frequency of each term it holds), as :func:`mnemex.engine.sqlite.fts.bm25_beside` does. The
-    rows are found as a search finds them, shaped by ``budget`` (on the rows stored)."""
+    rows are found as a search finds them, shaped by ``budget`` (on the rows stored).
+    ``known``: the namespace's statistics read for (at least) the terms (else read
+    here), and a seq: only rows after it are scored."""
     keys = [query_key(t) for t in terms]
-    stats = bm25.statistics(conn, namespace, keys)
+    stats, after = known
+    if stats is None:
+        stats = bm25.statistics(conn, namespace, keys)
     lex, length = document_lex([new])[0]
     freqs = lexeme_counts(lex)
     counted = bm25.Statistics(stats.docs + 1, stats.tokens + length, stats.doc_freqs)
@@ -121,23 +131,25 @@ def beside(
     own = sum(
         w * freqs[k] * (BM25_K1 + 1) / (freqs[k] + norm) for k, w in weights.items() if k in freqs
     )
-    found = bm25.best(conn, counted, weights, namespace, limit, budget).candidates
+    where = ("WHERE p.seq > %(f_after)s", {"f_after": after}) if after else ("", {})
+    found = bm25.best(conn, counted, weights, namespace, limit, budget, where).candidates
     return own, [(c.seq, c.raw) for c in found]
 
 
 def nearest(
-    conn: Conn, vector: Any, namespace: str, model: str, limit: int
+    conn: Conn, vector: Any, namespace: str, model: str, limit: int, after: int = 0
 ) -> list[tuple[int, float]]:
-    """(seq, cosine) of the ``limit`` memories of the namespace whose first-window vector
-    of ``model`` is nearest to ``vector`` (exact)."""
+    """(seq, cosine) of the ``limit`` memories of the namespace (with a seq above
+    ``after``) whose first-window vector of ``model`` is nearest to ``vector`` (exact)."""
     dim = model_dim(conn, model)
     if dim is None or len(vector) != dim:
         return []
     rows = conn.execute(
         f"""SELECT seq, 1 - (vector::vector({dim}) <=> %(q)b::vector({dim})) AS c
             FROM embeddings WHERE model = %(model)s AND namespace = %(ns)s AND window_no = 0
+                AND seq > %(after)s
             ORDER BY c DESC, seq LIMIT %(limit)s""".encode(),
-        {"q": param(vector), "model": model, "ns": namespace, "limit": limit},
+        {"q": param(vector), "model": model, "ns": namespace, "limit": limit, "after": after},
     ).fetchall()
     return [(int(seq), float(c)) for seq, c in rows]
 
@@ -165,12 +177,16 @@ def vector_of_text(conn: Conn, model: str, digest: str) -> Any:
     return None if row is None else np.asarray(json.loads(row[0]), dtype=np.float32)
 
 
-def same_text(conn: Conn, namespace: str, digest: str, before: int | None = None) -> Any:
-    """(seq, id) of the namespace's memory with this text (older than ``before``)."""
+def same_text(
+    conn: Conn, namespace: str, digest: str, before: int | None = None, after: int = 0
+) -> Any:
+    """(seq, id) of the namespace's memory with this text (older than ``before``, newer
+    than ``after``)."""
     return conn.execute(
         "SELECT seq, id FROM memories WHERE namespace = %s AND content_hash = %s "
-        "AND kind <> 'chunk' AND NOT file_chunk AND seq < %s ORDER BY seq LIMIT 1",
-        (namespace, digest, before if before is not None else 2**62),
+        "AND kind <> 'chunk' AND NOT file_chunk AND seq < %s AND seq > %s "
+        "ORDER BY seq LIMIT 1",
+        (namespace, digest, before if before is not None else 2**62, after),
     ).fetchone()
 
 
@@ -274,15 +290,21 @@ def _close_texts(
     threshold: float,
     stored: int | None = None,
     budget: int = 0,
+    after: int = 0,
 ) -> list[tuple[float, int, str]]:
     """The namespace's rows whose text repeats ``new`` (not stored, or stored as row
     ``stored``): (similarity, seq, "text"), as SQLite decides (the rows
-    found as a search shaped by ``budget`` finds them)."""
-    terms = query_terms(conn, new.content, new.namespace)
+    found as a search shaped by ``budget`` finds them; with ``after``, among the rows
+    after that seq, every one scored)."""
+    planned = bm25.plan(conn, new.content, new.namespace)  # the lexical arm's plan
+    terms = list(planned.terms)
     if not terms:
         return []
     if stored is None:
-        own, found = beside(conn, terms, new.namespace, new.indexed, CANDIDATES, budget)
+        known = (planned.stats, after)
+        own, found = beside(
+            conn, terms, new.namespace, new.indexed, CANDIDATES, 0 if after else budget, known
+        )
     else:
         own = dict(scores(conn, terms, new.namespace, 1, [stored])).get(stored, 0.0)
         found = scores(conn, terms, new.namespace, CANDIDATES + 1, budget=budget)
@@ -318,17 +340,25 @@ def _best(conn: Any, content: str, found: list[tuple[float, int, str]]) -> Match
 
 
 def _lookup(
-    conn: Any, new: NewMemory, settings: Settings, vector: Any, model: str | None
+    conn: Any,
+    new: NewMemory,
+    settings: Settings,
+    vector: Any,
+    model: str | None,
+    after: int = 0,
 ) -> Match | None:
-    """The memory ``new`` repeats in its namespace, if any (under the namespace's lock)."""
-    same = same_text(conn, new.namespace, new.content_hash)
+    """The memory ``new`` repeats in its namespace, if any, among the rows after seq
+    ``after`` (0: every row)."""
+    same = same_text(conn, new.namespace, new.content_hash, after=after)
     if same is not None:
         return Match(int(same[0]), same[1], 1.0, "exact")
     if len(new.content) > NEAR_MAX_CHARS:
         return None
-    close = _close_texts(conn, new, settings.dedup_text, budget=settings.lexical_budget)
+    close = _close_texts(
+        conn, new, settings.dedup_text, budget=settings.lexical_budget, after=after
+    )
     if vector is not None and model is not None:
-        for seq, cosine in nearest(conn, vector, new.namespace, model, CANDIDATES + 1):
+        for seq, cosine in nearest(conn, vector, new.namespace, model, CANDIDATES + 1, after):
             if cosine > settings.dedup_cosine:
                 close.append((cosine, seq, "cosine"))
     return _best(conn, new.content, close)
@@ -354,9 +384,11 @@ def _new_vector(session: Any, text: str, digest: str) -> Any:
 
 
 def remember_row(session: Any, row: tuple[Any, ...], embed: bool) -> tuple[Match | None, int, None]:
-    """The row stored unless it repeats a memory of its namespace: the check and the write
-    in one transaction, under the namespace's lock. The memory it was merged into (or
-    ``None`` and the new row's seq); no vector (the new memory is embedded afresh)."""
+    """The row stored unless it repeats a memory of its namespace: looked up beside other
+    writers' lookups (the namespace's lock shared), then, under the lock, the rows stored
+    since compared and the row written (see the module's docstring). The memory it was
+    merged into (or ``None`` and the new row's seq); no vector (the new memory is embedded
+    afresh)."""
     from mnemex.errors import DuplicateId
 
     text, namespace = row[3], row[1]
@@ -365,8 +397,16 @@ def remember_row(session: Any, row: tuple[Any, ...], embed: bool) -> tuple[Match
     indexed = (text, tags_columns(tuple(json.loads(row[4])))[0])
     new = NewMemory(namespace, text, row[10], indexed)
     with session.transaction() as conn:
+        lock_namespace(conn, namespace, shared=True)
+        seen = last_seq(conn)
+        found = _lookup(conn, new, session.settings, vector, model)
+    with session.transaction() as conn:
         lock_namespace(conn, namespace)
-        match = _lookup(conn, new, session.settings, vector, model)
+        match = found
+        if match is not None and not present(conn, match.seq, namespace):
+            match, seen = None, 0  # forgotten or moved since: compare with every row
+        if match is None:
+            match = _lookup(conn, new, session.settings, vector, model, seen)
         if match is None:
             written = session.insert_one(conn, row)
             if not written.inserted:

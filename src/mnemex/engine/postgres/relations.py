@@ -133,7 +133,11 @@ def neighbors(conn: Any, key: str, namespace: str | None, limit: int) -> list[Ro
 @contextmanager
 def reading(session: Session, conn: Any) -> Iterator[PgRelationIndex]:
     """The relations' index over the connection the caller holds (``conn``), in one
-    snapshot."""
+    snapshot; a database without relations is told so by one statement, with no
+    snapshot to begin and end (three round trips fewer for each search)."""
+    if not PgRelationIndex(conn).any(None):
+        yield PgRelationIndex(conn, empty=True)
+        return
     with session.read() as held:
         yield PgRelationIndex(held)
 
@@ -143,11 +147,14 @@ class PgRelationIndex:
     """The relations' index in PostgreSQL (:class:`mnemex.engine.protocol.RelationIndex`)."""
 
     conn: Any
+    empty: bool = False  # known to hold no relation
 
     def tokenize(self, text: str) -> list[Token]:
         return lexicon().tokenize(text)
 
     def any(self, namespace: str | None) -> bool:
+        if self.empty:
+            return False
         where, params = _where(namespace)
         sql = f"SELECT 1 FROM relations WHERE true{where} LIMIT 1"
         return self.conn.execute(sql, params).fetchone() is not None

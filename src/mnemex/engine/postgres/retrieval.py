@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
 from mnemex.embed import SENTENCE_BASE, Embedder
 from mnemex.engine.postgres import bm25, raw
+from mnemex.engine.postgres.connect import snapshot
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import (
     EXACT_MAX,
     counts,
+    dim_and_counts,
     from_binary,
     literal,
     model_dim,
@@ -127,12 +129,16 @@ class PostgresEngine:
     stats: bm25.Statistics | None = None
     backgrounds: dict[Any, Any] = field(default_factory=dict)  # the session's levels
     queries: dict[Any, Any] | None = None  # the session's kept query vectors, if it keeps them
+    # The candidates' columns, read once by meta() for the later stages of the same search
+    # (rows, contents, locations): seq -> the columns of _MEMO.
+    memo: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # The model's dimension and vector counts (namespace, all) read by the vector arm.
+    shape: tuple[int | None, int, int] | None = None
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
         """One read-only snapshot for the whole search."""
-        with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with snapshot(self.conn):
             yield
 
     def plan(self, request: Request, text: str) -> LexicalPlan:
@@ -188,7 +194,8 @@ class PostgresEngine:
             if filters.narrow:
                 hits = self._exact(qvec, filters, model, planned.pool)
             else:
-                found = vector(self.conn, qvec, filters.namespace, model, planned.pool)
+                self.shape = dim_and_counts(self.conn, model, filters.namespace)
+                found = vector(self.conn, qvec, filters.namespace, model, planned.pool, self.shape)
                 hits = [VectorHit(h.seq, h.cosine) for h in found]
         except IndexMismatch as exc:
             notes.append(f"{exc}; answered from the lexical arm")
@@ -274,22 +281,28 @@ class PostgresEngine:
             ).fetchall()
         return {int(s): from_binary(v) for s, v in rows}
 
+    def _remembered(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
+        """The columns of :data:`_MEMO` of each memory, read once in this search."""
+        missing = [s for s in seqs if s not in self.memo]
+        if missing:
+            for row in self.conn.execute(_MEMO, (missing,)).fetchall():
+                self.memo[int(row[0])] = row
+        return {s: self.memo[s] for s in seqs if s in self.memo}
+
     def rows(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
         """seq, id, kind, tags (JSON), created_at (text), the start of the content and the
         namespace of each memory, as the SQLite engine's rows read."""
-        rows = self.conn.execute(
-            f"SELECT seq, id, kind, tags::text, created_at, substr(content, 1, "
-            f"{SNIPPET_MAX_CHARS * 2}), namespace FROM memories WHERE seq = ANY(%s)".encode(),
-            (seqs,),
-        ).fetchall()
-        return {r[0]: (r[0], r[1], r[2], r[3], format_time(r[4]), r[5], r[6]) for r in rows}
+        return {
+            s: (s, r[5], r[6], r[7], format_time(r[1]), r[10][:_ROW_CHARS], r[8])
+            for s, r in self._remembered(seqs).items()
+        }
 
     def meta(self, seqs: list[int]) -> dict[int, tuple[Any, ...]]:
-        rows = self.conn.execute(
-            "SELECT seq, created_at, confidence, pinned, source FROM memories WHERE seq = ANY(%s)",
-            (seqs,),
-        ).fetchall()
-        return {r[0]: (format_time(r[1]), r[2], int(r[3]), r[4]) for r in rows}
+        """created_at (text), confidence, pinned and source of each memory (read with the
+        columns the later stages of the search need: one round trip for all)."""
+        return {
+            s: (format_time(r[1]), r[2], int(r[3]), r[4]) for s, r in self._remembered(seqs).items()
+        }
 
     def neighbours(
         self, seqs: list[int]
@@ -343,6 +356,8 @@ class PostgresEngine:
             return 0
         model = self.embedder.model_id
         if not filters.narrow:
+            if self.shape is not None and filters.namespace == self.namespace:
+                return self.shape[1]  # read by the vector arm in this search's snapshot
             return counts(self.conn, model, filters.namespace)[0]
         join, params = filter_sql(filters, "e")
         only = "" if filters.namespace is None else "AND e.namespace = %(ns)s"
@@ -427,12 +442,23 @@ class PostgresEngine:
         return bm25.statistics(self.conn, self.namespace).avgdl
 
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]:
-        rows = self.conn.execute(
-            "SELECT seq, content FROM memories WHERE seq = ANY(%s)", (seqs,)
-        ).fetchall()
-        return [(int(s), str(c)) for s, c in rows]
+        """Each memory's whole content (those read whole with the search's columns
+        first)."""
+        known = {s: r for s, r in self.memo.items() if r[9] <= _MEMO_CHARS}
+        out = [(s, str(known[s][10])) for s in seqs if s in known]
+        missing = [s for s in seqs if s not in known]
+        if missing:
+            rows = self.conn.execute(
+                "SELECT seq, content FROM memories WHERE seq = ANY(%s)", (missing,)
+            ).fetchall()
+            out.extend((int(s), str(c)) for s, c in rows)
+        return out
 
     def locations(self, seqs: list[int]) -> dict[int, Location]:
+        """Where each memory that is a chunk of a workspace file lives (no round trip when
+        the search's columns say none is)."""
+        if all(s in self.memo and not self.memo[s][11] for s in seqs):
+            return {}
         return tables().locations(self.conn, seqs)
 
     def snippets(self, match: str, seqs: list[int]) -> dict[int, str]:
@@ -454,6 +480,19 @@ class PostgresEngine:
         except sqlite3.OperationalError:
             return {}
         return {seq: unsegment(text) for seq, text in rows if text is not None}
+
+
+# What a search reads of its candidates, once (PostgresEngine._remembered): seq, created_at,
+# confidence, pinned, source (meta), id, kind, tags, namespace (rows), the content's length
+# and its first _MEMO_CHARS characters (rows and contents: the whole of most memories),
+# file_chunk (locations).
+_MEMO_CHARS = 4096
+_ROW_CHARS = SNIPPET_MAX_CHARS * 2
+_MEMO = (
+    "SELECT seq, created_at, confidence, pinned, source, id, kind, tags::text, namespace, "
+    f"length(content), substr(content, 1, {max(_MEMO_CHARS, _ROW_CHARS)}), file_chunk "
+    "FROM memories WHERE seq = ANY(%s)"
+).encode()
 
 
 def _scratch() -> sqlite3.Connection:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.postgres import dedup, injections, memories, relations
-from mnemex.engine.postgres.connect import connect, pool, redact
+from mnemex.engine.postgres.connect import connect, pool, redact, snapshot
 from mnemex.engine.postgres.schema import migrate
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.engine.postgres.write import Written, insert_rows, pg_row
@@ -151,8 +151,7 @@ class PostgresSession:
             if conn.info.transaction_status != 0:  # inside a transaction already
                 yield conn
                 return
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            with snapshot(conn):
                 yield conn
 
     @property

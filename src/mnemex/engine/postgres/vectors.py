@@ -228,16 +228,32 @@ def counts(conn: psycopg.Connection[Any], model: str, namespace: str | None) -> 
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def dim_and_counts(
+    conn: psycopg.Connection[Any], model: str, namespace: str | None
+) -> tuple[int | None, int, int]:
+    """The model's dimension (``None``: not recorded) and :func:`counts`, in one statement."""
+    row = conn.execute(
+        "SELECT m.dim, coalesce(sum(s.vectors) FILTER (WHERE %(ns)s::text IS NULL "
+        "OR s.namespace = %(ns)s), 0), coalesce(sum(s.vectors), 0) FROM vector_models AS m "
+        "LEFT JOIN vector_stats AS s ON s.model = m.model WHERE m.model = %(model)s "
+        "GROUP BY m.dim",
+        {"ns": namespace, "model": model},
+    ).fetchone()
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (None, 0, 0)
+
+
 def vector(
     conn: psycopg.Connection[Any],
     qvec: Any,
     namespace: str | None,
     model: str,
     limit: int,
+    shape: tuple[int | None, int, int] | None = None,
 ) -> list[VectorHit]:
     """The ``limit`` memories of the namespace (``None``: all) nearest to ``qvec`` by the
-    cosine of their best window's vector of ``model``, nearest first (ties by seq)."""
-    dim = model_dim(conn, model)
+    cosine of their best window's vector of ``model``, nearest first (ties by seq).
+    ``shape``: :func:`dim_and_counts`, read in this snapshot (else read here)."""
+    dim, wanted, total = shape or dim_and_counts(conn, model, namespace)
     if dim is None or limit <= 0:
         return []
     if np.asarray(qvec).size != dim:
@@ -245,7 +261,6 @@ def vector(
             f"the query vector has {np.asarray(qvec).size} dimensions; model {model!r} "
             f"has {dim} in this store"
         )
-    wanted, total = counts(conn, model, namespace)
     if not wanted:
         return []
     fetch = limit * WINDOWS_FETCHED
@@ -341,10 +356,17 @@ def _run(
     than reading the namespace's rows through the B-tree to sort them."""
     from psycopg import sql
 
-    with conn.transaction():
-        if ef is not None:
-            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
-            conn.execute("SET LOCAL enable_sort = off")
-        if explain:
-            query = sql.SQL("EXPLAIN {}").format(query)
-        return conn.execute(query, {"q": param(qvec), "limit": limit}).fetchall()
+    if explain:
+        query = sql.SQL("EXPLAIN {}").format(query)
+    # One pipeline: the settings, the query and the transaction's commands go together
+    # (one round trip to send them, where each was one).
+    with conn.pipeline():
+        with conn.transaction():
+            if ef is not None:
+                conn.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true), "
+                    "set_config('enable_sort', 'off', true)",
+                    (str(ef),),
+                )
+            cursor = conn.execute(query, {"q": param(qvec), "limit": limit})
+        return cursor.fetchall()
