@@ -244,7 +244,7 @@ def timeline(
     oldest_first: bool,
     around: tuple[str, int, int] | None,
 ) -> list[TimelineEntry]:
-    """:func:`mnemex.timeline.timeline` (arguments checked there): the ``limit`` newest
+    """:func:`mnemex.memories.timeline` (arguments checked there): the ``limit`` newest
     (or oldest) within the filters, or ``around`` = (id, before, after)."""
     from mnemex.engine.postgres.retrieval import conditions
 
