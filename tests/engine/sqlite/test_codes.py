@@ -13,7 +13,7 @@ import pytest
 
 import mnemex
 from mnemex.engine.sqlite import codes
-from mnemex.engine.sqlite.vectors import VectorIndex, snapshot_path
+from mnemex.engine.sqlite.vectors import VectorIndex, exact_cosines, snapshot_path
 from mnemex.index.retrieval import Filters
 from tests.conftest import FakeEmbedder
 
@@ -171,3 +171,69 @@ def test_with_a_graph_the_background_pass_reads_the_codes_a_chunk_at_a_time(
         assert index.codes is None  # none held
         monkeypatch.setattr(codes, "CODES_MIN_ROWS", 10**9)
         assert np.array_equal(streamed, index.best_cosines(mask, queries))
+
+
+def brute_force(path: Path, queries: np.ndarray, k: int) -> list:
+    """The exact top ``k`` (seq, cosine) of each query, computed from SQLite's rows."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT seq, vector FROM embeddings ORDER BY id").fetchall()
+    seqs = np.array([r[0] for r in rows])
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    found = []
+    for q in queries:
+        exact = exact_cosines(matrix, q)
+        order = np.lexsort((seqs, -exact))[:k]
+        found.append([(int(seqs[i]), float(exact[i])) for i in order])
+    return found
+
+
+def test_a_large_store_keeps_its_float32_vectors_in_sqlite_alone(
+    lowered: None, noise_store: Path
+) -> None:
+    snapshot = snapshot_path(noise_store, NoiseEmbedder.model_id)
+    assert snapshot.stat().st_size < 3500 * 48  # the rows' fields, no float32 matrix
+    queries = NoiseEmbedder().embed([f"{g} query {g}" for g in range(0, 40, 3)])
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        mask = index.mask_for(Filters(namespace=None))
+        assert index.from_snapshot == index._stored == 3500
+        assert index.memory_bytes() < 3500 * 48  # the vectors are not held
+        assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
+        seq = int(index._seq[17])
+        vector = store.session.conn.execute(
+            "SELECT vector FROM embeddings WHERE seq = ?", (seq,)
+        ).fetchone()[0]
+        assert index.vectors_of([seq])[seq].tobytes() == vector
+
+
+def test_rows_added_and_forgotten_after_a_snapshot_without_vectors(
+    lowered: None, noise_store: Path
+) -> None:
+    queries = NoiseEmbedder().embed([f"{g} query {g}" for g in range(0, 40, 3)])
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        index.refresh()
+        ids = [m.id for m in store.iter_memories(namespace="default")][:2000]
+        store.add_many([f"{i % 40} later memory {i}" for i in range(600)])
+        store.forget(ids)  # more than a quarter of the rows: the index compacts
+        mask = index.mask_for(Filters(namespace=None))
+        assert index._n == 2100 and index._stored < 2100
+        assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        mask = index.mask_for(Filters(namespace=None))
+        assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
+
+
+def test_without_faiss_a_snapshot_without_vectors_is_not_read(
+    lowered: None, noise_store: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(codes, "available", lambda: False)
+    queries = NoiseEmbedder().embed(["4 query", "9 query"])
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        mask = index.mask_for(Filters(namespace=None))
+        assert index.from_snapshot == 0 and index._stored == 0  # read from SQLite
+        assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)

@@ -74,16 +74,6 @@ def write_codes(path: Path, head: dict[str, Any], chunks: Iterable[tuple[Any, fl
             os.unlink(temporary)
 
 
-def write_matrix_codes(path: Path, head: dict[str, Any], matrix: np.ndarray) -> None:
-    """Write the codes of the rows of ``matrix`` (encoded a chunk at a time)."""
-    codes = VectorCodes(int(matrix.shape[1]))
-    chunks = (
-        codes.encode(matrix[start : start + READ_CHUNK])
-        for start in range(0, len(matrix), READ_CHUNK)
-    )
-    write_codes(path, {**head, "dim": codes.dim}, chunks)
-
-
 def codes_path(snapshot: Path) -> Path:
     """Where the codes of a vector snapshot's rows are kept, beside it."""
     return snapshot.with_suffix(".codes")
@@ -166,14 +156,27 @@ class VectorCodes:
         approx: np.ndarray = scores.astype(numpy.float64) / (CODE_SCALE * unit[:, None])
         return rows, approx, bounds
 
+    def _view(self) -> Any:
+        """The stored bytes, a row per vector (a view of faiss's, no copy)."""
+        if not self.size:
+            return ()
+        return self._np.asarray(
+            self._faiss.rev_swig_ptr(self.index.codes.data(), self.size * self.dim)
+        ).reshape(self.size, self.dim)
+
+    def kept(self, rows: np.ndarray) -> VectorCodes:
+        """The codes of ``rows`` alone, in their order (the rows left when the index
+        compacts)."""
+        codes = VectorCodes(self.dim)
+        view = self._view()
+        for start in range(0, len(rows), READ_CHUNK):
+            codes.add_codes(view[rows[start : start + READ_CHUNK]], self.slack)
+        return codes
+
     def write(self, path: Path, head: dict[str, Any]) -> None:
         """Save the codes with ``head`` (what the snapshot they go with says), atomically;
         never raises."""
-        view: Any = ()
-        if self.size:
-            view = self._np.asarray(
-                self._faiss.rev_swig_ptr(self.index.codes.data(), self.size * self.dim)
-            ).reshape(self.size, self.dim)
+        view = self._view()
         chunks = (
             (view[start : start + READ_CHUNK], self.slack)
             for start in range(0, self.size, READ_CHUNK)

@@ -105,6 +105,8 @@ class SqliteSession:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._vector_index is not None:
+                self._vector_index.close()
             self._vector_index = None
             self.backgrounds.clear()
             self.queries = None

@@ -21,6 +21,14 @@ store (its ``created_at`` differs), one ahead of the store, or one that does
 not add up to the store's count of vectors is never used: the index is then
 read from SQLite as if there were none.
 
+A large store (from :data:`~mnemex.engine.sqlite.codes.CODES_MIN_ROWS` vectors, with
+faiss) keeps no second copy of its float32 vectors: its snapshot holds the rows'
+fields alone, every full pass scans the rows' 8-bit codes (saved beside it), and the
+few rows a search rescores exactly are read from SQLite by their embedding id, on a
+read-only connection of the index's own (a search's vector arm runs on a worker
+thread). At a million vectors that is 1.5 GB less on disk and in the memory of a
+process that writes, for about 1 ms per search (256 rows read by id).
+
 Filters never cost recall: the namespace, kinds, times and tags restrict the
 rows *before* the top k are taken, so a filtered query returns the best
 matches within the filter.
@@ -63,7 +71,7 @@ if TYPE_CHECKING:
     from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
-SNAPSHOT_MAGIC = b"MNXVEC02"  # 02: a row per window (``_win``)
+SNAPSHOT_MAGIC = b"MNXVEC03"  # 02: a row per window (``_win``); 03: no floats when large
 SNAPSHOT_MAX_HEADER = 1 << 26  # bytes (the namespace and kind codes)
 STALE_SECONDS = 600  # a snapshot being written for this long was abandoned
 SNAPSHOT_MIN_ROWS = 1_000  # vectors read from SQLite before the snapshot is written again
@@ -94,10 +102,6 @@ RESCORE_MARGIN = 1e-4
 WINDOWS_FIRST = 4
 BEST_BLOCK = 16_384  # rows read at once for a set of queries' best cosines
 BEST_QUERIES = 16  # queries whose best rows are rescored at once (their union, in memory)
-# At most this many rows of the snapshot are read from its file (one pread each) rather
-# than through its mapping: a page fault maps 16 pages around the one it needs (64 KiB
-# that then count in the process's memory for a 1.5 KiB row).
-READ_MAX_ROWS = 1 << 16
 
 
 def row_steps(k: int, windows: int) -> list[int]:
@@ -200,9 +204,10 @@ class VectorIndex:
         # and what the snapshot the first rows came from says (None: rows moved since).
         self.codes: VectorCodes | None = None
         self._snapshot_head: dict[str, Any] | None = None
-        # (file descriptor, offset, rows) of the snapshot whose matrix the first rows are
-        # (None: rows moved since), for reading a few rows without mapping their pages.
-        self._rows_file: tuple[int, int, int] | None = None
+        # The first rows whose vectors are read from SQLite, not held (zeros in the
+        # matrix, pages never written): a large store's (see the module's docstring).
+        self._stored = 0
+        self._reader: sqlite3.Connection | None = None  # reads them (see _stored_vectors)
         self._read = 0  # vectors read from SQLite since the snapshot was last written
 
     # -- keeping in step -----------------------------------------------------------
@@ -285,7 +290,7 @@ class VectorIndex:
         self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         for name, dtype in _SNAPSHOT_ARRAYS:
             setattr(self, name, np.zeros(0, dtype=dtype))
-        self._n, self._read, self.corrupt = 0, 0, 0
+        self._n, self._read, self.corrupt, self._stored = 0, 0, 0, 0
         self._most_tokens, self._most_sentences = 1, 0
         self._ns_codes, self._kind_codes = {}, {}
         self._rows_moved()
@@ -318,14 +323,15 @@ class VectorIndex:
                 newest[1] or 0
             ):
                 return False  # ahead of the store: not its snapshot
-            if n == 0:
-                return False
+            floats = bool(head["floats"])
+            if n == 0 or not (floats or codes_module.available()):
+                return False  # (without faiss, a large store's rows have no full pass)
             arrays = {}
-            head_offset = offset
-            arrays["_matrix"] = np.memmap(
-                self.snapshot, dtype=np.float32, mode="c", offset=offset, shape=(n, self.dim)
-            )
-            offset += n * self.dim * 4
+            if floats:
+                arrays["_matrix"] = np.memmap(
+                    self.snapshot, dtype=np.float32, mode="c", offset=offset, shape=(n, self.dim)
+                )
+                offset += n * self.dim * 4
             for name, dtype in _SNAPSHOT_ARRAYS:
                 arrays[name] = np.memmap(
                     self.snapshot, dtype=dtype, mode="c", offset=offset, shape=(n,)
@@ -333,66 +339,96 @@ class VectorIndex:
                 offset += n * np.dtype(dtype).itemsize
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        if not self._same_vectors(arrays["_eid"], arrays["_seq"], arrays["_matrix"]):
+        if not self._same_vectors(arrays["_eid"][-1], arrays["_seq"][-1], head["last_vector"]):
             return False
+        if not floats:  # zeros never written: no memory until rows are added after them
+            arrays["_matrix"] = np.zeros((n, self.dim), dtype=np.float32)
         for name, array in arrays.items():  # plain arrays over the mapping: no memmap per slice
             setattr(self, name, np.asarray(array))
-        self._n = n
+        self._n, self._stored = n, 0 if floats else n
         self._most_tokens, self._most_sentences = window_spans(self._win)
         self._ns_codes = {str(k): int(v) for k, v in head["namespaces"].items()}
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
         self.corrupt = int(head.get("corrupt", 0))
         self._snapshot_head = {"lineage": head["lineage"], "last_eid": self._last_eid, "n": n}
-        self._open_rows_file(head_offset, n)
         return True
-
-    def _open_rows_file(self, offset: int, n: int) -> None:
-        assert self.snapshot is not None
-        with contextlib.suppress(OSError):
-            fd = os.open(self.snapshot, os.O_RDONLY)
-            self._rows_file = (fd, offset, n)
-            self._closer = weakref.finalize(self, os.close, fd)
 
     def _rows_moved(self) -> None:
         """The rows are no longer the snapshot's (compacted, or read again)."""
         self.codes, self._snapshot_head = None, None
-        if self._rows_file is not None:
-            self._rows_file = None
-            self._closer()
 
     def _float_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The float32 vectors of ``rows``: those of the snapshot read from its file when
-        they are few (see :data:`READ_MAX_ROWS`), the others from the matrix."""
+        """The float32 vectors of ``rows``: from the matrix, or from SQLite for the rows
+        it does not hold (see :attr:`_stored`)."""
         numpy = self._np
-        source = self._rows_file
-        if source is None or len(rows) > READ_MAX_ROWS:
+        rows = numpy.asarray(rows, dtype=numpy.int64)
+        stored = rows < self._stored
+        if not stored.any():
             found: np.ndarray = self._matrix[rows]
             return found
-        fd, offset, n = source
-        width = self.dim * 4
-        rows = numpy.asarray(rows, dtype=numpy.int64)
         out: np.ndarray = numpy.empty((len(rows), self.dim), dtype=numpy.float32)
-        inside = rows < n
-        read = b"".join(os.pread(fd, width, offset + r * width) for r in rows[inside].tolist())
-        out[inside] = numpy.frombuffer(read, dtype=numpy.float32).reshape(-1, self.dim)
-        out[~inside] = self._matrix[rows[~inside]]
+        out[stored] = self._stored_vectors(self._eid[rows[stored]])
+        out[~stored] = self._matrix[rows[~stored]]
         return out
 
-    def _same_vectors(self, eids: np.ndarray, seqs: np.ndarray, matrix: np.ndarray) -> bool:
+    def _stored_vectors(self, eids: np.ndarray) -> np.ndarray:
+        """The vectors of these embedding ids, read from SQLite (zeros for one dropped
+        since the last refresh: the next one leaves its row out)."""
+        numpy = self._np
+        if self._reader is None:
+            self._reader = self._open_reader()
+        wanted = eids.tolist()
+        found: dict[int, bytes] = {}
+        for start in range(0, len(wanted), IN_CHUNK):
+            chunk = wanted[start : start + IN_CHUNK]
+            found.update(
+                self._reader.execute(
+                    f"SELECT id, vector FROM embeddings WHERE id IN ({marks(len(chunk))})", chunk
+                ).fetchall()
+            )
+        zero = bytes(self.dim * 4)
+        joined = b"".join(found.get(eid, zero) for eid in wanted)
+        out: np.ndarray = numpy.frombuffer(joined, dtype=numpy.float32).reshape(-1, self.dim)
+        return out
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A read-only connection to the store's file, for any thread (under the lock)."""
+        name = next(row[2] for row in self.conn.execute("PRAGMA database_list") if row[1] == "main")
+        reader = sqlite3.connect(
+            f"{Path(name).as_uri()}?mode=ro", uri=True, timeout=5.0, check_same_thread=False
+        )
+        self._closer = weakref.finalize(self, reader.close)
+        return reader
+
+    def close(self) -> None:
+        """Close the connection that reads stored rows, if one was opened."""
+        with self._lock:
+            if self._reader is not None:
+                self._reader = None
+                self._closer()
+
+    def _same_vectors(self, eid: int, seq: int, digest: str) -> bool:
         """Whether the snapshot's newest vector is the store's (when it is still there)."""
         row = self.conn.execute(
             "SELECT seq, vector FROM embeddings WHERE id = ? AND model = ?",
-            (int(eids[-1]), self.model),
+            (int(eid), self.model),
         ).fetchone()
         if row is None:
             return True  # dropped since: vector_log says so, and the count check follows
-        return int(row[0]) == int(seqs[-1]) and bytes(row[1]) == matrix[-1].tobytes()
+        return int(row[0]) == int(seq) and _digest(bytes(row[1])) == digest
 
     def _write_snapshot(self) -> None:
-        """Save the index for the next process (atomically; never raises)."""
+        """Save the index for the next process (atomically; never raises): the rows'
+        fields and vectors, or for a large store their fields alone and the codes of the
+        vectors beside them, the vectors being then read from SQLite (see the module's
+        docstring)."""
         assert self.snapshot is not None
         n = self._n
+        floats = not self._large()
+        if not floats:
+            self._scan_codes()  # every row's, written beside the snapshot
+        last = self._float_rows(self._np.array([n - 1]))[0].tobytes()
         head = {
             "model": self.model,
             "dim": self.dim,
@@ -403,6 +439,8 @@ class VectorIndex:
             "corrupt": self.corrupt,
             "namespaces": self._ns_codes,
             "kinds": self._kind_codes,
+            "floats": floats,
+            "last_vector": _digest(last),
         }
         text = json.dumps(head, ensure_ascii=False).encode()
         # The arrays start at a multiple of 64 bytes; the header's own size is fixed first.
@@ -414,7 +452,8 @@ class VectorIndex:
         try:
             with open(temporary, "wb") as stream:
                 stream.write(SNAPSHOT_MAGIC + len(text).to_bytes(8, "little") + text)
-                stream.write(self._np.ascontiguousarray(self._matrix[:n]).tobytes())
+                if floats:
+                    stream.write(self._np.ascontiguousarray(self._matrix[:n]).tobytes())
                 for name, _ in _SNAPSHOT_ARRAYS:
                     stream.write(self._np.ascontiguousarray(getattr(self, name)[:n]).tobytes())
             os.replace(temporary, self.snapshot)
@@ -425,6 +464,14 @@ class VectorIndex:
             return
         self._snapshot_head = {"lineage": head["lineage"], "last_eid": self._last_eid, "n": n}
         self._write_codes(n)
+        if not floats and self._stored < n:  # let go of them: SQLite has them
+            self._matrix = self._np.zeros(self._matrix.shape, dtype=self._np.float32)
+            self._stored = n
+
+    def _large(self) -> bool:
+        """Whether full passes scan the rows' codes (and the snapshot holds no vectors)."""
+        big = self._n >= codes_module.CODES_MIN_ROWS or self._stored > 0
+        return big and codes_module.available()
 
     def _write_codes(self, n: int) -> None:
         """Write the codes of the snapshot's ``n`` rows beside it, for the first full scan
@@ -434,8 +481,6 @@ class VectorIndex:
         _remove_stale(path)
         if self.codes is not None and self.codes.size == n:
             self.codes.write(path, self._snapshot_head)
-        elif n >= codes_module.CODES_MIN_ROWS and codes_module.available():
-            codes_module.write_matrix_codes(path, self._snapshot_head, self._matrix[:n])
 
     def _rows_of_eids(self, eids: np.ndarray) -> np.ndarray:
         """Row of each embedding id, -1 where it has none (ids are stored in increasing order)."""
@@ -615,12 +660,13 @@ class VectorIndex:
             return
         capacity = max(rows, 2 * len(self._matrix), 1024)
 
-        def grow(array: Any, shape: tuple[int, ...]) -> Any:
+        def grow(array: Any, shape: tuple[int, ...], start: int = 0) -> Any:
             bigger = np.zeros(shape, dtype=array.dtype)
-            bigger[: self._n] = array[: self._n]
+            bigger[start : self._n] = array[start : self._n]
             return bigger
 
-        self._matrix = grow(self._matrix, (capacity, self.dim))
+        # The stored rows stay zeros never written (no memory).
+        self._matrix = grow(self._matrix, (capacity, self.dim), self._stored)
         for name in _ROW_ARRAYS[1:]:
             setattr(self, name, grow(getattr(self, name), (capacity,)))
 
@@ -632,12 +678,18 @@ class VectorIndex:
         if len(keep) > n * (1 - _COMPACT_FRACTION):
             return
         count = len(keep)
-        for name in _ROW_ARRAYS:
+        held = keep[keep >= self._stored]  # rows whose vectors the matrix holds
+        stored = count - len(held)
+        self._matrix[stored:count] = self._matrix[held]
+        for name in _ROW_ARRAYS[1:]:
             array = getattr(self, name)
             array[:count] = array[keep]
-        self._n = count
+        codes = self.codes
+        self._n, self._stored = count, stored
         self._valid[count:] = False
         self._rows_moved()
+        if codes is not None and codes.size == n:
+            self.codes = codes.kept(keep)
 
     # -- searching -----------------------------------------------------------------
 
@@ -719,7 +771,7 @@ class VectorIndex:
                 approximate = self._search_ann(q, mask, k, allowed / n)
                 if approximate is not None:
                     return approximate
-            codes = self._scan_codes() if allowed >= n // 4 else None
+            codes = self._scan_codes() if allowed >= n // 4 or self._stored else None
             if codes is not None:
                 whole = allowed == n == codes.size  # else the rows outside go by the mask
                 return self._top_by_codes(codes, q, None if whole else mask, k, allowed)
@@ -746,13 +798,14 @@ class VectorIndex:
         otherwise; ``None`` below :data:`~mnemex.engine.sqlite.codes.CODES_MIN_ROWS` rows
         or without faiss."""
         n = self._n
-        if n < codes_module.CODES_MIN_ROWS or not codes_module.available():
+        if not self._large():
             return None
         if self.codes is None:
             self.codes = self._saved_codes() or codes_module.VectorCodes(self.dim)
             made = self.codes.size
             for start in range(made, n, codes_module.READ_CHUNK):
-                self.codes.add(self._matrix[start : min(n, start + codes_module.READ_CHUNK)])
+                rows = self._np.arange(start, min(n, start + codes_module.READ_CHUNK))
+                self.codes.add(self._float_rows(rows))
             head = self._snapshot_head
             if made == 0 and head is not None and head["n"] == n and self.snapshot is not None:
                 self._write_codes(n)
@@ -829,13 +882,13 @@ class VectorIndex:
             if mask is None:
                 return best
             allowed = int(numpy.count_nonzero(mask[: self._n]))
-            codes = self._background_codes() if allowed >= self._n // 4 else None
+            codes = self._background_codes() if allowed >= self._n // 4 or self._stored else None
             if codes is not None and allowed:
                 whole = allowed == self._n == len(mask) == codes.size
                 return self._best_by_codes(codes, None if whole else mask, queries64, allowed)
             rows = numpy.flatnonzero(mask[: self._n])
             for start in range(0, len(rows), BEST_BLOCK):
-                block = self._matrix[rows[start : start + BEST_BLOCK]].astype(numpy.float64)
+                block = self._float_rows(rows[start : start + BEST_BLOCK]).astype(numpy.float64)
                 numpy.maximum(best, (block @ queries64.T).max(axis=0), out=best)
         return best
 
@@ -843,11 +896,10 @@ class VectorIndex:
         """The codes a pass over every row scores: with an HNSW graph (whose searches need
         no codes), those of the file read a chunk at a time, else :meth:`_scan_codes`."""
         head = self._snapshot_head
-        big = self._n >= codes_module.CODES_MIN_ROWS and codes_module.available()
-        if self.ann is not None and self.codes is None and head is not None and big:
+        if self.ann is not None and self.codes is None and head is not None and self._large():
             assert self.snapshot is not None
             path = codes_module.codes_path(self.snapshot)
-            tail = self._matrix[head["n"] : self._n]
+            tail = self._float_rows(self._np.arange(head["n"], self._n))
             streamed = codes_module.StreamedCodes.open(path, self.dim, head, tail)
             if streamed is not None:
                 return streamed
@@ -981,14 +1033,23 @@ class VectorIndex:
 
     def live_rows(self) -> tuple[np.ndarray, np.ndarray]:
         keep = self._np.flatnonzero(self._valid[: self._n])
-        return self._matrix[keep], self._eid[keep]
+        return self._float_rows(keep), self._eid[keep]
 
     def _rows_after(self, eid: int) -> tuple[np.ndarray, np.ndarray]:
         """The searchable vectors with an embedding id above ``eid`` and their ids: only
         those rows are read (rows are in id order), not a copy of every vector."""
         start = int(self._np.searchsorted(self._eid[: self._n], eid, side="right"))
         keep = start + self._np.flatnonzero(self._valid[start : self._n])
-        return self._matrix[keep], self._eid[keep]
+        return self._float_rows(keep), self._eid[keep]
 
     def memory_bytes(self) -> int:
-        return int(sum(getattr(self, n).nbytes for n in _ROW_ARRAYS))
+        """Bytes the rows take in memory (not the stored rows' zeros: never written)."""
+        held = sum(getattr(self, n).nbytes for n in _ROW_ARRAYS)
+        return int(held - self._stored * self.dim * 4)
+
+
+def _digest(vector: bytes) -> str:
+    """A vector's fingerprint (the snapshot's newest, checked against the store's)."""
+    import hashlib
+
+    return hashlib.blake2b(vector, digest_size=16).hexdigest()
