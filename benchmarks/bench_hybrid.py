@@ -16,7 +16,7 @@ What it measures (medians over the queries of one run; baselines in the same run
   trigger (no validation, ids, tags or metadata); lexical search beside exact scoring
   (``lexical_budget=0``, with the agreement of the two top-10 lists) and beside FTS5
   alone (the query's words OR-joined, stop words removed, ``ORDER BY rank LIMIT 10``, no
-  snippets); then with ``RELATIONS`` relations in the store, with and without ranking them.
+  snippets).
 
 Vectors: at 10k and 100k, the real embeddings of the texts (computed once
 and cached under benchmarks/.cache). At 1M, each of the 100k real vectors
@@ -48,8 +48,6 @@ from mnemex.engine.sqlite import ann
 from mnemex.index.stopwords import STOPWORDS
 
 LIMIT = 10
-RELATIONS = 10_000
-PREDICATES = ("works_on", "owns", "uses", "depends_on", "mentions", "fixed", "prefers", "runs")
 
 
 def search_ms(store: mnemex.Store, qs: list[str], limit: int | None = LIMIT, **call):  # type: ignore[no-untyped-def]
@@ -135,26 +133,8 @@ def fts5_alone(conn: sqlite3.Connection, query: str) -> list[int]:
     ]
 
 
-def add_relations(store: mnemex.Store, texts: list[str]) -> None:
-    """``RELATIONS`` relations between words of the memories, in one transaction."""
-    from mnemex import relations
-
-    words = [w for t in texts[:RELATIONS] for w in re.findall(r"[A-Za-z]{5,}", t)][: 4 * RELATIONS]
-    rows = [
-        relations.relation_row(
-            store.namespace,
-            words[(2 * i) % len(words)],
-            PREDICATES[i % len(PREDICATES)],
-            words[(2 * i + 1) % len(words)] + f" {i}",
-        )
-        for i in range(RELATIONS)
-    ]
-    relations.store_rows(store.session, rows)
-
-
 def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: float, tmp: Path):  # type: ignore[no-untyped-def]
-    """The lexical measures of a store of ``size`` (section bench_lexical); relations are
-    added to it last."""
+    """The lexical measures of a store of ``size`` (section bench_lexical)."""
     row: dict[str, object] = {"size": size, "ingest_per_s": size / rows_s}
     row["baseline_ingest_per_s"] = size / baseline_ingest(texts[:size], tmp / f"bare-{size}.db")
     with (
@@ -175,9 +155,6 @@ def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: 
             agree.append(len(set(a) & set(b)) / len(b) if b else 1.0)
         row["agreement"] = sum(agree) / len(agree)
         row["identical"] = sum(a == 1.0 for a in agree) / len(agree)
-        add_relations(shaped, texts[:size])
-        row["with_relations"] = search_ms(shaped, qs)
-        row["relations_off"] = search_ms(shaped, qs, relations=0)
     return row
 
 
@@ -319,18 +296,6 @@ def lexical_section(lexical: list[dict], texts: list[str], qs: list[str]) -> str
         "`lexical_budget` = 2,000 rows, candidates are the rows holding the rarest terms, each "
         "scored exactly with all terms); *exact* scores every matching row (`lexical_budget=0`). "
         "*top-10 = exact* is the mean overlap of the two top-10 lists.",
-        "",
-        f"With {RELATIONS:,} relations in the store, each search also ranks them "
-        "(up to 5 returned beside the hits), measured in the same run:",
-        "",
-        "| memories | search p50 / p95, relations on | relations off (`relations=0`) | cost of relations (p50) |",
-        "| ---: | ---: | ---: | ---: |",
-        *(
-            f"| {r['size']:,} | {r['with_relations']['p50']:.2f} / {r['with_relations']['p95']:.2f} ms | "
-            f"{r['relations_off']['p50']:.2f} / {r['relations_off']['p95']:.2f} ms | "
-            f"{r['with_relations']['p50'] - r['relations_off']['p50']:+.2f} ms |"
-            for r in lexical
-        ),
     ]
     return "\n".join(lexical_lines)
 
@@ -400,7 +365,7 @@ def main() -> None:
             f"cold search at {cold_size:,}: hybrid {cold_hybrid:.2f} s, lexical {cold_lexical:.2f} s"
         )
         ingest = ingest_ratio(base_texts[:3000], tmp)
-        lexical = [  # last: relations are added to the stores
+        lexical = [
             lexical_row(r["size"], texts, qs, paths[r["size"]], r["rows_s"], tmp)  # type: ignore[arg-type]
             for r in rows
             if r["size"] <= 100_000  # type: ignore[operator]
