@@ -6,12 +6,12 @@ What it measures (medians over the queries of one run; baselines in the same run
 - query embedding latency of the local model (int8 ONNX all-MiniLM-L6-v2);
 - search latency per mode *excluding the query embedding* (the queries' vectors
   are computed first and handed to the store by an embedder that looks them
-  up): lexical, vector (exact), vector (HNSW, when faiss is installed), hybrid;
-- HNSW recall@10 against exact search;
+  up): lexical, vector (exact), hybrid (the HNSW index, its recall and the process's
+  RSS are ``bench_scale.py``'s, at 100k and 1M on both engines);
 - a cold ``mnemex search`` in a new process (hybrid, with the real model) vs
   a cold lexical one;
 - ingest with the local model vs the model's raw throughput on the same texts;
-- memory: the vector matrix, the HNSW file and the process's peak RSS;
+- memory: the vector matrix;
 - up to 100k (section bench_lexical): add_many's rate beside a bare FTS5 table with one
   trigger (no validation, ids, tags or metadata); lexical search beside exact scoring
   (``lexical_budget=0``, with the agreement of the two top-10 lists) and beside FTS5
@@ -44,7 +44,6 @@ import common
 import mnemex
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
-from mnemex.engine.sqlite import ann
 from mnemex.index.stopwords import STOPWORDS
 
 LIMIT = 10
@@ -59,7 +58,7 @@ def top(store: mnemex.Store, q: str, **call) -> list[str]:  # type: ignore[no-un
     return [h.id for h in store.search(q, LIMIT, **call).hits]
 
 
-def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
+def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path):  # type: ignore[no-untyped-def]
     path = tmp / f"hybrid-{size}.db"
     took = common.build_sqlite(path, texts[:size], vectors[:size], model_id)
     row: dict[str, object] = {"size": size, "build_s": sum(took.values()), "rows_s": took["rows_s"]}
@@ -74,24 +73,6 @@ def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann:
         for key, mode in (("lexical", "lexical"), ("vector", "vector"), ("hybrid", "hybrid")):
             row[key] = search_ms(store, qs, mode=mode)
         row["hybrid6"] = search_ms(store, qs, None, mode="hybrid")
-        exact_top = [top(store, q, mode="vector", snippets=False) for q in qs]
-    if use_ann:
-        with mnemex.open(path, embedder=common.Precomputed(model_id, table), ann="on") as store:
-            started = time.perf_counter()
-            store.session.update_ann(store.embedder)  # type: ignore[arg-type]
-            row["ann_build_s"] = time.perf_counter() - started
-            row["ann_file_mb"] = ann.sidecar(path, model_id).stat().st_size / 1e6
-            for q in qs[:30]:
-                store.search(q, LIMIT, mode="vector")
-            row["vector_ann"] = search_ms(store, qs, mode="vector")
-            row["hybrid_ann"] = search_ms(store, qs, mode="hybrid")
-            approx = [top(store, q, mode="vector", snippets=False) for q in qs]
-            row["ann_recall"] = statistics.fmean(
-                len(set(a) & set(e)) / len(e) for a, e in zip(approx, exact_top, strict=True) if e
-            )
-    row["rss_mb"] = process_memory(path, qs[0], "off")["rss_mb"]
-    if "ann_recall" in row:
-        row["rss_ann_mb"] = process_memory(path, qs[0], "on")["rss_mb"]
     return row, path
 
 
@@ -306,9 +287,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> None:
         for key, label in (
             ("lexical", "lexical"),
             ("vector", "vector (exact)"),
-            ("vector_ann", "vector (HNSW)"),
             ("hybrid", "hybrid (exact vectors)"),
-            ("hybrid_ann", "hybrid (HNSW)"),
         ):
             points = [(r["size"], r[key]["p50"]) for r in rows if key in r]  # type: ignore[index]
             if points:
@@ -346,15 +325,12 @@ def main() -> None:
     texts, vectors, base_texts = common.scale_corpus(folder, max(sizes))
     qs = common.queries(folder)[: args.queries]
     model_id, table, embed_ms = common.query_vectors(qs)
-    use_ann = ann.available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
         tmp = Path(tmp_name)
         paths = {}
         for size in sizes:
-            row, path = run_size(
-                size, texts, vectors, qs, table, model_id, tmp, use_ann and size >= 100_000
-            )
+            row, path = run_size(size, texts, vectors, qs, table, model_id, tmp)
             rows.append(row)
             paths[size] = path
             print(json.dumps(row, default=float), flush=True)
@@ -385,8 +361,8 @@ def main() -> None:
         "Latency per search, limit 10 with snippets (and hybrid at the default limit, 6), "
         "**query embedding excluded** (p50 / p95, ms):",
         "",
-        "| memories | lexical | vector (exact) | hybrid | hybrid, limit 6 | vector (HNSW) | hybrid (HNSW) | HNSW recall@10 | vector matrix | process RSS (exact / HNSW) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| memories | lexical | vector (exact) | hybrid | hybrid, limit 6 | vector matrix |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def cell(r: dict[str, object], key: str) -> str:
@@ -394,33 +370,16 @@ def main() -> None:
         return f"{v['p50']:.2f} / {v['p95']:.2f}" if isinstance(v, dict) else "-"
 
     for r in rows:
-        recall = f"{r['ann_recall']:.3f}" if "ann_recall" in r else "-"
         lines.append(
             f"| {r['size']:,} | {cell(r, 'lexical')} | {cell(r, 'vector')} | {cell(r, 'hybrid')} | "
-            f"{cell(r, 'hybrid6')} | "
-            f"{cell(r, 'vector_ann')} | {cell(r, 'hybrid_ann')} | {recall} | {r['matrix_mb']:.0f} MB | "
-            f"{r['rss_mb']:.0f} MB"
-            + (f" / {r['rss_ann_mb']:.0f} MB" if "rss_ann_mb" in r else "")
-            + " |"
+            f"{cell(r, 'hybrid6')} | {r['matrix_mb']:.0f} MB |"
         )
     big = rows[-1]
     lines += [
         "",
-        f"At {big['size']:,} memories: vector matrix {big['matrix_mb']:.0f} MB, loaded in "
-        f"{big['load_s']:.1f} s"
-        + (
-            f"; HNSW file {big['ann_file_mb']:.0f} MB, built in {big['ann_build_s']:.0f} s"
-            if "ann_file_mb" in big
-            else ""
-        )
-        + f"; a process that opens it and runs one hybrid search with the local model peaks at "
-        f"{big['rss_mb']:.0f} MB of RSS"
-        + (
-            f" ({big['rss_ann_mb']:.0f} MB with the HNSW index loaded)"
-            if "rss_ann_mb" in big
-            else ""
-        )
-        + ".",
+        f"At {big['size']:,} memories the vector matrix ({big['matrix_mb']:.0f} MB) loads in "
+        f"{big['load_s']:.1f} s. The HNSW index, its recall and the peak RSS of a searching "
+        "process: `bench_scale.py`.",
         "",
         f"Cold `mnemex search` in a new process at {cold_size:,} memories (median of 5, wall): "
         f"hybrid {cold_hybrid:.2f} s (loads the model and {cold_size:,} vectors), "
