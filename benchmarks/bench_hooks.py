@@ -49,6 +49,7 @@ from common import (
     publish,
     queries,
     real_embeddings,
+    run_checked,
     short_ref,
 )
 
@@ -72,11 +73,8 @@ def timed(
     command: list[str], env: dict[str, str], payload: bytes = b"", cwd: Path | None = None
 ) -> tuple[float, bytes]:
     started = time.perf_counter()
-    done = subprocess.run(command, input=payload, capture_output=True, env=env, cwd=cwd)
-    elapsed = (time.perf_counter() - started) * 1000
-    if done.returncode != 0:
-        sys.exit(f"{command} failed: {done.stderr.decode()}")
-    return elapsed, done.stdout
+    done = run_checked(command, str(command), input=payload, env=env, cwd=cwd)
+    return (time.perf_counter() - started) * 1000, done.stdout
 
 
 def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
@@ -198,9 +196,7 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     out = []
     for event in events:
         command = [sys.executable, "-c", COLD_LOG, json.dumps(event)]
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            sys.exit(f"the cold injection log run failed: {done.stderr}")
+        done = run_checked(command, "the cold injection log run", text=True, env=env)
         out.append(float(done.stdout.strip()))
     return out
 
@@ -299,11 +295,8 @@ def profile_served(
     """:func:`served_profile` in a new process, as `mnemex serve` runs."""
     bench = str(Path(__file__).resolve().parent)
     args = [bench, str(db), str(home), str(project), json.dumps(prompts)]
-    done = subprocess.run(
-        [sys.executable, "-c", PROFILE, *args], capture_output=True, text=True, env=env
-    )
-    if done.returncode != 0:
-        sys.exit(f"the served hook's profile failed: {done.stderr}")
+    command = [sys.executable, "-c", PROFILE, *args]
+    done = run_checked(command, "the served hook's profile", text=True, env=env)
     steps, whole = json.loads(done.stdout)
     return [(label, ms) for label, ms in steps], whole
 

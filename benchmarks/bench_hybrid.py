@@ -139,32 +139,6 @@ def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: 
     return row
 
 
-_RSS_PROBE = """
-import json, sys, mnemex
-store = mnemex.open(sys.argv[1])
-result = store.search(sys.argv[2], 10, mode="hybrid")
-assert result.mode_used == "hybrid", result.notes
-index = store.session.vectors(384)
-hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
-print(json.dumps({"rss_mb": hwm / 1024,
-                  "matrix_mb": index.memory_bytes() / 1e6, "ann": index.ann is not None}))
-"""
-
-
-def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
-    """Peak RSS of a new process that opens the store and runs one hybrid search."""
-    env = common.child_env(MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
-    done = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(path), query],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode != 0:
-        sys.exit(f"memory probe failed: {done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 _STORES_PROBE = """
 import json, sys, mnemex
 def rss(): return next(int(x.split()[1]) for x in open("/proc/self/status") if x[:6] == "VmRSS:") / 1024
@@ -224,12 +198,10 @@ def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
-        done = subprocess.run(
-            [*command, "--mode", mode, "--json"], capture_output=True, text=True, env=env
+        done = common.run_checked(
+            [*command, "--mode", mode, "--json"], "cold search", text=True, env=env
         )
         samples.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            sys.exit(f"cold search failed: {done.stderr}")
         assert json.loads(done.stdout)["mode_used"] == mode
     return statistics.median(samples)
 
