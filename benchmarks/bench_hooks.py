@@ -35,7 +35,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.hook_fixtures
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tests.hook_fixtures import ClaudeSession
 
 import mnemex
 from common import (
@@ -75,23 +78,6 @@ def timed(
     started = time.perf_counter()
     done = run_checked(command, str(command), input=payload, env=env, cwd=cwd)
     return (time.perf_counter() - started) * 1000, done.stdout
-
-
-def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
-    """A new one-turn session's transcript, as Claude Code writes it: (session id, file)."""
-    session = str(uuid.uuid4())
-    path = folder / f"{session}.jsonl"
-    turns = [
-        ("user", "10:00:00", "Where do we keep the retry policy?"),
-        ("assistant", "10:00:05", [{"type": "text", "text": "In config/retry.toml."}]),
-    ]
-    lines = [
-        {"type": role, "uuid": str(uuid.uuid4()), "sessionId": session, "cwd": cwd}
-        | {"timestamp": f"2026-11-20T{at}Z", "message": {"role": role, "content": content}}
-        for role, at, content in turns
-    ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return session, path
 
 
 def landed(db: Path, session: str, wait: float = 30.0) -> None:
@@ -415,13 +401,12 @@ def captures(tmp: Path, project: Path, home: Path, state: dict[str, Any]) -> Non
     """Time the `Stop` hook on a new one-turn session, in the process and handed to another."""
     lexical = dict(state["modes"])["lexical"]
     for key, extra in (("capture", []), ("background", ["--background"])):
-        session, path = transcript(tmp, str(project))
-        stop = {"session_id": session, "transcript_path": str(path), "cwd": str(project)}
-        stop |= {"hook_event_name": "Stop", "stop_hook_active": False}
-        payload = json.dumps(stop).encode()
+        session = ClaudeSession(tmp / f"{uuid.uuid4()}.jsonl", str(project))
+        session.turn("Where do we keep the retry policy?", "In config/retry.toml.")
+        payload = json.dumps(session.event("Stop", stop_hook_active=False)).encode()
         state["samples"][key].append(timed([*state["hook"], *extra], lexical, payload)[0])
     # The process it started would otherwise still run during the next timings.
-    landed(home / "memories.db", session)
+    landed(home / "memories.db", session.session_id)
 
 
 def run_prompts(
