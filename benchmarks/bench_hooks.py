@@ -46,7 +46,7 @@ from common import (
     checkout,
     child_env,
     data_dir,
-    machine,
+    heading,
     memories,
     parser,
     publish,
@@ -573,10 +573,10 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
     )
     answered = ", ".join(f"{k} {v}/{len(prompts)}" for k, v in ran["injected"].items())
     lines = [
-        "## Agent hook latency (`benchmarks/bench_hooks.py`)",
-        "",
-        f"Machine: {machine()}; load average {ran['load']:.1f}",
-        "",
+        *heading(
+            "## Agent hook latency (`benchmarks/bench_hooks.py`)",
+            f"; load average {ran['load']:.1f}",
+        ),
         f"`mnemex hook` in a new process, as the agent runs it (stdin JSON in, stdout out), on a "
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
