@@ -35,21 +35,24 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.hook_fixtures
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tests.hook_fixtures import ClaudeSession
 
 import mnemex
 from common import (
-    add_texts,
     build_sqlite,
     checkout,
     child_env,
     data_dir,
-    machine,
+    heading,
     memories,
     parser,
     publish,
     queries,
     real_embeddings,
+    run_checked,
     short_ref,
 )
 
@@ -69,65 +72,12 @@ def build(path: Path, namespace: str, texts: list[str]) -> None:
     build_sqlite(path, texts, vectors, model_id, True, namespace, kind="answer")
 
 
-OWN_SESSION = "own"  # the session whose own memories the "serve own" server's store holds
-
-
-def own_store(path: Path, copy: Path, namespace: str, prompts: list[str]) -> None:
-    """A copy of the store at ``path`` with, for each prompt, a memory of the session
-    :data:`OWN_SESSION` that answers it (as its capture would have stored the turn): the
-    prompt hook recalls again for that session, leaving its own memories out."""
-    import sqlite3
-
-    from mnemex.embed.local import LocalEmbedder
-
-    with (
-        contextlib.closing(sqlite3.connect(path)) as source,
-        contextlib.closing(sqlite3.connect(copy)) as target,
-    ):
-        source.backup(target)
-    texts = [f"Earlier in this session: {p}" for p in prompts]
-    vectors, _ = real_embeddings(texts, "own")
-    model_id = LocalEmbedder().model_id
-    with mnemex.open(copy, namespace=namespace, embedder=None) as store:
-        conn = store.session.conn
-        first = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()[0]
-        add_texts(store, texts, kind="answer", tags=["bench", f"session:{OWN_SESSION}"])
-        query = "SELECT seq, content_hash FROM memories WHERE seq > ? ORDER BY seq"
-        rows = conn.execute(query, (first,)).fetchall()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-            [(seq, model_id, digest, vectors[i].tobytes()) for i, (seq, digest) in enumerate(rows)],
-        )
-        conn.execute("COMMIT")
-
-
 def timed(
     command: list[str], env: dict[str, str], payload: bytes = b"", cwd: Path | None = None
 ) -> tuple[float, bytes]:
     started = time.perf_counter()
-    done = subprocess.run(command, input=payload, capture_output=True, env=env, cwd=cwd)
-    elapsed = (time.perf_counter() - started) * 1000
-    if done.returncode != 0:
-        sys.exit(f"{command} failed: {done.stderr.decode()}")
-    return elapsed, done.stdout
-
-
-def transcript(folder: Path, cwd: str) -> tuple[str, Path]:
-    """A new one-turn session's transcript, as Claude Code writes it: (session id, file)."""
-    session = str(uuid.uuid4())
-    path = folder / f"{session}.jsonl"
-    turns = [
-        ("user", "10:00:00", "Where do we keep the retry policy?"),
-        ("assistant", "10:00:05", [{"type": "text", "text": "In config/retry.toml."}]),
-    ]
-    lines = [
-        {"type": role, "uuid": str(uuid.uuid4()), "sessionId": session, "cwd": cwd}
-        | {"timestamp": f"2026-11-20T{at}Z", "message": {"role": role, "content": content}}
-        for role, at, content in turns
-    ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return session, path
+    done = run_checked(command, str(command), input=payload, env=env, cwd=cwd)
+    return (time.perf_counter() - started) * 1000, done.stdout
 
 
 def landed(db: Path, session: str, wait: float = 30.0) -> None:
@@ -232,9 +182,7 @@ def cold_log_cost(env: dict[str, str], events: list[dict[str, str]]) -> list[flo
     out = []
     for event in events:
         command = [sys.executable, "-c", COLD_LOG, json.dumps(event)]
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            sys.exit(f"the cold injection log run failed: {done.stderr}")
+        done = run_checked(command, "the cold injection log run", text=True, env=env)
         out.append(float(done.stdout.strip()))
     return out
 
@@ -333,11 +281,8 @@ def profile_served(
     """:func:`served_profile` in a new process, as `mnemex serve` runs."""
     bench = str(Path(__file__).resolve().parent)
     args = [bench, str(db), str(home), str(project), json.dumps(prompts)]
-    done = subprocess.run(
-        [sys.executable, "-c", PROFILE, *args], capture_output=True, text=True, env=env
-    )
-    if done.returncode != 0:
-        sys.exit(f"the served hook's profile failed: {done.stderr}")
+    command = [sys.executable, "-c", PROFILE, *args]
+    done = run_checked(command, "the served hook's profile", text=True, env=env)
     steps, whole = json.loads(done.stdout)
     return [(label, ms) for label, ms in steps], whole
 
@@ -372,11 +317,6 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     ]
     rows += [row for m in ("lexical", "hybrid") for row in old(f"{served}, {m}", f"serve {m}")]
     rows += [(f"{served}, lexical", "serve lexical"), (f"{served}, hybrid", "serve hybrid")]
-    own = "in a session whose own memories answer the prompt (recalled twice: they are left out)"
-    rows += [
-        *old(f"{served}, hybrid, {own}", "serve own"),
-        (f"{served}, hybrid, {own}", "serve own"),
-    ]
     rows += [
         (
             f"{prompt} in a new `mnemex hook` process that hands it to the running hybrid `mnemex serve`",
@@ -401,10 +341,7 @@ def environments(tmp: Path, home: Path, against: str | None) -> tuple[dict[str, 
     lexical, hybrid = {**base, "MNEMEX_EMBEDDER": "none"}, {**base, "MNEMEX_EMBEDDER": "local"}
     # The same lexical hook with the injection log off: what the log costs a prompt.
     modes = [("lexical", lexical), ("hybrid", hybrid)]
-    # "serve own": the hybrid server on a copy of the store that holds memories of the
-    # prompts' own session (own_store), which its prompts come from.
-    own = {**hybrid, "MNEMEX_DB": str(home / "own.db")}
-    served = [("serve lexical", lexical), ("serve hybrid", hybrid), ("serve own", own)]
+    served = [("serve lexical", lexical), ("serve hybrid", hybrid)]
     if against:
         other = {"PYTHONPATH": str(checkout(against, tmp / "against"))}
         other["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache-against")
@@ -445,13 +382,12 @@ def one_run(
         elapsed, out = timed(hook, env, payload)
         samples[mode].append(elapsed)
         answers[mode] = out.strip()
-    own = json.dumps({**json.loads(payload), "session_id": OWN_SESSION}).encode()
     # Every other run the commit before's servers first: neither commit always follows the
     # hook processes above.
     order = sorted(state["servers"].items(), key=lambda kv: (i % 2) != kv[0].endswith(")"))
     for key, (_, port) in order:
         started = time.perf_counter()
-        answer = post(port, own if key.startswith("serve own") else payload)
+        answer = post(port, payload)
         samples[key].append((time.perf_counter() - started) * 1000)
         answers[key] = b"" if answer == b"{}" else answer.strip()
     # A new `mnemex hook` process that hands the event to the running hybrid server.
@@ -465,13 +401,12 @@ def captures(tmp: Path, project: Path, home: Path, state: dict[str, Any]) -> Non
     """Time the `Stop` hook on a new one-turn session, in the process and handed to another."""
     lexical = dict(state["modes"])["lexical"]
     for key, extra in (("capture", []), ("background", ["--background"])):
-        session, path = transcript(tmp, str(project))
-        stop = {"session_id": session, "transcript_path": str(path), "cwd": str(project)}
-        stop |= {"hook_event_name": "Stop", "stop_hook_active": False}
-        payload = json.dumps(stop).encode()
+        session = ClaudeSession(tmp / f"{uuid.uuid4()}.jsonl", str(project))
+        session.turn("Where do we keep the retry policy?", "In config/retry.toml.")
+        payload = json.dumps(session.event("Stop", stop_hook_active=False)).encode()
         state["samples"][key].append(timed([*state["hook"], *extra], lexical, payload)[0])
     # The process it started would otherwise still run during the next timings.
-    landed(home / "memories.db", session)
+    landed(home / "memories.db", session.session_id)
 
 
 def run_prompts(
@@ -485,7 +420,6 @@ def run_prompts(
     """Every run, one prompt each; what the section says of the answers."""
     injected: dict[str, int] = {}  # prompts answered with a block (the floor leaves some)
     same_hybrid = 0  # prompts the hybrid server answers as the hybrid new process does
-    same_own = 0  # prompts the "serve own" servers of both commits answer the same
     load = os.getloadavg()[0]
     for i, prompt in enumerate(prompts):
         answers = one_run(tmp, project, prompt, state, i)
@@ -493,8 +427,6 @@ def run_prompts(
             injected[key] = injected.get(key, 0) + bool(answer)
         ageless = {k: re.sub(rb"age: [^)]*", b"", v) for k, v in answers.items()}
         same_hybrid += ageless["serve hybrid"] == ageless["hybrid"]
-        if (other := f"serve own ({state['against']})") in ageless:
-            same_own += ageless["serve own"] == ageless[other]
         # An empty answer may be a hook stopped at its time limit (counted below).
         if ageless["serve lexical"] != ageless["lexical"] and ageless["lexical"]:
             return {
@@ -505,8 +437,7 @@ def run_prompts(
         captures(tmp, project, home, state)
         print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
     load = max(load, os.getloadavg()[0])
-    ran = {"failure": "", "injected": injected, "same_hybrid": same_hybrid, "load": load}
-    return ran | {"same_own": same_own}
+    return {"failure": "", "injected": injected, "same_hybrid": same_hybrid, "load": load}
 
 
 def hook_logs(home: Path, server_envs: dict[str, dict[str, str]]) -> tuple[list[str], int]:
@@ -529,7 +460,6 @@ def measure(
     home.mkdir()
     started = time.perf_counter()
     build(home / "memories.db", str(project), texts)
-    own_store(home / "memories.db", home / "own.db", str(project), prompts)
     print(f"built {args.size:,} memories in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     base_env, modes, server_envs = environments(tmp, home, args.against)
     hook = [*SCRIPT, "hook", "--agent", "claude-code", "--no-serve"]
@@ -594,7 +524,7 @@ def served_differences(samples: dict[str, list[float]], against: str | None) -> 
         key: statistics.median(
             a - b for a, b in zip(samples[key], samples[f"{key} ({against})"], strict=True)
         )
-        for key in ("serve lexical", "serve hybrid", "serve own")
+        for key in ("serve lexical", "serve hybrid")
     }
 
 
@@ -643,20 +573,18 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
     )
     answered = ", ".join(f"{k} {v}/{len(prompts)}" for k, v in ran["injected"].items())
     lines = [
-        "## Agent hook latency (`benchmarks/bench_hooks.py`)",
-        "",
-        f"Machine: {machine()}; load average {ran['load']:.1f}",
-        "",
+        *heading(
+            "## Agent hook latency (`benchmarks/bench_hooks.py`)",
+            f"; load average {ran['load']:.1f}",
+        ),
         f"`mnemex hook` in a new process, as the agent runs it (stdin JSON in, stdout out), on a "
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
         "questions), each run starting the processes below one after the other, then "
-        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, one "
-        "hybrid on a copy of the store holding, for each prompt, a memory of the prompt's own "
-        "session that answers it, and the same three of the commit before when there is one; "
-        "started and warmed up before the runs, the commit before's POSTed first every other "
-        "run); wall time of the whole process (or of the "
-        "HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
+        "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, and the "
+        "same two of the commit before when there is one; started and warmed up before the "
+        "runs, the commit before's POSTed first every other run); wall time of the whole "
+        "process (or of the HTTP round trip), median. The hook runs as the `mnemex` console script does (import "
         "`mnemex.entry`, call `main`); bytecode compiled and cached, as after `pip install` "
         "(`PYTHONPYCACHEPREFIX`). One hook run before the timed runs, as the first prompt of "
         "a session, writes the store's vector snapshot (`<db>.<model>.vectors`) and background "
@@ -685,14 +613,8 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
         "The lexical answer of `mnemex serve` is checked equal to the new process's; the "
         f"hybrid answers are the same for {ran['same_hybrid']} of {len(prompts)} prompts (the server "
         "runs the optimized graph, the hook process the folded model: the same memories "
-        "unless two are within float rounding of each other)"
-        + (
-            f"; the servers of both commits, in the session with its own memories, answer "
-            f"{ran['same_own']} of {len(prompts)} prompts the same. "
-            if args.against
-            else ". "
-        )
-        + "Largest imports on the lexical path "
+        "unless two are within float rounding of each other). "
+        "Largest imports on the lexical path "
         "(`python -X importtime` of the same command, cumulative): "
         + ", ".join(f"`{m}` {t:.0f} ms" for m, t in profile[:8])
         + ".",

@@ -6,17 +6,17 @@ What it measures (medians over the queries of one run; baselines in the same run
 - query embedding latency of the local model (int8 ONNX all-MiniLM-L6-v2);
 - search latency per mode *excluding the query embedding* (the queries' vectors
   are computed first and handed to the store by an embedder that looks them
-  up): lexical, vector (exact), vector (HNSW, when faiss is installed), hybrid;
-- HNSW recall@10 against exact search;
+  up): lexical, vector (exact), hybrid (the HNSW index, its recall and the process's
+  RSS are ``bench_scale.py``'s, at 100k and 1M on both engines);
 - a cold ``mnemex search`` in a new process (hybrid, with the real model) vs
   a cold lexical one;
 - ingest with the local model vs the model's raw throughput on the same texts;
-- memory: the vector matrix, the HNSW file and the process's peak RSS;
+- memory: the vector matrix;
 - up to 100k (section bench_lexical): add_many's rate beside a bare FTS5 table with one
   trigger (no validation, ids, tags or metadata); lexical search beside exact scoring
   (``lexical_budget=0``, with the agreement of the two top-10 lists) and beside FTS5
   alone (the query's words OR-joined, stop words removed, ``ORDER BY rank LIMIT 10``, no
-  snippets); then with ``RELATIONS`` relations in the store, with and without ranking them.
+  snippets).
 
 Vectors: at 10k and 100k, the real embeddings of the texts (computed once
 and cached under benchmarks/.cache). At 1M, each of the 100k real vectors
@@ -44,12 +44,9 @@ import common
 import mnemex
 from mnemex.embed import embed_checked
 from mnemex.embed.local import LocalEmbedder
-from mnemex.engine.sqlite import ann
 from mnemex.index.stopwords import STOPWORDS
 
 LIMIT = 10
-RELATIONS = 10_000
-PREDICATES = ("works_on", "owns", "uses", "depends_on", "mentions", "fixed", "prefers", "runs")
 
 
 def search_ms(store: mnemex.Store, qs: list[str], limit: int | None = LIMIT, **call):  # type: ignore[no-untyped-def]
@@ -61,7 +58,7 @@ def top(store: mnemex.Store, q: str, **call) -> list[str]:  # type: ignore[no-un
     return [h.id for h in store.search(q, LIMIT, **call).hits]
 
 
-def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann: bool):  # type: ignore[no-untyped-def]
+def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path):  # type: ignore[no-untyped-def]
     path = tmp / f"hybrid-{size}.db"
     took = common.build_sqlite(path, texts[:size], vectors[:size], model_id)
     row: dict[str, object] = {"size": size, "build_s": sum(took.values()), "rows_s": took["rows_s"]}
@@ -76,24 +73,6 @@ def run_size(size: int, texts, vectors, qs, table, model_id, tmp: Path, use_ann:
         for key, mode in (("lexical", "lexical"), ("vector", "vector"), ("hybrid", "hybrid")):
             row[key] = search_ms(store, qs, mode=mode)
         row["hybrid6"] = search_ms(store, qs, None, mode="hybrid")
-        exact_top = [top(store, q, mode="vector", snippets=False) for q in qs]
-    if use_ann:
-        with mnemex.open(path, embedder=common.Precomputed(model_id, table), ann="on") as store:
-            started = time.perf_counter()
-            store.session.update_ann(store.embedder)  # type: ignore[arg-type]
-            row["ann_build_s"] = time.perf_counter() - started
-            row["ann_file_mb"] = ann.sidecar(path, model_id).stat().st_size / 1e6
-            for q in qs[:30]:
-                store.search(q, LIMIT, mode="vector")
-            row["vector_ann"] = search_ms(store, qs, mode="vector")
-            row["hybrid_ann"] = search_ms(store, qs, mode="hybrid")
-            approx = [top(store, q, mode="vector", snippets=False) for q in qs]
-            row["ann_recall"] = statistics.fmean(
-                len(set(a) & set(e)) / len(e) for a, e in zip(approx, exact_top, strict=True) if e
-            )
-    row["rss_mb"] = process_memory(path, qs[0], "off")["rss_mb"]
-    if "ann_recall" in row:
-        row["rss_ann_mb"] = process_memory(path, qs[0], "on")["rss_mb"]
     return row, path
 
 
@@ -135,26 +114,8 @@ def fts5_alone(conn: sqlite3.Connection, query: str) -> list[int]:
     ]
 
 
-def add_relations(store: mnemex.Store, texts: list[str]) -> None:
-    """``RELATIONS`` relations between words of the memories, in one transaction."""
-    from mnemex import relations
-
-    words = [w for t in texts[:RELATIONS] for w in re.findall(r"[A-Za-z]{5,}", t)][: 4 * RELATIONS]
-    rows = [
-        relations.relation_row(
-            store.namespace,
-            words[(2 * i) % len(words)],
-            PREDICATES[i % len(PREDICATES)],
-            words[(2 * i + 1) % len(words)] + f" {i}",
-        )
-        for i in range(RELATIONS)
-    ]
-    relations.store_rows(store.session, rows)
-
-
 def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: float, tmp: Path):  # type: ignore[no-untyped-def]
-    """The lexical measures of a store of ``size`` (section bench_lexical); relations are
-    added to it last."""
+    """The lexical measures of a store of ``size`` (section bench_lexical)."""
     row: dict[str, object] = {"size": size, "ingest_per_s": size / rows_s}
     row["baseline_ingest_per_s"] = size / baseline_ingest(texts[:size], tmp / f"bare-{size}.db")
     with (
@@ -175,36 +136,7 @@ def lexical_row(size: int, texts: list[str], qs: list[str], path: Path, rows_s: 
             agree.append(len(set(a) & set(b)) / len(b) if b else 1.0)
         row["agreement"] = sum(agree) / len(agree)
         row["identical"] = sum(a == 1.0 for a in agree) / len(agree)
-        add_relations(shaped, texts[:size])
-        row["with_relations"] = search_ms(shaped, qs)
-        row["relations_off"] = search_ms(shaped, qs, relations=0)
     return row
-
-
-_RSS_PROBE = """
-import json, sys, mnemex
-store = mnemex.open(sys.argv[1])
-result = store.search(sys.argv[2], 10, mode="hybrid")
-assert result.mode_used == "hybrid", result.notes
-index = store.session.vectors(384)
-hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
-print(json.dumps({"rss_mb": hwm / 1024,
-                  "matrix_mb": index.memory_bytes() / 1e6, "ann": index.ann is not None}))
-"""
-
-
-def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
-    """Peak RSS of a new process that opens the store and runs one hybrid search."""
-    env = common.child_env(MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
-    done = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(path), query],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode != 0:
-        sys.exit(f"memory probe failed: {done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 _STORES_PROBE = """
@@ -266,12 +198,10 @@ def cold(path: Path, query: str, mode: str, runs: int = 5) -> float:
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
-        done = subprocess.run(
-            [*command, "--mode", mode, "--json"], capture_output=True, text=True, env=env
+        done = common.run_checked(
+            [*command, "--mode", mode, "--json"], "cold search", text=True, env=env
         )
         samples.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            sys.exit(f"cold search failed: {done.stderr}")
         assert json.loads(done.stdout)["mode_used"] == mode
     return statistics.median(samples)
 
@@ -319,18 +249,6 @@ def lexical_section(lexical: list[dict], texts: list[str], qs: list[str]) -> str
         "`lexical_budget` = 2,000 rows, candidates are the rows holding the rarest terms, each "
         "scored exactly with all terms); *exact* scores every matching row (`lexical_budget=0`). "
         "*top-10 = exact* is the mean overlap of the two top-10 lists.",
-        "",
-        f"With {RELATIONS:,} relations in the store, each search also ranks them "
-        "(up to 5 returned beside the hits), measured in the same run:",
-        "",
-        "| memories | search p50 / p95, relations on | relations off (`relations=0`) | cost of relations (p50) |",
-        "| ---: | ---: | ---: | ---: |",
-        *(
-            f"| {r['size']:,} | {r['with_relations']['p50']:.2f} / {r['with_relations']['p95']:.2f} ms | "
-            f"{r['relations_off']['p50']:.2f} / {r['relations_off']['p95']:.2f} ms | "
-            f"{r['with_relations']['p50'] - r['relations_off']['p50']:+.2f} ms |"
-            for r in lexical
-        ),
     ]
     return "\n".join(lexical_lines)
 
@@ -341,9 +259,7 @@ def plot(rows: list[dict[str, object]], out: Path) -> None:
         for key, label in (
             ("lexical", "lexical"),
             ("vector", "vector (exact)"),
-            ("vector_ann", "vector (HNSW)"),
             ("hybrid", "hybrid (exact vectors)"),
-            ("hybrid_ann", "hybrid (HNSW)"),
         ):
             points = [(r["size"], r[key]["p50"]) for r in rows if key in r]  # type: ignore[index]
             if points:
@@ -381,15 +297,12 @@ def main() -> None:
     texts, vectors, base_texts = common.scale_corpus(folder, max(sizes))
     qs = common.queries(folder)[: args.queries]
     model_id, table, embed_ms = common.query_vectors(qs)
-    use_ann = ann.available()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-") as tmp_name:
         tmp = Path(tmp_name)
         paths = {}
         for size in sizes:
-            row, path = run_size(
-                size, texts, vectors, qs, table, model_id, tmp, use_ann and size >= 100_000
-            )
+            row, path = run_size(size, texts, vectors, qs, table, model_id, tmp)
             rows.append(row)
             paths[size] = path
             print(json.dumps(row, default=float), flush=True)
@@ -400,7 +313,7 @@ def main() -> None:
             f"cold search at {cold_size:,}: hybrid {cold_hybrid:.2f} s, lexical {cold_lexical:.2f} s"
         )
         ingest = ingest_ratio(base_texts[:3000], tmp)
-        lexical = [  # last: relations are added to the stores
+        lexical = [
             lexical_row(r["size"], texts, qs, paths[r["size"]], r["rows_s"], tmp)  # type: ignore[arg-type]
             for r in rows
             if r["size"] <= 100_000  # type: ignore[operator]
@@ -420,8 +333,8 @@ def main() -> None:
         "Latency per search, limit 10 with snippets (and hybrid at the default limit, 6), "
         "**query embedding excluded** (p50 / p95, ms):",
         "",
-        "| memories | lexical | vector (exact) | hybrid | hybrid, limit 6 | vector (HNSW) | hybrid (HNSW) | HNSW recall@10 | vector matrix | process RSS (exact / HNSW) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| memories | lexical | vector (exact) | hybrid | hybrid, limit 6 | vector matrix |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def cell(r: dict[str, object], key: str) -> str:
@@ -429,33 +342,16 @@ def main() -> None:
         return f"{v['p50']:.2f} / {v['p95']:.2f}" if isinstance(v, dict) else "-"
 
     for r in rows:
-        recall = f"{r['ann_recall']:.3f}" if "ann_recall" in r else "-"
         lines.append(
             f"| {r['size']:,} | {cell(r, 'lexical')} | {cell(r, 'vector')} | {cell(r, 'hybrid')} | "
-            f"{cell(r, 'hybrid6')} | "
-            f"{cell(r, 'vector_ann')} | {cell(r, 'hybrid_ann')} | {recall} | {r['matrix_mb']:.0f} MB | "
-            f"{r['rss_mb']:.0f} MB"
-            + (f" / {r['rss_ann_mb']:.0f} MB" if "rss_ann_mb" in r else "")
-            + " |"
+            f"{cell(r, 'hybrid6')} | {r['matrix_mb']:.0f} MB |"
         )
     big = rows[-1]
     lines += [
         "",
-        f"At {big['size']:,} memories: vector matrix {big['matrix_mb']:.0f} MB, loaded in "
-        f"{big['load_s']:.1f} s"
-        + (
-            f"; HNSW file {big['ann_file_mb']:.0f} MB, built in {big['ann_build_s']:.0f} s"
-            if "ann_file_mb" in big
-            else ""
-        )
-        + f"; a process that opens it and runs one hybrid search with the local model peaks at "
-        f"{big['rss_mb']:.0f} MB of RSS"
-        + (
-            f" ({big['rss_ann_mb']:.0f} MB with the HNSW index loaded)"
-            if "rss_ann_mb" in big
-            else ""
-        )
-        + ".",
+        f"At {big['size']:,} memories the vector matrix ({big['matrix_mb']:.0f} MB) loads in "
+        f"{big['load_s']:.1f} s. The HNSW index, its recall and the peak RSS of a searching "
+        "process: `bench_scale.py`.",
         "",
         f"Cold `mnemex search` in a new process at {cold_size:,} memories (median of 5, wall): "
         f"hybrid {cold_hybrid:.2f} s (loads the model and {cold_size:,} vectors), "

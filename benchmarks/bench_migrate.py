@@ -13,8 +13,6 @@ identical, and whether the same searches give the same hits on both ends.
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
 import tempfile
 import time
@@ -23,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import common
 import mnemex
-from common import Precomputed, data_dir, heading, parser, pg_server, publish, real_embeddings
 from mnemex import migration
 from mnemex.embed.local import LocalEmbedder
 from mnemex.text import clean_content
@@ -33,17 +31,15 @@ QUERIES = 50
 
 
 def corpus(folder: Path) -> list[tuple[str, str]]:
-    out = []
-    with gzip.open(folder / "beir" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            text = f"{doc.get('title', '')}\n\n{doc['text']}".strip()
-            if text:
-                out.append((doc["_id"], text))
-    return out
+    """SciFact's abstracts, title and text, by id (none empty)."""
+    docs = [
+        (d["_id"], f"{d.get('title', '')}\n\n{d['text']}".strip())
+        for d in common.scifact_docs(folder)
+    ]
+    return [(ident, text) for ident, text in docs if text]
 
 
-def build(path: Path, docs: list[tuple[str, str]], rows: int, embedder: Precomputed) -> None:
+def build(path: Path, docs: list[tuple[str, str]], rows: int, embedder: common.Precomputed) -> None:
     with mnemex.open(path, embedder=embedder, embed_windows=False) as store:
         copy = 0
         while copy * len(docs) < rows:
@@ -73,7 +69,7 @@ def timed(source: Any, target: Any) -> tuple[float, float, bool]:
 MODES = ("lexical", "vector", "hybrid")
 
 
-def same_hits(a: Any, b: Any, queries: list[str], embedder: Precomputed) -> dict[str, float]:
+def same_hits(a: Any, b: Any, queries: list[str], embedder: common.Precomputed) -> dict[str, float]:
     """Per mode, the share of searches (each query in the first and the last namespace)
     whose top 10 (ids, in order) are the same on both stores."""
     same = dict.fromkeys(MODES, 0)
@@ -90,22 +86,21 @@ def same_hits(a: Any, b: Any, queries: list[str], embedder: Precomputed) -> dict
 
 
 def main() -> None:
-    arguments = parser(__doc__)
+    arguments = common.parser(__doc__)
     arguments.add_argument("--rows", type=int, default=0, help="0: the corpus once")
     args = arguments.parse_args()
-    folder = data_dir(args.data)
+    folder = common.data_dir(args.data)
     docs = corpus(folder)
     rows = args.rows or len(docs)
     docs = docs[:rows]
-    vectors, _ = real_embeddings([t for _, t in docs], "scifact-corpus")
+    vectors, _ = common.real_embeddings([t for _, t in docs], "scifact-corpus")
     # The local model's vectors of the texts as the store cleans them; the queries by the model.
     table = {clean_content(t, 10**7): vectors[i] for i, (_, t) in enumerate(docs)}
-    embedder = Precomputed(LocalEmbedder().model_id, table)
-    with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
-        queries = [json.loads(line)["text"] for line in f]
+    embedder = common.Precomputed(LocalEmbedder().model_id, table)
+    queries = list(common.scifact_claims(folder).values())
     with (
         tempfile.TemporaryDirectory(prefix="mnemex-bench-migrate-") as tmp,
-        pg_server(Path(tmp) / "pg") as server,
+        common.pg_server(Path(tmp) / "pg") as server,
     ):
         root = Path(tmp)
         began = time.perf_counter()
@@ -130,7 +125,7 @@ def report(
     no_write: bool,
 ) -> None:
     lines = [
-        *heading(
+        *common.heading(
             "## Moving a store between engines: `mnemex migrate` (`benchmarks/bench_migrate.py`)"
         ),
         f"SciFact corpus abstracts (title and text) as {rows:,} memories (repeated in further namespaces "
@@ -153,7 +148,7 @@ def report(
         + ", ".join(f"{mode} {share:.0%}" for mode, share in hits.items())
         + " of the searches.",
     ]
-    publish("bench_migrate", "\n".join(lines), no_write)
+    common.publish("bench_migrate", "\n".join(lines), no_write)
 
 
 if __name__ == "__main__":

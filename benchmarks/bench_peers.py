@@ -257,13 +257,8 @@ def corpus(
 ) -> tuple[list[str], dict[int, str], list[tuple[str, str]], dict]:  # type: ignore[type-arg]
     """The memories, the doc id of each abstract among them, the (claim id, claim) asked
     (warm-up, then test) and the relevant doc ids of each test claim."""
-    import gzip
-
     scifact = folder / "beir" / "scifact"
-    with gzip.open(scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
-        docs = [json.loads(line) for line in f]
-    with open(scifact / "queries.jsonl", encoding="utf-8") as f:
-        claims = {q["_id"]: q["text"] for q in map(json.loads, f)}
+    docs, claims = common.scifact_docs(folder), common.scifact_claims(folder)
     qrels: dict[str, dict[str, set[str]]] = {"train": {}, "test": {}}
     for split, judged in qrels.items():
         for line in (scifact / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]:

@@ -37,12 +37,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mnemex
-from bench_hybrid import process_memory
 from common import (
     CACHE,
     Precomputed,
     add_texts,
     build_sqlite,
+    child_env,
     data_dir,
     fresh_database,
     machine,
@@ -52,6 +52,7 @@ from common import (
     publish,
     queries,
     query_vectors,
+    run_checked,
     scale_corpus,
 )
 from mnemex.engine.sqlite import ann, codes
@@ -94,6 +95,25 @@ def part_name(suffix: str) -> str:
 
 
 # -- SQLite ------------------------------------------------------------------------------
+
+_RSS_PROBE = """
+import json, sys, mnemex
+store = mnemex.open(sys.argv[1])
+result = store.search(sys.argv[2], 10, mode="hybrid")
+assert result.mode_used == "hybrid", result.notes
+index = store.session.vectors(384)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(json.dumps({"rss_mb": hwm / 1024,
+                  "matrix_mb": index.memory_bytes() / 1e6, "ann": index.ann is not None}))
+"""
+
+
+def process_memory(path: Path, query: str, ann_mode: str) -> dict[str, float]:
+    """Peak RSS of a new process that opens the store and runs one hybrid search."""
+    env = child_env(MNEMEX_EMBEDDER="local", MNEMEX_ANN=ann_mode)
+    command = [sys.executable, "-c", _RSS_PROBE, str(path), query]
+    done = run_checked(command, "memory probe", text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def sqlite_build(path: Path, texts, vectors, model_id: str, table: dict) -> dict[str, Any]:  # type: ignore[no-untyped-def]

@@ -44,12 +44,22 @@ def data_dir(path: str | None) -> Path:
     return folder
 
 
+def scifact_docs(folder: Path) -> list[dict[str, str]]:
+    """SciFact's abstracts: the ``_id``, ``title`` and ``text`` of each."""
+    with gzip.open(folder / "beir" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def scifact_claims(folder: Path) -> dict[str, str]:
+    """SciFact's claims (its queries) by id, in the file's order."""
+    with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
+        return {claim["_id"]: claim["text"] for claim in map(json.loads, f)}
+
+
 def scifact_sentences(folder: Path) -> list[str]:
     out: list[str] = []
-    with gzip.open(folder / "beir" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            out.extend(s.strip() for s in _SENTENCE.split(doc["text"]) if len(s.strip()) > 30)
+    for doc in scifact_docs(folder):
+        out.extend(s.strip() for s in _SENTENCE.split(doc["text"]) if len(s.strip()) > 30)
     return out
 
 
@@ -92,9 +102,7 @@ def memories(folder: Path, count: int) -> list[str]:
 
 def queries(folder: Path, min_words: int = 5, max_words: int = 10) -> list[str]:
     """Natural-language queries of 5-10 words: SciFact claims and LoCoMo questions."""
-    out = []
-    with open(folder / "beir" / "scifact" / "queries.jsonl", encoding="utf-8") as f:
-        out.extend(json.loads(line)["text"] for line in f)
+    out = list(scifact_claims(folder).values())
     samples = json.loads((folder / "locomo" / "locomo10-dev.json").read_text(encoding="utf-8"))
     out.extend(qa["question"] for s in samples for qa in s["qa"])
     return [q for q in dict.fromkeys(out) if min_words <= len(q.split()) <= max_words]
@@ -181,6 +189,16 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     out.add_argument("--data", help="benchmark data folder (see common.py)")
     out.add_argument("--no-write", action="store_true", help="print, do not update the results")
     return out
+
+
+def run_checked(command: list[str], what: str, **options: Any) -> subprocess.CompletedProcess[Any]:
+    """``command`` run to its end with its output captured; if it fails, the script stops
+    saying ``what`` failed, with the command's error output."""
+    done = subprocess.run(command, capture_output=True, **options)
+    if done.returncode != 0:
+        error = done.stderr if isinstance(done.stderr, str) else done.stderr.decode()
+        sys.exit(f"{what} failed: {error}")
+    return done
 
 
 def child_env(src: Path = SRC, **variables: str) -> dict[str, str]:
