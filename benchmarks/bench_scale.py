@@ -410,12 +410,15 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
 
 
 def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """The previous run's results with this run's sizes replaced (and its runs listed)."""
-    sizes = {b["size"] for b in now["builds"]}
+    """The previous run's results with this run's engines and sizes replaced (and its runs
+    listed)."""
+    built = {(b["engine"], b["size"]) for b in now["builds"]}
     out = dict(before)
-    out["builds"] = [b for b in before["builds"] if b["size"] not in sizes] + now["builds"]
-    out["builds"].sort(key=lambda b: (b["size"], b["engine"] != "SQLite"))
-    kept = {k: v for k, v in before["latency"].items() if int(k.rsplit("|", 1)[1]) not in sizes}
+    out["builds"] = [b for b in before["builds"] if (b["engine"], b["size"]) not in built]
+    out["builds"] = sorted(
+        out["builds"] + now["builds"], key=lambda b: (b["size"], b["engine"] != "SQLite")
+    )
+    kept = {k: v for k, v in before["latency"].items() if k not in now["latency"]}
     out["latency"] = dict(
         sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
     )

@@ -237,3 +237,16 @@ def test_without_faiss_a_snapshot_without_vectors_is_not_read(
         mask = index.mask_for(Filters(namespace=None))
         assert index.from_snapshot == 0 and index._stored == 0  # read from SQLite
         assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
+
+
+def test_below_the_threshold_a_snapshot_without_vectors_is_not_read(
+    lowered: None, noise_store: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(codes, "CODES_MIN_ROWS", 10**9)  # the float32 scan, as a small store
+    queries = NoiseEmbedder().embed(["2 query", "8 query"])
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        mask = index.mask_for(Filters(namespace=None))
+        assert index.from_snapshot == 0 and index._stored == 0 and index.codes is None
+        assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
+        assert index.codes is None  # scanned in float32

@@ -324,8 +324,8 @@ class VectorIndex:
             ):
                 return False  # ahead of the store: not its snapshot
             floats = bool(head["floats"])
-            if n == 0 or not (floats or codes_module.available()):
-                return False  # (without faiss, a large store's rows have no full pass)
+            if n == 0 or not (floats or _scans_codes(n)):
+                return False  # (e.g. without faiss: the rows' vectors are then held)
             arrays = {}
             if floats:
                 arrays["_matrix"] = np.memmap(
@@ -470,8 +470,7 @@ class VectorIndex:
 
     def _large(self) -> bool:
         """Whether full passes scan the rows' codes (and the snapshot holds no vectors)."""
-        big = self._n >= codes_module.CODES_MIN_ROWS or self._stored > 0
-        return big and codes_module.available()
+        return self._stored > 0 or _scans_codes(self._n)
 
     def _write_codes(self, n: int) -> None:
         """Write the codes of the snapshot's ``n`` rows beside it, for the first full scan
@@ -1046,6 +1045,12 @@ class VectorIndex:
         """Bytes the rows take in memory (not the stored rows' zeros: never written)."""
         held = sum(getattr(self, n).nbytes for n in _ROW_ARRAYS)
         return int(held - self._stored * self.dim * 4)
+
+
+def _scans_codes(n: int) -> bool:
+    """Whether ``n`` rows are scanned through their 8-bit codes (their float32 vectors
+    then being read from SQLite: see the module's docstring)."""
+    return n >= codes_module.CODES_MIN_ROWS and codes_module.available()
 
 
 def _digest(vector: bytes) -> str:
