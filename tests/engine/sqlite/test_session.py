@@ -273,3 +273,27 @@ def test_a_large_store_file_is_read_without_a_memory_map(tmp_path: Path) -> None
         assert conn.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_BYTES
     finally:
         conn.close()
+
+
+def test_a_new_store_has_large_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """16 KiB pages hold nine vector rows of the local model where 4 KiB pages hold two
+    (a fifth of each page left empty); a store made with other pages keeps them."""
+    import sqlite3
+
+    from mnemex.storage.connect import PAGE_BYTES
+
+    def page_size(path: Path) -> int:
+        session = _session(path)
+        try:
+            session.insert_rows([_row(f"m{len(_ids(session))}", "a memory about pages")])
+            return int(session.conn.execute("PRAGMA page_size").fetchone()[0])
+        finally:
+            session.close()
+
+    assert page_size(tmp_path / "new.db") == PAGE_BYTES == 16_384
+    old = tmp_path / "old.db"
+    made = sqlite3.connect(old)
+    made.execute("CREATE TABLE t (x)")  # the file's first page: its page size is set
+    made.close()
+    assert page_size(old) == 4_096
+    assert page_size(old) == 4_096  # and stays so on every later open
