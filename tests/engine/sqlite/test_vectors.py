@@ -587,3 +587,20 @@ def test_a_filter_s_rows_are_kept_until_the_index_changes(
     assert int(index.mask_for(mine).sum()) == len(DOCS)
     tagged = Filters("default", tags=("x",))
     assert index.mask_for(tagged) is not index.mask_for(tagged)  # tags: read each time
+
+
+def test_a_search_says_how_many_memories_wait_for_their_vectors(
+    tmp_path: Path, fake_embedder: FakeEmbedder
+) -> None:
+    with mnemex.open(tmp_path / "pending.db", embedder=fake_embedder) as store:
+        store.add_many(DOCS)
+        store.add("billing webhooks retried by a worker", embed=False)
+        store.add("Stripe webhooks and billing again", embed=False)
+        result = store.search("billing webhooks")
+        assert result.mode_used == "hybrid"
+        assert (
+            f"2 of {len(DOCS) + 2} memories have no vector for {fake_embedder.model_id} yet: "
+            "run `mnemex embed` (or `mnemex reindex`)"
+        ) in result.notes
+        store.embed()
+        assert not any("no vector" in note for note in store.search("billing webhooks").notes)
