@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 HNSW_M = 32  # neighbours per node
 EF_CONSTRUCTION = 100
-EF_SEARCH = 256  # recall@10 against exact search is measured in benchmarks/RESULTS.md
+EF_SEARCH = 512  # recall@10 against exact search is measured in benchmarks/RESULTS.md
 REBUILD_DEAD_FRACTION = 0.25
 # Vectors from which the graph stores 8-bit codes (trained on them) instead of float32.
 SQ8_MIN_VECTORS = 1_000
