@@ -322,8 +322,8 @@ def main() -> None:
             f"ingest: model alone {ingest['raw']:.0f}/s, add_many {ingest['add_many']:.0f}/s "
             f"({ingest['ratio']:.0%})"
         )
-    png = common.ROOT / "benchmarks" / "latency_vs_size.png"
-    plot(rows, png)
+    if not args.no_write:  # a trial run leaves the figure RESULTS.md shows as it is
+        plot(rows, common.ROOT / "benchmarks" / "latency_vs_size.png")
     lines = [
         *common.heading("## Vector and hybrid search (`benchmarks/bench_hybrid.py`)"),
         f"Local model (int8 ONNX all-MiniLM-L6-v2): query embedding p50 {embed_ms['p50']:.2f} ms, "
