@@ -250,3 +250,42 @@ def test_below_the_threshold_a_snapshot_without_vectors_is_not_read(
         assert index.from_snapshot == 0 and index._stored == 0 and index.codes is None
         assert tops(index, queries, mask, 10) == brute_force(noise_store, queries, 10)
         assert index.codes is None  # scanned in float32
+
+
+def test_new_rows_are_appended_to_the_codes_file_and_a_foreign_file_is_written_whole(
+    lowered: None, noise_store: Path
+) -> None:
+    saved = codes.codes_path(snapshot_path(noise_store, NoiseEmbedder.model_id))
+    queries = NoiseEmbedder().embed([f"{g} query {g}" for g in range(0, 40, 3)])
+    inode, size = saved.stat().st_ino, saved.stat().st_size
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        index.refresh()
+        store.add_many([f"{i % 40} appended memory {i}" for i in range(1200)])
+        index.refresh()  # past SNAPSHOT_MIN_ROWS new rows: the snapshot and codes are saved
+        assert index._n == 4700
+        whole = saved.with_name("whole.codes")
+        assert index.codes is not None and index._snapshot_head is not None
+        index.codes.write(whole, index._snapshot_head)
+    # The same file, grown by the new rows' codes, byte for byte what a whole write gives.
+    assert saved.stat().st_ino == inode and saved.stat().st_size == size + 1200 * 48
+    assert saved.read_bytes() == whole.read_bytes()
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        assert tops(index, queries, index.mask_for(Filters(namespace=None)), 10) == brute_force(
+            noise_store, queries, 10
+        )
+        assert index.codes is not None and index.codes.size == 4700  # read, not made
+        # Another process wrote a file of its own since this one read it: not appended to.
+        before = index._snapshot_head
+        assert before is not None
+        saved.write_bytes(whole.read_bytes().replace(b'"n": 4700', b'"n": 4699', 1))
+        assert not index.codes.append(saved, before, before)
+        store.add_many([f"{i % 40} third memory {i}" for i in range(1100)])
+        index.refresh()
+    assert saved.stat().st_size == codes.HEADER_ROOM + 5800 * 48  # written whole
+    with mnemex.open(noise_store, embedder=NoiseEmbedder(), ann="off") as store:
+        index = store.session.vectors(48)
+        assert tops(index, queries, index.mask_for(Filters(namespace=None)), 10) == brute_force(
+            noise_store, queries, 10
+        )

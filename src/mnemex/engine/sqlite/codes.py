@@ -183,6 +183,54 @@ class VectorCodes:
         )
         write_codes(path, {**head, "dim": self.dim}, chunks)
 
+    def append(self, path: Path, before: dict[str, Any], head: dict[str, Any]) -> bool:
+        """Add the rows after ``before["n"]`` to the codes file saved with ``before``, which
+        then goes with ``head``: the rows written at its end, then its header, under an
+        exclusive ``flock``. False, with the file left valid, when the file is not
+        ``before``'s (another process wrote its own since) or cannot be appended to: it is
+        then written whole (:meth:`write`). A store of 1,000,000 rows that gains 1,000
+        writes 0.4 MB instead of 384 MB. A reader between the two writes finds rows its
+        header does not count yet, and reads the header's."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): write it whole
+            return False
+        first = int(before["n"])
+        if not 0 < first <= self.size:
+            return False
+        try:
+            with open(path, "r+b") as stream:
+                fcntl.flock(stream.fileno(), fcntl.LOCK_EX)
+                found = _header(stream, self.dim, before)
+                if (
+                    found is None
+                    or os.fstat(stream.fileno()).st_size != HEADER_ROOM + first * self.dim
+                ):
+                    return False
+                stream.seek(HEADER_ROOM + first * self.dim)
+                view = self._view()
+                for start in range(first, self.size, READ_CHUNK):
+                    stream.write(memoryview(view[start : start + READ_CHUNK]).cast("B"))
+                stream.flush()
+                text = json.dumps(
+                    {
+                        **head,
+                        "dim": self.dim,
+                        "n": self.size,
+                        "scale": CODE_SCALE,
+                        "slack": self.slack,
+                    },
+                    ensure_ascii=False,
+                ).encode()
+                if 16 + len(text) > HEADER_ROOM:
+                    stream.truncate(HEADER_ROOM + first * self.dim)
+                    return False
+                stream.seek(0)
+                stream.write(CODES_MAGIC + len(text).to_bytes(8, "little") + text)
+            return True
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
     @classmethod
     def read(cls, path: Path, dim: int, head: dict[str, Any]) -> VectorCodes | None:
         """The saved codes when the file's header has ``head``'s values, else ``None``."""

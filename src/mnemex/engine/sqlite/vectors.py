@@ -425,6 +425,7 @@ class VectorIndex:
         docstring)."""
         assert self.snapshot is not None
         n = self._n
+        before = self._snapshot_head  # the rows of the files written last, when they stand
         floats = not self._large()
         if not floats:
             self._scan_codes()  # every row's, written beside the snapshot
@@ -463,7 +464,7 @@ class VectorIndex:
                 os.unlink(temporary)
             return
         self._snapshot_head = {"lineage": head["lineage"], "last_eid": self._last_eid, "n": n}
-        self._write_codes(n)
+        self._write_codes(n, before)
         if not floats and self._stored < n:  # let go of them: SQLite has them
             self._matrix = self._np.zeros(self._matrix.shape, dtype=self._np.float32)
             self._stored = n
@@ -472,13 +473,17 @@ class VectorIndex:
         """Whether full passes scan the rows' codes (and the snapshot holds no vectors)."""
         return self._stored > 0 or _scans_codes(self._n)
 
-    def _write_codes(self, n: int) -> None:
+    def _write_codes(self, n: int, before: dict[str, Any] | None = None) -> None:
         """Write the codes of the snapshot's ``n`` rows beside it, for the first full scan
-        of the next process (none for a small store or without faiss)."""
+        of the next process (none for a small store or without faiss): only the rows added
+        since ``before`` (the files' head when this index last wrote or read them, its rows
+        not moved since) when the file on disk is still that one, else all of them."""
         assert self.snapshot is not None and self._snapshot_head is not None
         path = codes_module.codes_path(self.snapshot)
         _remove_stale(path)
         if self.codes is not None and self.codes.size == n:
+            if before is not None and self.codes.append(path, before, self._snapshot_head):
+                return
             self.codes.write(path, self._snapshot_head)
 
     def _rows_of_eids(self, eids: np.ndarray) -> np.ndarray:
