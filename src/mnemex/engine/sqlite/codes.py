@@ -62,12 +62,11 @@ def write_codes(path: Path, head: dict[str, Any], chunks: Iterable[tuple[Any, fl
             for codes, most in chunks:
                 stream.write(memoryview(codes).cast("B"))
                 rows, slack = rows + len(codes), max(slack, most)
-            found = {**head, "n": rows, "scale": CODE_SCALE, "slack": slack}
-            text = json.dumps(found, ensure_ascii=False).encode()
-            if 16 + len(text) > HEADER_ROOM:
+            block = _header_block({**head, "n": rows, "slack": slack})
+            if block is None:
                 raise OSError("codes header too long")
             stream.seek(0)
-            stream.write(CODES_MAGIC + len(text).to_bytes(8, "little") + text)
+            stream.write(block)
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -212,21 +211,14 @@ class VectorCodes:
                 for start in range(first, self.size, READ_CHUNK):
                     stream.write(memoryview(view[start : start + READ_CHUNK]).cast("B"))
                 stream.flush()
-                text = json.dumps(
-                    {
-                        **head,
-                        "dim": self.dim,
-                        "n": self.size,
-                        "scale": CODE_SCALE,
-                        "slack": self.slack,
-                    },
-                    ensure_ascii=False,
-                ).encode()
-                if 16 + len(text) > HEADER_ROOM:
+                block = _header_block(
+                    {**head, "dim": self.dim, "n": self.size, "slack": self.slack}
+                )
+                if block is None:
                     stream.truncate(HEADER_ROOM + first * self.dim)
                     return False
                 stream.seek(0)
-                stream.write(CODES_MAGIC + len(text).to_bytes(8, "little") + text)
+                stream.write(block)
             return True
         except (OSError, ValueError, KeyError, TypeError):
             return False
@@ -312,6 +304,15 @@ class StreamedCodes:
         best_rows = numpy.take_along_axis(every, order, axis=1)
         best_scores = numpy.take_along_axis(scores, order, axis=1)
         return best_rows, best_scores, numpy.max(bounds, axis=0)
+
+
+def _header_block(fields: dict[str, Any]) -> bytes | None:
+    """The codes file's header (magic, length, JSON of ``fields`` and the scale), or
+    ``None`` when it does not fit the room kept for it."""
+    text = json.dumps({**fields, "scale": CODE_SCALE}, ensure_ascii=False).encode()
+    if 16 + len(text) > HEADER_ROOM:
+        return None
+    return CODES_MAGIC + len(text).to_bytes(8, "little") + text
 
 
 def _header(stream: Any, dim: int, head: dict[str, Any]) -> dict[str, Any] | None:
