@@ -329,6 +329,31 @@ def test_shaped_bm25_equals_the_sqlite_engines(conn: Any, tmp_path: Path, query:
 
 
 @postgres
+def test_common_terms_probed_or_read_give_the_same_scores(
+    conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shaped search reads each common term's postings whole or looks them up per
+    candidate (:func:`bm25.probed`): every term probed, none, or as the default chooses
+    (here "alpha", in every row, probed and "gamma" read), the candidates are the same rows
+    with the same scores, each that of the exact arm."""
+    pg.insert_rows(conn, rows_of(_shaped_texts()))
+    terms = list(bm25.plan(conn, "zeta omega gamma alpha", "ns").terms)
+    stats, _ = bm25.term_weights(conn, terms, "ns")
+    candidates = stats.doc_freqs["zeta"] + stats.doc_freqs["omega"]
+    assert bm25.probed(stats.doc_freqs["alpha"], candidates)
+    assert not bm25.probed(stats.doc_freqs["gamma"], candidates)
+    exact = {c.seq: c.raw for c in bm25.lexical(conn, terms, "ns", 10_000)}
+    found, default = {}, bm25.PROBE_COST
+    for cost in (0.0, default, 1e12):  # every term probed, the default, none
+        monkeypatch.setattr(bm25, "PROBE_COST", cost)
+        got = bm25.retrieve(conn, terms, "ns", 12, 30)
+        assert got.shaped and len(got.candidates) == 12
+        assert all(exact[c.seq] == pytest.approx(c.raw, rel=1e-12) for c in got.candidates)
+        found[cost] = _ranked({str(c.seq): c.raw for c in got.candidates})
+    assert found[0.0] == found[1e12] == found[default]
+
+
+@postgres
 @pytest.mark.parametrize(
     ("query", "expected"),
     [

@@ -75,10 +75,12 @@ _SCORE = f"""
     LIMIT %(limit)s"""
 # Shaped (see mnemex.index.query.shape): the candidates are the rows holding an
 # essential (rare) term, read from those terms' postings; then the candidates'
-# postings of the other terms, joined by (namespace, term, seq), and only the
-# candidates are scored (with all the terms, exactly). The namespace is a constant
-# in that join when one is searched: the planner then chooses between a key probe
-# per candidate and reading a common term's postings from the key alone.
+# postings of the other terms, and only the candidates are scored (with all the terms,
+# exactly). Those postings come two ways, chosen per term by :func:`probed`: a term
+# whose list is short is read whole from the key and joined to the candidates (``rest``);
+# a term whose list is long is looked up by key, one probe per candidate (``probe``; the
+# OFFSET 0 fence keeps the planner, which cannot see how long a list is, from reading
+# it whole to hash it). The namespace is a constant in those lookups when one is searched.
 _SHAPED = f"""
     WITH e AS MATERIALIZED (
         SELECT p.namespace, p.seq, p.tf, p.len, q.w
@@ -96,6 +98,13 @@ _SHAPED = f"""
         FROM c CROSS JOIN unnest(%(rest)s::text[], %(rest_weights)s::float8[]) AS r (term, w)
         JOIN {{index}}postings AS p
             ON p.namespace = {{probe_ns}} AND p.term = r.term AND p.seq = c.seq
+        UNION ALL
+        SELECT c.seq, k.tf, k.len, r.w
+        FROM c CROSS JOIN unnest(%(probe)s::text[], %(probe_weights)s::float8[]) AS r (term, w)
+        CROSS JOIN LATERAL (
+            SELECT p.tf, p.len FROM {{index}}postings AS p
+            WHERE p.namespace = {{probe_ns}} AND p.term = r.term AND p.seq = c.seq OFFSET 0
+        ) AS k
     ) AS x
     GROUP BY x.seq
     ORDER BY score DESC, x.seq
@@ -114,6 +123,9 @@ _OF = f"""
     ) AS p
     WHERE c.seq = ANY(%(seqs)s::bigint[]) AND (%(ns)s::text IS NULL OR c.namespace = %(ns)s)
     GROUP BY c.seq"""
+# A key probe (a descent of the postings' B-tree) against reading one posting of a list
+# in key order: measured in benchmarks/RESULTS.md ("PostgreSQL: the common terms probed").
+PROBE_COST = 16
 # The note of a shaped search that found fewer candidates than asked (as on SQLite).
 FALLBACK = "shaped candidates < pool; scored every matching row"
 _ONE = "CROSS JOIN (SELECT %(ns)s::text AS namespace) AS n"
@@ -269,8 +281,11 @@ def best(
     essential, rest = shape([stats.doc_freqs.get(k, 0) for k in keys], budget, pool)
     if rest:
         kept = {keys[i]: weights[keys[i]] for i in essential}
-        others = {keys[i]: weights[keys[i]] for i in rest}
-        query, params = scores_sql(stats, kept, namespace, pool, where, rest=others)
+        candidates = sum(stats.doc_freqs.get(k, 0) for k in kept)  # at most
+        long = {keys[i] for i in rest if probed(stats.doc_freqs.get(keys[i], 0), candidates)}
+        read = {keys[i]: weights[keys[i]] for i in rest if keys[i] not in long}
+        probe = {keys[i]: weights[keys[i]] for i in rest if keys[i] in long}
+        query, params = scores_sql(stats, kept, namespace, pool, where, rest=read, probe=probe)
         # Planned for these terms each time: a generic plan (psycopg prepares a statement
         # run five times) reads the common terms' lists whole.
         found = _candidates(conn.execute(query, params, prepare=False).fetchall())
@@ -280,6 +295,13 @@ def best(
         conn.execute(*scores_sql(stats, weights, namespace, pool, where)).fetchall()
     )
     return Retrieval(found, fallback=bool(rest), notes=[FALLBACK] if rest else [])
+
+
+def probed(doc_freq: int, candidates: int) -> bool:
+    """Whether a term's postings among ``candidates`` rows are cheaper looked up by key,
+    one probe per candidate, than read whole (``doc_freq`` of them) and joined: a probe
+    costs about as much as reading :data:`PROBE_COST` postings in a row."""
+    return doc_freq > PROBE_COST * candidates
 
 
 def scores_of(
@@ -319,12 +341,15 @@ def scores_sql(
     where: tuple[str, dict[str, Any]] = ("", {}),
     index: str = "",
     rest: dict[str, float] | None = None,
+    probe: dict[str, float] | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     """The query, and its parameters, that scores the rows of the namespace (``None``:
     all) holding the weighted terms by BM25 with ``stats``: (seq, score), best first, at
     most ``limit`` (``None``: all). ``index`` names another index's tables. With ``rest``
-    (more weighted terms), the rows holding the first terms, scored with both."""
-    query = _SCORE if rest is None else _SHAPED
+    and ``probe`` (more weighted terms), the rows holding the first terms, scored with
+    all of them: the postings of ``rest`` read whole, those of ``probe`` looked up per
+    row."""
+    query = _SCORE if rest is None and probe is None else _SHAPED
     query = query.replace("{probe_ns}", "c.namespace" if namespace is None else "%(ns)s::text")
     query = query.replace("{namespaces}", _EVERY if namespace is None else _ONE)
     query = query.replace("{filters}", where[0]).replace("{index}", index)
@@ -335,6 +360,8 @@ def scores_sql(
         "weights": list(weights.values()),
         "rest": list(rest or {}),
         "rest_weights": list((rest or {}).values()),
+        "probe": list(probe or {}),
+        "probe_weights": list((probe or {}).values()),
         "ns": namespace,
         "limit": limit,
     }
