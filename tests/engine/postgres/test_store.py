@@ -167,6 +167,71 @@ def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -
 
 
 @postgres
+def test_the_vector_arm_runs_beside_the_lexical_arm_in_the_search_snapshot(
+    pg_url: str, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid search runs its vector arm on a second connection of the pool while the
+    lexical arm runs on its own, both in one snapshot: the answers are those of the arms
+    one after the other on one connection, and a memory written after the search's
+    snapshot was taken is not seen by the second connection."""
+    import contextlib
+
+    import numpy as np
+
+    from mnemex.engine.postgres import retrieval
+    from mnemex.engine.postgres.vectors import dim_and_counts, vector
+
+    with mnemex.open(pg_url, embedder=fake_embedder) as store:
+        store.add_many([f"note {n} on topic {n % 7}, the invoice font renderer" for n in range(60)])
+        queries = ["invoice font", "topic 3 renderer", "note 12", "the renderer of topic 5"]
+        seen: list[object] = []
+        original = retrieval._beside
+
+        def counted(conn: object, exported: str, *args: object) -> object:
+            seen.append(conn)
+            return original(conn, exported, *args)
+
+        monkeypatch.setattr(retrieval, "_beside", counted)
+
+        def answers() -> list[list[tuple[str, float]]]:
+            return [[(h.id, h.score) for h in store.search(q, mode="hybrid").hits] for q in queries]
+
+        for query in queries:  # each query's vector kept: the next search has it at once
+            store.search(query, mode="hybrid")
+        seen.clear()
+        beside = answers()
+        assert len(seen) == len(queries)
+        monkeypatch.setattr(store.session, "spare", lambda: contextlib.nullcontext(None))
+        assert answers() == beside and len(seen) == len(queries)  # one connection: the same
+
+        text = "a late memory about passkeys"
+        qvec = np.asarray(fake_embedder.embed([text])[0])
+        model = fake_embedder.model_id
+        with store.session.read() as conn:  # the search's snapshot, taken here
+            exported = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+            shape = dim_and_counts(conn, model, "default")
+            with mnemex.open(pg_url, embedder=fake_embedder) as writer:  # committed meanwhile
+                late = writer.add(text)
+            with mnemex.engine.postgres.connect(pg_url) as other:
+                row = other.execute("SELECT seq FROM memories WHERE id = %s", (late,)).fetchone()
+                now = vector(other, qvec, "default", model, 5)
+                hits = retrieval._beside(other, exported, qvec, "default", model, 5, shape)
+        assert now[0].seq == row[0]  # the late memory is the nearest, seen in a new snapshot
+        assert len(hits) == 5 and row[0] not in {h.seq for h in hits}  # not in the search's
+
+        monkeypatch.undo()  # the pool's spare connection again; then a search that fails
+        monkeypatch.setattr(retrieval.PostgresEngine, "exported", _export_fails)
+        with pytest.raises(RuntimeError, match="export failed"):
+            store.search(queries[0], mode="hybrid")
+        pool = store.session._pool.get_stats()
+        assert pool["pool_available"] == pool["pool_size"] == 2  # every connection given back
+
+
+def _export_fails(self: object) -> str:
+    raise RuntimeError("export failed")
+
+
+@postgres
 def test_cli_searches_a_raw_expression(pg_url: str) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

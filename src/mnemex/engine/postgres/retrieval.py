@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from mnemex.engine.postgres.connect import snapshot
 from mnemex.engine.postgres.tokens import lexicon, query_key
 from mnemex.engine.postgres.vectors import (
     EXACT_MAX,
+    check_dim,
     counts,
     dim_and_counts,
     from_binary,
@@ -63,6 +65,7 @@ from mnemex.index.stopwords import ENGLISH, STOPWORDS
 from mnemex.models import Location
 from mnemex.storage import TOKENIZER
 from mnemex.text import format_time, segment, unsegment
+from mnemex.workers import Job, query_pool
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,6 +88,35 @@ class Found:
 
     def close(self) -> None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """The vector arm running on a worker, on a second connection in the search's
+    snapshot, while the lexical arm runs on the first."""
+
+    job: Job[list[VectorHit]]
+    held: contextlib.ExitStack  # the second connection, back to the pool on close
+
+    def result(self) -> list[VectorHit]:
+        return self.job.result()
+
+    def close(self) -> None:
+        if not self.job.cancel():
+            self.job.wait()
+        self.held.close()
+
+
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
+
+
+def _beside(conn: Any, exported: str, *args: Any) -> list[VectorHit]:
+    """:func:`vector` on ``conn`` in the snapshot ``exported`` by another connection."""
+    if not _SNAPSHOT_ID.fullmatch(exported):
+        raise ValueError(f"not a snapshot id: {exported!r}")
+    with snapshot(conn):
+        conn.execute(f"SET TRANSACTION SNAPSHOT '{exported}'".encode())
+        return [VectorHit(h.seq, h.cosine) for h in vector(conn, *args)]
 
 
 def filter_sql(filters: Filters, alias: str) -> tuple[str, dict[str, Any]]:
@@ -134,6 +166,9 @@ class PostgresEngine:
     memo: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     # The model's dimension and vector counts (namespace, all) read by the vector arm.
     shape: tuple[int | None, int, int] | None = None
+    # Another of the session's connections, when one is free at once (else None): the
+    # vector arm runs on it beside the lexical arm.
+    spare: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -185,22 +220,33 @@ class PostgresEngine:
 
     def vector_arm(
         self, request: Request, planned: Plan, qvec: np.ndarray, side: bool, notes: list[str]
-    ) -> Found | None:
+    ) -> Found | Beside | None:
         """pgvector's nearest neighbours of the model (``None``, with a note, when the
         stored vectors do not fit the query's)."""
         assert self.embedder is not None
         model, filters = self.embedder.model_id, request.filters
         try:
             if filters.narrow:
-                hits = self._exact(qvec, filters, model, planned.pool)
-            else:
-                self.shape = dim_and_counts(self.conn, model, filters.namespace)
-                found = vector(self.conn, qvec, filters.namespace, model, planned.pool, self.shape)
-                hits = [VectorHit(h.seq, h.cosine) for h in found]
+                return Found(self._exact(qvec, filters, model, planned.pool))
+            self.shape = shape = dim_and_counts(self.conn, model, filters.namespace)
+            check_dim(qvec, model, shape[0])
+            if side and self.spare is not None and shape[1]:
+                with contextlib.ExitStack() as held:  # the connection back if this fails
+                    other = held.enter_context(self.spare())
+                    if other is not None:
+                        args = (other, self.exported(), qvec, filters.namespace, model)
+                        job = query_pool().submit(_beside, *args, planned.pool, shape)
+                        return Beside(job, held.pop_all())
+            found = vector(self.conn, qvec, filters.namespace, model, planned.pool, shape)
         except IndexMismatch as exc:
             notes.append(f"{exc}; answered from the lexical arm")
             return None
-        return Found(hits)
+        return Found([VectorHit(h.seq, h.cosine) for h in found])
+
+    def exported(self) -> str:
+        """The search's snapshot, exported for another connection to read in."""
+        row = self.conn.execute("SELECT pg_export_snapshot()").fetchone()
+        return str(row[0]) if row else ""
 
     def _exact(self, qvec: np.ndarray, filters: Filters, model: str, limit: int) -> list[VectorHit]:
         dim = model_dim(self.conn, model)

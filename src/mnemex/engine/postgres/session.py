@@ -8,7 +8,10 @@ It offers the part of the SQLite session's surface that the shared code uses
 ``workspaces`` / ``files_cache`` (markdown workspaces) and ``close()``.
 Connections come from a pool of at most ``settings.pool_size``
 (``psycopg_pool``); a thread that asks for a connection while it holds one gets
-the same one back, so nested calls use one connection and one transaction.
+the same one back, so nested calls use one connection and one transaction. A
+hybrid search whose query vector is ready runs its vector arm on a second
+connection (:meth:`PostgresSession.spare`, kept open: ``SPARE``), in the same
+snapshot, while its lexical arm runs on the first.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from mnemex.engine.protocol import DuplicateChecks, MemoryStatements
 
 ENGINE = "PostgreSQL"
+SPARE = 1  # connections kept open beside the one a search holds, for its vector arm
+SPARE_WAIT = 0.001  # seconds a search waits for a spare connection (0 would never get one)
 Conn = Any  # psycopg.Connection[tuple[Any, ...]]
 
 
@@ -58,7 +63,9 @@ class PostgresSession:
         self._local = threading.local()
         with connect(self.url) as conn:  # an unreachable server fails here, at once
             _prepare(conn, self.path)
-        self._pool: Any = pool(self.url, min_size=1, max_size=settings.pool_size)
+        self._pool: Any = pool(
+            self.url, min_size=min(SPARE + 1, settings.pool_size), max_size=settings.pool_size
+        )
         self._generation = 0
         self.workspaces = tables()  # the workspace tables' statements
         self.injections = injections  # the injection log's statements
@@ -222,8 +229,32 @@ class PostgresSession:
         from mnemex.engine.postgres.retrieval import PostgresEngine  # with search only
 
         return PostgresEngine(
-            conn, self.settings, embedder, backgrounds=self.backgrounds, queries=self.queries
+            conn,
+            self.settings,
+            embedder,
+            backgrounds=self.backgrounds,
+            queries=self.queries,
+            spare=self.spare,
         )
+
+    @contextlib.contextmanager
+    def spare(self) -> Iterator[Conn | None]:
+        """Another connection of the pool if one is free now (``None`` if not: no waiting
+        for one, the caller goes on with its own; the pool grows meanwhile if it may)."""
+        from psycopg_pool import PoolTimeout
+
+        pool = self._pool
+        try:
+            conn = None if pool is None else pool.getconn(timeout=SPARE_WAIT)
+        except PoolTimeout:
+            conn = None
+        if conn is None or pool is None:
+            yield None
+            return
+        try:
+            yield conn
+        finally:
+            pool.putconn(conn)
 
     def insert_one(self, conn: Conn, row: tuple[Any, ...]) -> Written:
         """Insert one prepared row in the caller's transaction (its text already stored in

@@ -256,11 +256,7 @@ def vector(
     dim, wanted, total = shape or dim_and_counts(conn, model, namespace)
     if dim is None or limit <= 0:
         return []
-    if np.asarray(qvec).size != dim:
-        raise IndexMismatch(
-            f"the query vector has {np.asarray(qvec).size} dimensions; model {model!r} "
-            f"has {dim} in this store"
-        )
+    check_dim(qvec, model, dim)
     if not wanted:
         return []
     fetch = limit * WINDOWS_FETCHED
@@ -273,6 +269,16 @@ def vector(
             break  # the index gave fewer than asked: the exact scan below
         fetch *= 2
     return run_search(conn, qvec, search_sql(namespace, model, dim, exact=True), limit, None)
+
+
+def check_dim(qvec: Any, model: str, dim: int | None) -> None:
+    """:class:`IndexMismatch` unless ``qvec`` has the ``dim`` of the model's stored vectors
+    (``None``: none stored, anything fits)."""
+    if dim is not None and np.asarray(qvec).size != dim:
+        raise IndexMismatch(
+            f"the query vector has {np.asarray(qvec).size} dimensions; model {model!r} "
+            f"has {dim} in this store"
+        )
 
 
 def best_windows(rows: Sequence[VectorHit], limit: int) -> list[VectorHit]:
