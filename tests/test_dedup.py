@@ -16,6 +16,7 @@ from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.engine.sqlite.vectors import VectorIndex
 from mnemex.results import DedupReport
 from mnemex.rows import prepare
+from mnemex.storage.blobs import floats
 from mnemex.store import ALL, Store
 from mnemex.text import content_hash
 from tests.pg_fixtures import both_engines
@@ -206,7 +207,7 @@ def test_new_vector_reuses_a_stored_vector(
     assert fake_embedder.calls == calls and index is not None
     with vector_store.session.connection() as conn:
         (stored,) = conn.execute("SELECT vector FROM embeddings").fetchone()
-    assert vector is not None and vector.tobytes() == stored
+    assert vector is not None and vector.tobytes() == floats([stored], vector.shape[0]).tobytes()
     fake_embedder.fail = True
     assert new("delta") == (None, None)  # the write that follows reports the failure
     assert new("delta", sqlite_dedup.Vectors(None, vectors.check_dimension, vectors.index)) == (

@@ -5,7 +5,8 @@ A record holds what a store keeps of a memory (its fields, its place in a
 workspace file, its vectors with their model, window and dimension), of a
 relation, a workspace or a workspace file, in the values both engines read back
 alike (times as :func:`mnemex.text.format_time` text, metadata as canonical JSON,
-vectors as little-endian float32 bytes): records of two stores compare with
+vectors as little-endian float16 bytes, the precision a SQLite store keeps, see
+:mod:`mnemex.storage.blobs`): records of two stores compare with
 ``==``. A session's ``copying`` is this class for SQLite and
 :class:`mnemex.engine.postgres.copy.PgCopyTables` for PostgreSQL (the engine protocol's
 ``Session.copying``); statements are
@@ -27,6 +28,7 @@ from typing import Any, Final, Protocol
 from mnemex.engine.workspaces import WorkspaceTables
 from mnemex.errors import StoreError
 from mnemex.storage import IN_CHUNK, OPTIMIZE_MAX_ROWS, marks, write_transaction
+from mnemex.storage.blobs import floats, is_vector, stored
 from mnemex.text import batched
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
@@ -58,7 +60,7 @@ class VectorRecord:
     window: int
     dim: int
     content_hash: str
-    vector: bytes  # little-endian float32
+    vector: bytes  # little-endian float16
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +248,8 @@ class CopyTables:
                 list(chunk),
             ).fetchall()
             for seq, model, window, dim, digest, vector in rows:
+                if len(vector) != 2 * dim and is_vector(vector, dim):  # float32, before schema 10
+                    vector = stored(floats([vector], dim)).tobytes()
                 found.setdefault(int(seq), []).append(
                     VectorRecord(model, int(window), int(dim), digest, bytes(vector))
                 )

@@ -12,6 +12,7 @@ import sqlite3
 from typing import Final
 
 from mnemex.errors import StoreError
+from mnemex.storage.blobs import half_blob
 from mnemex.storage.connect import write_transaction
 from mnemex.text import CJK_SEGMENTATION, format_time, utcnow
 from mnemex.version import __version__
@@ -426,6 +427,13 @@ _INJECTIONS: Final = (
     "CREATE INDEX IF NOT EXISTS injections_created ON injections (created_at)",
 )
 
+# Vectors at half precision (see mnemex.storage.blobs; the function is the connection's,
+# registered by ``migrate``). A snapshot of the vector index no longer matches its newest
+# vector's bytes and is read again from the store.
+_HALF: Final = (
+    "UPDATE embeddings SET vector = mnemex_half(vector, dim) WHERE length(vector) = 4 * dim",
+)
+
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (1, "memories, tags, fts5 with sync triggers", _INIT),
     (2, "embeddings stamped with their model, vector log", _VECTORS),
@@ -436,6 +444,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (7, "a vector per window of a long memory", _WINDOWS),
     (8, "memories by namespace and source: threads", _THREADS),
     (9, "the injection log: what the prompt hook injected, and why; memories by time", _INJECTIONS),
+    (10, "vectors stored as float16", _HALF),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 
@@ -464,6 +473,7 @@ def migrate(conn: sqlite3.Connection) -> int:
             )"""
         )
         now = format_time(utcnow())
+        conn.create_function("mnemex_half", 2, half_blob, deterministic=True)
         for version, name, statements in MIGRATIONS:
             if version <= current:
                 continue

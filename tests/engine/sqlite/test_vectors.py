@@ -19,6 +19,7 @@ import pytest
 
 import mnemex
 from mnemex import EmbeddingError, IndexMismatch
+from mnemex.storage.blobs import floats
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
 
@@ -556,7 +557,7 @@ def test_a_memory_s_rows_are_found_by_seq_after_edits_and_forgets(
     query = fake_embedder.embed(["memcached sessions"])[0]
     conn = vector_store.session.conn
     stored = {
-        seq: np.frombuffer(blob, dtype=np.float32)
+        seq: floats([blob], fake_embedder.dim)[0]
         for seq, blob in conn.execute("SELECT seq, vector FROM embeddings")
     }
     cosines = index.cosines_of(seqs, query)

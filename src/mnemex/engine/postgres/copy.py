@@ -5,7 +5,8 @@ differs here.
   order them, whatever the database's collation; long reads stream from a
   server-side cursor.
 - Vectors are read and written in pgvector's binary form (float32, big-endian;
-  written by ``COPY``): the values pass as they are; a model new to the
+  written by ``COPY``); a record holds them at float16 precision, as every record
+  does, so a copy from PostgreSQL rounds them to it; a model new to the
   store gets its HNSW index once the copy is done (:meth:`PgCopyTables.finish`),
   built once rather than grown a vector at a time.
 - Memories go through :func:`mnemex.engine.postgres.write.insert_rows` (chunks of
@@ -31,6 +32,7 @@ from mnemex.engine.postgres.vectors import create_index, ensure_model
 from mnemex.engine.postgres.workspaces import tables
 from mnemex.engine.postgres.write import insert_rows, pg_row
 from mnemex.errors import InvalidInput
+from mnemex.storage.blobs import STORED
 from mnemex.text import parse_stored_time
 
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ class PgCopyTables(CopyTables):
                 (list(seqs),),
             ).fetchall()
         for seq, model, window, dim, digest, vector in rows:
-            values = np.frombuffer(vector, dtype=">f4", offset=4).astype("<f4")
+            values = np.frombuffer(vector, dtype=">f4", offset=4).astype(STORED)
             found.setdefault(int(seq), []).append(
                 VectorRecord(model, int(window), int(dim), digest, values.tobytes())
             )
@@ -123,9 +125,9 @@ class PgCopyTables(CopyTables):
             with conn.cursor() as cursor, cursor.copy(_COPY_VECTORS) as copy:
                 copy.set_types(["int8", "text", "text", "text", "int4", "bytea"])
                 for seq, v in items:
-                    if len(v.vector) != 4 * dim:
+                    if len(v.vector) != 2 * dim:
                         raise InvalidInput(f"a vector of {model} is not {dim}-dimensional")
-                    values = np.frombuffer(v.vector, dtype="<f4")
+                    values = np.frombuffer(v.vector, dtype=STORED)
                     if not np.isfinite(values).all():
                         raise InvalidInput("a vector holds NaN or infinite values")
                     vector = head + values.astype(">f4").tobytes()

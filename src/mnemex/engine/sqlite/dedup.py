@@ -37,6 +37,7 @@ from mnemex.index.retrieval import Filters, LexicalPlan, plan
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import marks, read_transaction
+from mnemex.storage.blobs import floats, is_vector
 from mnemex.storage.connect import Connect
 from mnemex.text import tags_columns
 
@@ -397,16 +398,14 @@ def new_vector(
     embedder = vectors.embedder
     if embedder is None:
         return None, None
-    import numpy as np
-
     from mnemex.embed import embed_checked
 
     try:
         with connection() as conn:
             vectors.check_dimension(embedder)
             known = vector_of_text(conn, embedder.model_id, digest, embedder.dim)
-        if known is not None and len(known[0]) == 4 * embedder.dim:
-            vector = np.frombuffer(known[0], dtype=np.float32)
+        if known is not None and is_vector(known[0], embedder.dim):
+            vector = floats([known[0]], embedder.dim)[0]
         else:
             vector = embed_checked(embedder, [vectors.first_window(text)])[0]
         return vector, vectors.index(int(vector.shape[0]))

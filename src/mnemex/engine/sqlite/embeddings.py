@@ -5,7 +5,8 @@ A text longer than the embedder's window is cut into windows (``cut``, see
 cut numbers them (``window``: token windows 0, 1, ..., sentence windows from
 :data:`mnemex.embed.SENTENCE_BASE`); a memory's windows are always written together. Vectors are reused, not
 recomputed, when another memory with the same content hash already has them
-for the model (so unchanged content is never embedded twice). Vectors are
+for the model (so unchanged content is never embedded twice). A vector is stored as
+float16 (:mod:`mnemex.storage.blobs`). Vectors are
 written in short transactions, one per batch, and only for memories whose
 content is still the one that was embedded.
 """
@@ -23,6 +24,7 @@ from mnemex.embed import SENTENCE_BASE, Embedder, embed_checked
 from mnemex.engine.embedding import Cut
 from mnemex.results import EmbedReport, Pending
 from mnemex.storage import IN_CHUNK, marks, write_transaction
+from mnemex.storage.blobs import stored
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,7 +163,8 @@ def _embed_windows(
         if len(texts) <= LONG_WINDOWS
         else _embed_long(embedder, texts)
     )
-    by_text = {t: fresh[i].data for i, t in enumerate(texts)}
+    rows = stored(fresh)
+    by_text = {t: rows[i].data for i, t in enumerate(texts)}
     for r in todo:
         known[r.content_hash] = [(w, by_text[t]) for w, t in pieces[r.content]]
     return len(pieces)
@@ -202,9 +205,9 @@ def _known_vectors(
         chunk = ordered[start : start + IN_CHUNK]
         for content_hash, seq, window, vector in conn.execute(
             f"SELECT content_hash, seq, window, vector FROM embeddings WHERE model = ? AND dim = ? "
-            f"AND length(vector) = ? AND content_hash IN ({marks(len(chunk))}) "
+            f"AND length(vector) IN (?, ?) AND content_hash IN ({marks(len(chunk))}) "
             "ORDER BY content_hash, seq, window",
-            [model, dim, dim * 4, *chunk],
+            [model, dim, dim * 2, dim * 4, *chunk],
         ):
             if owner.setdefault(content_hash, seq) == seq:
                 found.setdefault(content_hash, []).append((window, vector))

@@ -1,6 +1,6 @@
 """The vector index: exact cosine over an in-process float32 matrix.
 
-SQLite holds the vectors (``embeddings``, float32 BLOBs stamped with their
+SQLite holds the vectors (``embeddings``, float16 BLOBs stamped with their
 model, one per window of a memory's text: see :mod:`mnemex.engine.sqlite.embeddings`);
 this module keeps one model's vectors in a numpy matrix, a row per window with
 the memory's seq beside it, loaded on first use and kept in step with every
@@ -62,6 +62,7 @@ from mnemex.engine.sqlite import codes as codes_module
 from mnemex.errors import IndexMismatch
 from mnemex.index.retrieval import VectorHit
 from mnemex.storage import IN_CHUNK, marks
+from mnemex.storage.blobs import floats, is_vector
 
 if TYPE_CHECKING:
     import numpy as np
@@ -375,7 +376,6 @@ class VectorIndex:
     def _stored_vectors(self, eids: np.ndarray) -> np.ndarray:
         """The vectors of these embedding ids, read from SQLite (zeros for one dropped
         since the last refresh: the next one leaves its row out)."""
-        numpy = self._np
         if self._reader is None:
             self._reader = self._open_reader()
         wanted = eids.tolist()
@@ -387,10 +387,8 @@ class VectorIndex:
                     f"SELECT id, vector FROM embeddings WHERE id IN ({marks(len(chunk))})", chunk
                 ).fetchall()
             )
-        zero = bytes(self.dim * 4)
-        joined = b"".join(found.get(eid, zero) for eid in wanted)
-        out: np.ndarray = numpy.frombuffer(joined, dtype=numpy.float32).reshape(-1, self.dim)
-        return out
+        zero = bytes(self.dim * 2)
+        return floats([found.get(eid, zero) for eid in wanted], self.dim)
 
     def _open_reader(self) -> sqlite3.Connection:
         """A read-only connection to the store's file, for any thread (under the lock)."""
@@ -416,7 +414,9 @@ class VectorIndex:
         ).fetchone()
         if row is None:
             return True  # dropped since: vector_log says so, and the count check follows
-        return int(row[0]) == int(seq) and _digest(bytes(row[1])) == digest
+        if not is_vector(row[1], self.dim):
+            return False
+        return int(row[0]) == int(seq) and _digest(floats([row[1]], self.dim).tobytes()) == digest
 
     def _write_snapshot(self) -> None:
         """Save the index for the next process (atomically; never raises): the rows'
@@ -595,18 +595,17 @@ class VectorIndex:
         """Add ``rows`` (id, seq, dim, vector, window); a memory's rows among the first
         ``before`` are superseded (its windows are written together, in one load)."""
         np = self._np
-        width = self.dim * 4
         wrong = next((r[2] for r in rows if r[2] != self.dim), None)
         if wrong is not None:
             raise IndexMismatch(
                 f"the store holds {wrong}-dimensional vectors for model {self.model}, "
                 f"which now gives {self.dim} dimensions: run `mnemex reindex --force`"
             )
-        good = [r for r in rows if isinstance(r[3], bytes) and len(r[3]) == width]
+        good = [r for r in rows if is_vector(r[3], self.dim)]
         self.corrupt += len(rows) - len(good)
         if not good:
             return
-        block = np.frombuffer(b"".join(r[3] for r in good), dtype=np.float32).reshape(-1, self.dim)
+        block = floats([r[3] for r in good], self.dim)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
             self.corrupt += int((~finite).sum())
