@@ -8,6 +8,7 @@ that changes a trigger drops and recreates it, once).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Final
 
@@ -428,8 +429,10 @@ _INJECTIONS: Final = (
 )
 
 # Vectors at half precision (see mnemex.storage.blobs; the function is the connection's,
-# registered by ``migrate``). A snapshot of the vector index no longer matches its newest
-# vector's bytes and is read again from the store.
+# registered by ``migrate``), the file compacted after (:func:`_give_back_pages`). A
+# snapshot of the vector index no longer matches its newest vector's bytes and is read
+# again from the store.
+HALF_VECTORS: Final = 10
 _HALF: Final = (
     "UPDATE embeddings SET vector = mnemex_half(vector, dim) WHERE length(vector) = 4 * dim",
 )
@@ -444,7 +447,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (7, "a vector per window of a long memory", _WINDOWS),
     (8, "memories by namespace and source: threads", _THREADS),
     (9, "the injection log: what the prompt hook injected, and why; memories by time", _INJECTIONS),
-    (10, "vectors stored as float16", _HALF),
+    (HALF_VECTORS, "vectors stored as float16", _HALF),
 )
 LATEST: Final = MIGRATIONS[-1][0]
 
@@ -497,7 +500,24 @@ def migrate(conn: sqlite3.Connection) -> int:
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", sorted(meta.items())
         )
         conn.execute(f"PRAGMA user_version = {LATEST}")
+    if 0 < current < HALF_VECTORS:
+        _give_back_pages(conn)
     return LATEST
+
+
+def _give_back_pages(conn: sqlite3.Connection) -> None:
+    """Rewrite the file once its vectors take half the bytes (``VACUUM``: the pages a
+    table's rows no longer fill are not given back otherwise). Left for later, with a
+    note on the log, when it cannot run now (a reader holds the file, the disk is full):
+    the store is whole either way."""
+    if conn.execute("SELECT 1 FROM embeddings LIMIT 1").fetchone() is None:
+        return
+    say = logging.getLogger("mnemex.progress")
+    say.info("vectors now stored as float16: compacting the store (once)")
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.Error as exc:
+        say.info("the store keeps its size for now (%s); `sqlite3 FILE VACUUM` compacts it", exc)
 
 
 def read_meta(conn: sqlite3.Connection) -> dict[str, str]:

@@ -132,3 +132,21 @@ def test_a_float32_row_written_beside_float16_ones_is_read_and_reused(
         assert store.search(TEXTS[0], mode="vector", namespace="other").hits
         index = store.session.vectors(fake_embedder.dim)
         assert index.corrupt == 0 and index.size == 11
+
+
+def test_the_migration_gives_back_the_pages_float32_vectors_took(
+    tmp_path: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    _store_of_schema_9(path, fake_embedder, monkeypatch)
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        before = conn.execute("PRAGMA page_count").fetchone()[0]
+        table = conn.execute("SELECT sum(length(vector)) FROM embeddings").fetchone()[0]
+    with mnemex.open(path, embedder=fake_embedder) as store:
+        conn = store.session.conn
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        after = conn.execute("PRAGMA page_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        assert (before - after) * size >= table / 4  # half the vectors' bytes, less pages' slack
+        assert store.search("redis note", mode="vector").hits
