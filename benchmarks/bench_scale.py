@@ -420,7 +420,10 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     )
     kept = {k: v for k, v in before["latency"].items() if k not in now["latency"]}
     out["latency"] = dict(
-        sorted({**kept, **now["latency"]}.items(), key=lambda kv: int(kv[0].rsplit("|", 1)[1]))
+        sorted(
+            {**kept, **now["latency"]}.items(),
+            key=lambda kv: (int(kv[0].rsplit("|", 1)[1]), kv[0].startswith("PostgreSQL")),
+        )
     )
     out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
     out["codes_same"] = {**before.get("codes_same", {}), **now.get("codes_same", {})}

@@ -392,16 +392,20 @@ def store_vectors(store, vectors, model_id: str, record: bool = False, position=
     """``vectors`` written as the store writes them: the k-th memory (by ``seq``) gets
     ``vectors[k]``, or ``vectors[position(id)]``; with ``record``, the store's record of
     the local model as its embedder (as ``mnemex embed`` leaves it)."""
+    from mnemex.storage.blobs import stored
+
     conn = store.session.conn
     rows = conn.execute("SELECT seq, id, content_hash FROM memories ORDER BY seq").fetchall()
     for start in range(0, len(rows), BUILD_BATCH):
+        batch = rows[start : start + BUILD_BATCH]
+        picked = [
+            position(ident) if position else k for k, (_, ident, _) in enumerate(batch, start)
+        ]
+        blobs = stored(vectors[picked])
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
             "INSERT INTO embeddings (seq, model, dim, content_hash, vector) VALUES (?, ?, 384, ?, ?)",
-            [
-                (seq, model_id, digest, vectors[position(ident) if position else k].tobytes())
-                for k, (seq, ident, digest) in enumerate(rows[start : start + BUILD_BATCH], start)
-            ],
+            [(seq, model_id, digest, blobs[i].data) for i, (seq, _, digest) in enumerate(batch)],
         )
         conn.execute("COMMIT")
     if record:
