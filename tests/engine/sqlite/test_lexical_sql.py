@@ -156,3 +156,25 @@ def test_surface_of_reads_the_term_rows_first(filled: Store) -> None:
     plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
     assert plan[0].startswith("SCAN memories_fts VIRTUAL TABLE"), plan
     assert "INTEGER PRIMARY KEY" in plan[1], plan
+
+
+def test_snippets_are_those_the_index_cuts(filled: Store) -> None:
+    """Cut from the hits' own copy, a snippet is the one ``snippet()`` gives over the
+    whole index: for words, stems, phrases, prefixes, CJK text and tags."""
+    from mnemex.engine.sqlite.fts import snippets
+    from mnemex.storage import marks
+    from mnemex.text import unsegment
+
+    filled.add("a long note " + "padding words here " * 40 + "then the cat again", tags=["cat"])
+    conn = filled.session.conn
+    seqs = [r[0] for r in conn.execute("SELECT seq FROM memories ORDER BY seq")]
+    for match in ('"cat"', '"titles" OR "vitamin"', '"the cat"', '"fill"*', '"東 京"', '"padding"'):
+        sql = (
+            "SELECT rowid, snippet(memories_fts, 0, '[', ']', '…', 8) FROM memories_fts "
+            f"WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"
+        )
+        expected = {s: unsegment(t) for s, t in conn.execute(sql, [match, *seqs]) if t}
+        assert expected, match
+        got = snippets(conn, match, seqs, start="[", end="]", tokens=8)
+        assert got == expected, match
+    assert snippets(conn, '"cat"', seqs[:1], start="[", end="]", tokens=8) == {}

@@ -79,6 +79,9 @@ _TEMP_TABLES = (
     f"content, tags, content='', tokenize='{TOKENIZER}')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_score_v "
     "USING fts5vocab(temp, mnemex_score, instance)",
+    # The hits' text, to cut snippets from without a MATCH over the whole index (see snippets).
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_snip USING fts5("
+    f"content, tags, tokenize='{TOKENIZER}')",
 )
 # A term's rows in a namespace: bm25() under column weights w and 2w, and the row's size.
 _POSTINGS = f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}),
@@ -713,10 +716,23 @@ def snippets(
     end: str,
     tokens: int,
 ) -> dict[int, str]:
-    """FTS5 ``snippet()`` of the content of each row, with highlight markers."""
+    """FTS5 ``snippet()`` of the content of each row, with highlight markers.
+
+    The rows are copied into a table of their own (the index's tokenizer) and cut
+    there: ``snippet()`` reads only the row's own text and positions, so the snippets
+    are those the index would give, without its ``MATCH`` walking every query term's
+    postings (1.0 against 0.45 ms for 10 hits at 100,000 memories, 1.6 against 0.5 ms
+    at a million). The caller's connection has a :class:`Lexicon` (its temp tables).
+    """
     if not seqs or not match:
         return {}
-    sql = f"""SELECT rowid, snippet(memories_fts, 0, ?, ?, '…', ?)
-              FROM memories_fts WHERE memories_fts MATCH ? AND rowid IN ({marks(len(seqs))})"""
-    rows = conn.execute(sql, [start, end, tokens, match, *seqs])
+    conn.execute("DELETE FROM temp.mnemex_snip")
+    conn.execute(
+        "INSERT INTO temp.mnemex_snip (rowid, content, tags) SELECT seq, content, tags "
+        f"FROM memories_fts_source WHERE seq IN ({marks(len(seqs))})",
+        list(seqs),
+    )
+    sql = """SELECT rowid, snippet(mnemex_snip, 0, ?, ?, '…', ?)
+             FROM temp.mnemex_snip WHERE mnemex_snip MATCH ?"""
+    rows = conn.execute(sql, [start, end, tokens, match])
     return {seq: unsegment(text) for seq, text in rows if text is not None}
