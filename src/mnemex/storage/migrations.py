@@ -8,7 +8,6 @@ that changes a trigger drops and recreates it, once).
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 from typing import Final
 
@@ -512,6 +511,8 @@ def _give_back_pages(conn: sqlite3.Connection) -> None:
     the store is whole either way."""
     if conn.execute("SELECT 1 FROM embeddings LIMIT 1").fetchone() is None:
         return
+    import logging  # not at the top: a hook's start-up never needs it
+
     say = logging.getLogger("mnemex.progress")
     say.info("vectors now stored as float16: compacting the store (once)")
     try:
