@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 from mnemex.engine.workspaces import WorkspaceTables
 from mnemex.errors import StoreError
 from mnemex.storage import IN_CHUNK, OPTIMIZE_MAX_ROWS, marks, write_transaction
-from mnemex.storage.blobs import floats, is_vector, stored
+from mnemex.storage.blobs import half_blob
 from mnemex.text import batched
 
 Conn = Any  # a sqlite3.Connection or a psycopg.Connection
@@ -248,10 +248,9 @@ class CopyTables:
                 list(chunk),
             ).fetchall()
             for seq, model, window, dim, digest, vector in rows:
-                if len(vector) != 2 * dim and is_vector(vector, dim):  # float32, before schema 10
-                    vector = stored(floats([vector], dim)).tobytes()
+                vector = half_blob(bytes(vector), int(dim))  # float32 rows, from before schema 10
                 found.setdefault(int(seq), []).append(
-                    VectorRecord(model, int(window), int(dim), digest, bytes(vector))
+                    VectorRecord(model, int(window), int(dim), digest, vector)
                 )
         return {seq: sorted(v, key=lambda r: (r.model, r.window)) for seq, v in found.items()}
 

@@ -2,11 +2,11 @@
 
 Half the bytes of float32: 768 rather than 1,536 a row at 384 dimensions, 770 MB less on
 disk at a million vectors. The rows are L2-normalised (:func:`mnemex.embed.embed_checked`),
-so every value is far inside float16's range and rounds by at most 2^-11 of itself
-(3e-8 near zero), and a cosine moves by about 1e-5 (at most 6e-5 on 10,000 vectors of the local model, the top 10 of
-200 queries unchanged). A BLOB of float32, as stores kept them before schema 10, is read
-as it is: the width says which (and schema 10 turns them into float16, see
-:func:`half_blob`).
+so every value is far inside float16's range and rounds by at most 2^-11 of itself (3e-8
+near zero), and a cosine moves by about 1e-5 (at most 6e-5 on 10,000 vectors of the local
+model, the top 10 of 200 queries unchanged). A BLOB of float32, as stores kept them
+before schema 10, is read as it is: the width says which (and schema 10 turns them into
+float16, see :func:`half_blob`).
 """
 
 from __future__ import annotations
