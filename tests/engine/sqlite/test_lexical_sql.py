@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
+from mnemex import ALL as ALL_NAMESPACES
 from mnemex.engine.sqlite.fts import exact_sql, lexical_sql, retrieve, shaped_sql
 from mnemex.errors import InvalidInput
 from mnemex.index.retrieval import Filters, plan, plan_raw
@@ -14,7 +16,7 @@ from mnemex.store import Store
 BM25 = "bm25(memories_fts, 1.0, 1.0)"
 EXACT = (
     f"SELECT memories_fts.rowid, -{BM25} AS s "
-    "FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid "
+    "FROM memories_fts{join} "
     "WHERE memories_fts MATCH ?{where} "
     "ORDER BY s DESC, memories_fts.rowid LIMIT ?"
 )
@@ -23,11 +25,12 @@ SHAPED = (
     f"SELECT rowid, {BM25} FROM memories_fts WHERE memories_fts MATCH ? ) "
     "SELECT x.seq, e.b - x.b AS s FROM ( "
     f"SELECT memories_fts.rowid AS seq, {BM25} AS b "
-    "FROM memories_fts CROSS JOIN memories AS m ON m.seq = memories_fts.rowid "
+    "FROM memories_fts{join} "
     "WHERE memories_fts MATCH ?{where} "
     ") AS x JOIN e ON e.seq = x.seq "
     "ORDER BY s DESC, x.seq LIMIT ?"
 )
+JOIN = " CROSS JOIN memories AS m ON m.seq = memories_fts.rowid"  # for conditions on memories
 ALL = Filters(None)
 FILLER = [f"common word filler {i}" for i in range(50)]
 
@@ -79,7 +82,7 @@ def test_the_match_expression_and_its_sql(filled: Store, query: str, match: str)
         return
     assert lexical.match == match
     sql, params = lexical_sql(lexical, ALL, 10, 100)
-    assert flat(sql) == EXACT.format(where="")
+    assert flat(sql) == EXACT.format(join="", where="")
     assert params == [match, 10]
 
 
@@ -91,12 +94,12 @@ def test_a_long_query_is_shaped_on_its_rare_terms(filled: Store) -> None:
         'OR "cells" OR "title"'
     )
     sql, params = lexical_sql(lexical, ALL, pool=10, budget=3)
-    assert flat(sql) == SHAPED.format(where="")
+    assert flat(sql) == SHAPED.format(join="", where="")
     assert params == [rare, f'({rare}) AND ({rare} OR "common" OR "filler" OR "word")', 10]
     # Within the budget (or with budget 0, exact), the same plan is one OR of every term.
     for budget in (0, 10_000):
         sql, params = lexical_sql(lexical, ALL, pool=10, budget=budget)
-        assert flat(sql) == EXACT.format(where="") and params == [lexical.match, 10]
+        assert flat(sql) == EXACT.format(join="", where="") and params == [lexical.match, 10]
     # The SQL built is the SQL run: a shaped search scores as the exact one does.
     shaped = retrieve(filled.session.conn, lexical, ALL, 3, 3)
     exact = {c.seq: c.raw for c in retrieve(filled.session.conn, lexical, ALL, 100, 0).candidates}
@@ -115,11 +118,11 @@ def test_filters_become_conditions_on_the_memories(filled: Store) -> None:
         " AND m.seq IN (SELECT seq FROM memory_tags WHERE tag = ?)"
         " AND m.created_at >= ?"
     )
-    assert flat(sql) == flat(EXACT.format(where=where))
+    assert flat(sql) == flat(EXACT.format(join=JOIN, where=where))
     assert params[:6] == ['"title"', "work", "note", "fact", "a", "b"]
     assert params[6].startswith("2026-01-02") and params[7] == 5
     sql, params = shaped_sql('"a"', '"b"', Filters("work"), 7)
-    assert flat(sql) == SHAPED.format(where=" AND m.namespace = ?")
+    assert flat(sql) == SHAPED.format(join=JOIN, where=" AND m.namespace = ?")
     assert params == ['"a"', '("a") AND ("a" OR "b")', "work", 7]
 
 
@@ -135,7 +138,7 @@ def test_filters_of_checks_what_a_caller_gave() -> None:
 def test_a_raw_expression_is_used_as_is(filled: Store) -> None:
     lexical = plan_raw(filled.session.lexicon, "titl* NOT articles")
     sql, params = lexical_sql(lexical, ALL, 10, 3)
-    assert flat(sql) == EXACT.format(where="") and params == ["titl* NOT articles", 10]
+    assert flat(sql) == EXACT.format(join="", where="") and params == ["titl* NOT articles", 10]
 
 
 def test_surface_of_reads_the_term_rows_first(filled: Store) -> None:
@@ -178,3 +181,54 @@ def test_snippets_are_those_the_index_cuts(filled: Store) -> None:
         got = snippets(conn, match, seqs, start="[", end="]", tokens=8)
         assert got == expected, match
     assert snippets(conn, '"cat"', seqs[:1], start="[", end="]", tokens=8) == {}
+
+
+def _lexical_statements(store: Store, query: str, **options: object) -> list[str]:
+    conn = store.session.conn
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        store.search(query, 5, mode="lexical", **options)
+    finally:
+        conn.set_trace_callback(None)
+    return [s for s in statements if "ORDER BY s DESC" in s]
+
+
+def test_the_memories_are_joined_only_for_a_condition_on_them(filled: Store) -> None:
+    """A search of the one namespace a store holds reads the index alone (each row of it is
+    a memory); a condition beyond the namespace, or a second namespace, joins the memories."""
+    joined = "CROSS JOIN memories"
+    (alone,) = _lexical_statements(filled, "cat title")
+    assert joined not in alone and "m.namespace" not in alone
+    (kinds,) = _lexical_statements(filled, "cat title", kinds=["note"])
+    assert joined in kinds and "m.kind IN" in kinds
+    everywhere = [hit.id for hit in filled.search("cat title", 5, mode="lexical").hits]
+    filled.add("a cat in another namespace", namespace="elsewhere")
+    assert [hit.id for hit in filled.search("cat title", 5, mode="lexical").hits] == everywhere
+    (all_of_them,) = _lexical_statements(filled, "cat title", namespace=ALL_NAMESPACES)
+    assert joined not in all_of_them
+
+
+def test_a_namespace_another_writer_joins_meanwhile_keeps_the_join(
+    filled: Store, make_store: Callable[..., Store]
+) -> None:
+    """Whether the namespace searched holds every row is read in the search's snapshot, not
+    taken from the plan: a memory of another namespace committed between the two is not
+    let through."""
+    from mnemex.request import Request
+    from mnemex.search.pipeline import retriever
+
+    request = Request("cat", 10, Filters("default"), "lexical", "rrf", 60, 0.5, 0.5)
+    conn = filled.session.conn
+    engine = retriever(filled.session, conn, None)
+    planned = engine.plan(request, "cat")
+    assert planned.scope is None  # the namespace holds every row when planned
+    other = make_store()  # the same file, another connection
+    other.add("the cat of another namespace", namespace="elsewhere")
+    with engine.snapshot():
+        found = engine.lexical(request, planned, 10).candidates
+    namespaces = {
+        conn.execute("SELECT namespace FROM memories WHERE seq = ?", (c.seq,)).fetchone()[0]
+        for c in found
+    }
+    assert found and namespaces == {"default"}

@@ -66,7 +66,10 @@ class Engine:
 
     def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
         budget = self.settings.lexical_budget
-        return fts.retrieve(self.conn, lexical, request.filters, pool, budget)
+        filters = request.filters
+        if lexical.scope is None:
+            filters = fts.whole_index(self.lexicon, filters)
+        return fts.retrieve(self.conn, lexical, filters, pool, budget)
 
     def warm(self, dim: int) -> None:
         self.vectors(dim).refresh()
