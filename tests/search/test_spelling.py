@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from mnemex.search.floor import model_words
+from mnemex.search.floor import model_holds, model_words
 from mnemex.search.spelling import Correction, allowed_edits, nearest, worth_correcting
 from mnemex.store import Store
 from tests.pg_fixtures import both_engines
+
+
+def test_the_vocabulary_file_holds_what_the_table_holds() -> None:
+    """A new process asks the file whether the model holds a word; a process that built the
+    table asks the table: the same answer for every token and for words it lacks."""
+    vocabulary, _ = model_words()
+    assert model_holds() is vocabulary
+    model_words.cache_clear()  # as in a new process
+    try:
+        searched = model_holds()
+        assert not isinstance(searched, dict)
+    finally:
+        model_words()
+    assert all(token in searched for token in vocabulary)
+    for word in ("carolinn", "jhn", "ohn", "joh", "the\nand", "", "[unk]", "##", "\ud800"):
+        assert (word in searched) == (word in vocabulary), word
+    assert 7 not in searched
 
 
 def test_only_an_unknown_word_no_memory_holds_is_worth_correcting() -> None:

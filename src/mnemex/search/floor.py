@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -135,8 +135,15 @@ def relevant_hit(floor: Floor, evidence: Evidence) -> bool:
 # -- what the model can read -------------------------------------------------------------
 
 _WORD = re.compile(r"\w+")
-_IDEOGRAPH = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_IDEOGRAPHS = r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
 READABLE_SHARE = 0.5  # at least this share of the words must be words of the model
+
+
+@cache
+def _ideograph() -> re.Pattern[str]:
+    """A CJK character the model reads as a word of its own. Compiled on first use: the
+    class costs a new process about 4 ms to compile, which ASCII text never needs."""
+    return re.compile(_IDEOGRAPHS)
 
 
 def words(text: str) -> list[str]:
@@ -151,8 +158,8 @@ def words(text: str) -> list[str]:
         if word.isascii():  # no diacritic, no ideograph: the word itself (most words)
             out.append(word)
             continue
-        out.extend(_IDEOGRAPH.findall(word))
-        for piece in _IDEOGRAPH.split(word):
+        out.extend(_ideograph().findall(word))
+        for piece in _ideograph().split(word):
             plain = "".join(
                 c for c in unicodedata.normalize("NFD", piece) if unicodedata.category(c) != "Mn"
             )
@@ -183,6 +190,32 @@ def model_words() -> tuple[dict[str, int], int]:
 
     vocabulary = load_vocab()
     return vocabulary, vocabulary["the"]
+
+
+def model_holds() -> Container[str]:
+    """The model's vocabulary, to ask whether it holds a token whole: the table of
+    :func:`model_words` once this process has built it, else the vocabulary file itself,
+    searched (a new process builds the table in 4 to 7 ms, which most queries never need)."""
+    if model_words.cache_info().currsize:
+        return model_words()[0]
+    return _VocabularyFile(_vocabulary_lines())
+
+
+@dataclass(frozen=True, slots=True)
+class _VocabularyFile:
+    lines: bytes  # the file's tokens, each between two newlines
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str):
+            return False
+        return b"\n" + token.encode("utf-8", "surrogatepass") + b"\n" in self.lines
+
+
+@cache
+def _vocabulary_lines() -> bytes:
+    from mnemex.embed.wordpiece import VOCAB
+
+    return b"\n" + VOCAB.read_bytes().rstrip(b"\n") + b"\n"
 
 
 UNSEEN_FREQUENCY = 1e-6  # a word the vocabulary does not hold whole: rarer than its last word

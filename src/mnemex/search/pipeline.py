@@ -47,6 +47,7 @@ from mnemex.search.floor import (
     Evidence,
     Floor,
     floor_for,
+    model_holds,
     model_words,
     readable,
     relevant_hit,
@@ -233,19 +234,27 @@ def _correct(
     one): its text, its plan and a note saying so; ``None`` when nothing is."""
     if request.raw or not request.expand or not engine.settings.spelling:
         return None
-    vocabulary, first = model_words()
+    unknown = [
+        (term, df)
+        for term, df in zip(lexical.terms, lexical.doc_freqs, strict=True)
+        if not term.phrase and spelling.unheld(term.word, df)
+    ]
+    if not unknown:
+        return None
+    known = model_holds()
     namespace = request.filters.namespace
     fixes: list[tuple[str, str]] = []
-    for term, df in zip(lexical.terms, lexical.doc_freqs, strict=True):
+    for term, df in unknown:
         if len(fixes) == spelling.MAX_CORRECTIONS:
             break
-        if term.phrase or not spelling.worth_correcting(term.word, df, vocabulary):
+        if not spelling.worth_correcting(term.word, df, known):
             continue
         held = engine.similar_terms(term.key[:1], spelling.length_range(term.key), namespace)
         found = spelling.nearest(term.key, held)
         surface = None if found is None else engine.surface_of(found.meant, namespace)
         if found is None or not surface:
             continue
+        vocabulary, first = model_words()
         mean = engine.avg_tokens(lexical)
         held_by = [(surface.lower(), found.held)]
         if floor_lift(held_by, lexical.n_docs, mean, vocabulary, first) >= spelling.MIN_LIFT:

@@ -23,7 +23,7 @@ part: the lexical arm's terms are case-folded, and so is the vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 MIN_LETTERS = 3  # a written word this short ("jhn") is still read as a longer one it misses
@@ -48,10 +48,16 @@ def allowed_edits(a: str, b: str) -> int:
     return 2 if max(len(a), len(b)) >= LONG_WORD else 1
 
 
-def worth_correcting(word: str, df: int, vocabulary: Mapping[str, int]) -> bool:
+def worth_correcting(word: str, df: int, vocabulary: Container[str]) -> bool:
     """Whether a query word (as the query writes it, folded) may be a misspelling of a
     word the store holds (see the module docstring)."""
-    return df == 0 and len(word) >= MIN_LETTERS and word.isalpha() and word not in vocabulary
+    return unheld(word, df) and word not in vocabulary
+
+
+def unheld(word: str, df: int) -> bool:
+    """:func:`worth_correcting` but for the vocabulary: a word of letters, long enough,
+    that no memory searched holds."""
+    return df == 0 and len(word) >= MIN_LETTERS and word.isalpha()
 
 
 def nearest(term: str, held: Iterable[tuple[str, int]]) -> Correction | None:
