@@ -417,7 +417,7 @@ class LocalEmbedder:
 
             with self._lock:
                 if self._vocab is None:
-                    self._vocab = shared(("vocab",), wordpiece.load_vocab)
+                    self._vocab = wordpiece.vocabulary()
             ids = [wordpiece.encode(text, self._vocab, MAX_TOKENS) for text in texts]
             if all(i is not None for i in ids):
                 return ids  # type: ignore[return-value]
@@ -513,7 +513,7 @@ class LocalEmbedder:
 
         with self._lock:
             if self._pieces is None:
-                vocab = self._vocab or shared(("vocab",), wordpiece.load_vocab)
+                vocab = self._vocab or wordpiece.vocabulary()
                 self._pieces = wordpiece.Pieces(vocab, self._offsets)
         tokens = wordpiece.Tokens(text, self._pieces)
         return len(tokens), tokens.span

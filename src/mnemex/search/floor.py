@@ -182,21 +182,23 @@ def readable(text: str, vocabulary: Mapping[str, int]) -> bool:
 # -- what the query names ----------------------------------------------------------------
 
 
-@cache
 def model_words() -> tuple[dict[str, int], int]:
-    """The calibrated model's vocabulary (each token's id) and the id of its first whole
-    word (``the``: from there on, whole words come most frequent first)."""
-    from mnemex.embed.wordpiece import load_vocab
+    """The calibrated model's vocabulary (each token's id; the table the local embedder
+    reads too) and the id of its first whole word (``the``: from there on, whole words
+    come most frequent first)."""
+    from mnemex.embed.wordpiece import vocabulary
 
-    vocabulary = load_vocab()
-    return vocabulary, vocabulary["the"]
+    table = vocabulary()
+    return table, table["the"]
 
 
 def model_holds() -> Container[str]:
     """The model's vocabulary, to ask whether it holds a token whole: the table of
     :func:`model_words` once this process has built it, else the vocabulary file itself,
     searched (a new process builds the table in 4 to 7 ms, which most queries never need)."""
-    if model_words.cache_info().currsize:
+    from mnemex.embed.wordpiece import vocabulary_loaded
+
+    if vocabulary_loaded():
         return model_words()[0]
     return _VocabularyFile(_vocabulary_lines())
 
