@@ -67,7 +67,9 @@ class Engine:
     def lexical(self, request: Request, lexical: LexicalPlan, pool: int) -> Retrieval:
         budget = self.settings.lexical_budget
         filters = request.filters
-        if lexical.scope is None:
+        if lexical.scope is None and lexical.raw is None:
+            # A raw expression keeps the join: FTS5 reads one starting with "*" as a special
+            # query ("*reads"), which fails with "no such cursor" over the index alone.
             filters = fts.whole_index(self.lexicon, filters)
         return fts.retrieve(self.conn, lexical, filters, pool, budget)
 
