@@ -95,6 +95,27 @@ def test_a_misspelt_name_finds_the_memories_of_the_name(store: Store) -> None:
     assert store.search("anything about carolinn?", expand=False).hits == ()
 
 
+def test_a_namespace_counts_its_rows_only_for_the_terms_near_the_misspelling(
+    store: Store,
+) -> None:
+    """In a store of several namespaces a term's rows in the namespace searched cost a query
+    each: they are counted for the terms the misspelling is near, not for every term
+    starting with its letter."""
+    words = "chapter cabinet capital cottage central channel climate collect courage crystal"
+    store.add_many([*CHAT, f"Caroline also kept notes on {words}."], namespace="chat")
+    store.add("a memory of another project", namespace="elsewhere")
+    conn = store.session.conn
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        found = store.search("what did carolinn research?", namespace="chat", mode="lexical")
+    finally:
+        conn.set_trace_callback(None)
+    assert any("'carolinn' as 'caroline'" in note for note in found.notes)
+    counted = [s for s in statements if "bm25(memories_fts, 2.0" in s and "MATCH '\"c" in s]
+    assert counted and all("carolin" in s for s in counted), counted
+
+
 SESSIONS = [
     "John: I started collecting vintage stamps.\nMaria: Nice! Any favourites?",
     "John: We won the game on Friday.\nMaria: Congrats on the win!",

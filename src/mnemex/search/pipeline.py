@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import re
 import threading
@@ -133,7 +134,11 @@ class Retriever(Protocol):
     def neighbours(self, seqs: list[int]) -> dict[int, Neighbours]: ...
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
     def similar_terms(
-        self, first: str, lengths: tuple[int, int], namespace: str | None
+        self,
+        first: str,
+        lengths: tuple[int, int],
+        namespace: str | None,
+        keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]: ...
     def surface_of(self, term: str, namespace: str | None) -> str | None: ...
     def vector_count(self, filters: Filters) -> int: ...
@@ -249,8 +254,10 @@ def _correct(
             break
         if not spelling.worth_correcting(term.word, df, known):
             continue
-        held = engine.similar_terms(term.key[:1], spelling.length_range(term.key), namespace)
-        found = spelling.nearest(term.key, held)
+        key = term.key
+        close = functools.partial(spelling.near, key)
+        held = engine.similar_terms(key[:1], spelling.length_range(key), namespace, close)
+        found = spelling.nearest(key, held)
         surface = None if found is None else engine.surface_of(found.meant, namespace)
         if found is None or not surface:
             continue

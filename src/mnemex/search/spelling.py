@@ -63,19 +63,33 @@ def unheld(word: str, df: int) -> bool:
 def nearest(term: str, held: Iterable[tuple[str, int]]) -> Correction | None:
     """The term of ``held`` (index term, memories holding it) that ``term`` most likely
     misspells, or ``None``."""
-    from rapidfuzz.distance import DamerauLevenshtein
-
     best: tuple[int, int, str] | None = None
     for candidate, df in held:
-        if df <= 0 or candidate == term or candidate[:1] != term[:1] or len(candidate) < MIN_MEANT:
-            continue
-        limit = allowed_edits(term, candidate)
-        if abs(len(candidate) - len(term)) > limit:
-            continue
-        distance = DamerauLevenshtein.distance(term, candidate, score_cutoff=limit)
-        if distance <= limit and (best is None or (distance, -df, candidate) < best):
+        distance = edits(term, candidate) if df > 0 else None
+        if distance is not None and (best is None or (distance, -df, candidate) < best):
             best = (distance, -df, candidate)
     return None if best is None else Correction(term, best[2], best[0], -best[1])
+
+
+def near(term: str, candidate: str) -> bool:
+    """Whether ``term`` may misspell the index term ``candidate`` (:func:`nearest`'s test
+    but for the memories holding it)."""
+    return edits(term, candidate) is not None
+
+
+def edits(term: str, candidate: str) -> int | None:
+    """The edits from ``term`` to ``candidate`` when it may misspell it (another term of at
+    least :data:`MIN_MEANT` letters, starting with the same letter, within
+    :func:`allowed_edits`), else ``None``."""
+    from rapidfuzz.distance import DamerauLevenshtein
+
+    if candidate == term or candidate[:1] != term[:1] or len(candidate) < MIN_MEANT:
+        return None
+    limit = allowed_edits(term, candidate)
+    if abs(len(candidate) - len(term)) > limit:
+        return None
+    distance = DamerauLevenshtein.distance(term, candidate, score_cutoff=limit)
+    return distance if distance <= limit else None
 
 
 def length_range(term: str) -> tuple[int, int]:

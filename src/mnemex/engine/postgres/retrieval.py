@@ -369,10 +369,15 @@ class PostgresEngine:
         return {int(seq): (before, after, (ns, source)) for seq, before, after, ns, source in rows}
 
     def similar_terms(
-        self, first: str, lengths: tuple[int, int], namespace: str | None
+        self,
+        first: str,
+        lengths: tuple[int, int],
+        namespace: str | None,
+        keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]:
-        """The namespace's terms starting with ``first`` of a length within ``lengths``, each
-        with the memories holding it (none searched across every namespace)."""
+        """The namespace's terms starting with ``first`` of a length within ``lengths`` that
+        ``keep`` keeps, each with the memories holding it (none searched across every
+        namespace)."""
         if namespace is None:
             return []
         rows = self.conn.execute(
@@ -381,7 +386,7 @@ class PostgresEngine:
             "HAVING sum(docs) > 0",
             (namespace, first, first + "\U0010ffff", *lengths),
         ).fetchall()
-        return [(str(t), int(d)) for t, d in rows]
+        return [(str(t), int(d)) for t, d in rows if keep(str(t))]
 
     def surface_of(self, term: str, namespace: str | None) -> str | None:
         """How a memory of the namespace writes the index term ``term``."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mnemex.index.query import (
@@ -639,21 +639,28 @@ def _bm25(
 
 
 def similar_terms(
-    lexicon: Lexicon, first: str, lengths: tuple[int, int], namespace: str | None
+    lexicon: Lexicon,
+    first: str,
+    lengths: tuple[int, int],
+    namespace: str | None,
+    keep: Callable[[str], bool],
 ) -> list[tuple[str, int]]:
-    """The index terms starting with ``first`` whose length is within ``lengths``, each with
-    the rows of ``namespace`` (``None``: of the index) that hold it; those it holds none of
-    left out."""
+    """The index terms starting with ``first`` whose length is within ``lengths`` and that
+    ``keep`` keeps, each with the rows of ``namespace`` (``None``: of the index) that hold
+    it; those it holds none of left out. A namespace's rows are counted for the terms kept
+    only: a term's rows in a namespace cost a query each (the first letter's terms are
+    thousands at 100,000 memories)."""
     conn = lexicon.conn
     found = conn.execute(
         "SELECT term, doc FROM temp.mnemex_vocab WHERE term >= ? AND term < ? "
         "AND length(term) BETWEEN ? AND ?",
         (first, first + "\U0010ffff", *lengths),
     ).fetchall()
+    kept = [(str(t), int(d)) for t, d in found if keep(str(t))]
     scope = lexicon.scope(namespace)
-    if scope is None or not found:
-        return [(str(t), int(d)) for t, d in found]
-    terms = [Term(str(t), f'"{t}"', phrase=False, stop=False) for t, _ in found]
+    if scope is None or not kept:
+        return kept
+    terms = [Term(t, f'"{t}"', phrase=False, stop=False) for t, _ in kept]
     held = lexicon.postings(terms, scope)
     return [(t.key, len(p)) for t, p in zip(terms, held, strict=True) if len(p)]
 

@@ -9,7 +9,7 @@ enough, else here, on one BLAS thread for a few rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -107,9 +107,13 @@ class Engine:
         return list(self.conn.execute(sql, seqs))
 
     def similar_terms(
-        self, first: str, lengths: tuple[int, int], namespace: str | None
+        self,
+        first: str,
+        lengths: tuple[int, int],
+        namespace: str | None,
+        keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]:
-        return fts.similar_terms(self.lexicon, first, lengths, namespace)
+        return fts.similar_terms(self.lexicon, first, lengths, namespace, keep)
 
     def surface_of(self, term: str, namespace: str | None) -> str | None:
         return fts.surface_of(self.conn, self.lexicon, term, namespace)
