@@ -135,8 +135,9 @@ class Retriever(Protocol):
     def contents(self, seqs: list[int]) -> list[tuple[int, str]]: ...
     def similar_terms(
         self,
-        first: str,
+        term: str,
         lengths: tuple[int, int],
+        edits: int,
         namespace: str | None,
         keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]: ...
@@ -256,7 +257,9 @@ def _correct(
             continue
         key = term.key
         close = functools.partial(spelling.near, key)
-        held = engine.similar_terms(key[:1], spelling.length_range(key), namespace, close)
+        lengths = spelling.length_range(key)
+        edits = spelling.allowed_edits(key, "x" * lengths[1])  # for the longest term read
+        held = engine.similar_terms(key, lengths, edits, namespace, close)
         found = spelling.nearest(key, held)
         surface = None if found is None else engine.surface_of(found.meant, namespace)
         if found is None or not surface:

@@ -232,3 +232,34 @@ def test_a_namespace_another_writer_joins_meanwhile_keeps_the_join(
         for c in found
     }
     assert found and namespaces == {"default"}
+
+
+def test_the_terms_one_edit_away_are_those_the_letter_s_terms_give(filled: Store) -> None:
+    """Read narrowly (the terms sharing two letters, or the first and third, and those of
+    each second letter the index holds), a misspelling's candidates one edit away are the
+    ones the whole first letter's terms give, for every kind of edit at every place."""
+    import functools
+
+    from mnemex.engine.sqlite.fts import similar_terms
+    from mnemex.search.spelling import length_range, near
+
+    filled.add_many(
+        ["retrieval retrial retreat retrieve retirees return rhetoric ratrieval tretrieval"]
+    )
+    lexicon = filled.session.lexicon
+    edited: set[str] = set()
+    for word in ("retriev", "titl", "skinner", "retreat", "vitamin"):  # index terms: stems
+        for i in range(1, len(word) + 1):
+            for letter in "aeinrstvx":
+                edited.add(word[:i] + letter + word[i:])  # a letter added
+                edited.add(word[:i] + letter + word[i + 1 :])  # changed
+            edited.add(word[:i] + word[i + 1 :])  # dropped
+            edited.add(word[: i - 1] + word[i : i + 1] + word[i - 1] + word[i + 1 :])  # swapped
+    checked = 0
+    for term in sorted(w for w in edited if 3 <= len(w) <= 9):
+        keep = functools.partial(near, term)
+        whole = similar_terms(lexicon, term, length_range(term), 2, None, keep)
+        narrow = similar_terms(lexicon, term, length_range(term), 1, None, keep)
+        assert sorted(narrow) == sorted(whole), term
+        checked += bool(whole)
+    assert checked > 50

@@ -370,14 +370,17 @@ class PostgresEngine:
 
     def similar_terms(
         self,
-        first: str,
+        term: str,
         lengths: tuple[int, int],
+        edits: int,
         namespace: str | None,
         keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]:
-        """The namespace's terms starting with ``first`` of a length within ``lengths`` that
-        ``keep`` keeps, each with the memories holding it (none searched across every
-        namespace)."""
+        """The namespace's terms starting with ``term``'s letter of a length within
+        ``lengths`` that ``keep`` keeps, each with the memories holding it (none searched
+        across every namespace). The letter's terms are read from ``term_stats``'s
+        B-tree, no postings: ``edits`` does not narrow them."""
+        first = term[:1]
         if namespace is None:
             return []
         rows = self.conn.execute(

@@ -640,29 +640,102 @@ def _bm25(
 
 def similar_terms(
     lexicon: Lexicon,
-    first: str,
+    term: str,
     lengths: tuple[int, int],
+    edits: int,
     namespace: str | None,
     keep: Callable[[str], bool],
 ) -> list[tuple[str, int]]:
-    """The index terms starting with ``first`` whose length is within ``lengths`` and that
-    ``keep`` keeps, each with the rows of ``namespace`` (``None``: of the index) that hold
-    it; those it holds none of left out. A namespace's rows are counted for the terms kept
-    only: a term's rows in a namespace cost a query each (the first letter's terms are
-    thousands at 100,000 memories)."""
+    """The index terms starting with ``term``'s letter whose length is within ``lengths``
+    and that ``keep`` keeps, each with the rows of ``namespace`` (``None``: of the index)
+    that hold it; those it holds none of left out. ``keep`` keeps terms at most ``edits``
+    edits from ``term``: at one, only the terms one edit can reach are read
+    (:func:`_one_edit_away`).
+
+    Reading a term's document count walks its postings, so the letter's terms cost a
+    store of a million memories about 60 ms; a namespace's rows cost a query a term, so
+    they are counted for the terms kept only."""
     conn = lexicon.conn
-    found = conn.execute(
-        "SELECT term, doc FROM temp.mnemex_vocab WHERE term >= ? AND term < ? "
-        "AND length(term) BETWEEN ? AND ?",
-        (first, first + "\U0010ffff", *lengths),
-    ).fetchall()
-    kept = [(str(t), int(d)) for t, d in found if keep(str(t))]
+    found = _one_edit_away(conn, term, lengths) if edits == 1 else None
+    if found is None:
+        found = _vocabulary(conn, term[:1], lengths)
+    kept = [(t, d) for t, d in found if keep(t)]
     scope = lexicon.scope(namespace)
     if scope is None or not kept:
         return kept
     terms = [Term(t, f'"{t}"', phrase=False, stop=False) for t, _ in kept]
     held = lexicon.postings(terms, scope)
     return [(t.key, len(p)) for t, p in zip(terms, held, strict=True) if len(p)]
+
+
+MAX_SECOND_LETTERS = 64  # past these under one letter, its terms are read whole
+
+
+def _one_edit_away(
+    conn: sqlite3.Connection, term: str, lengths: tuple[int, int]
+) -> list[tuple[str, int]] | None:
+    """The index terms starting with ``term``'s letter that may be one edit (a letter
+    changed, added or dropped, or two swapped) from it, with their document counts:
+    ``None`` when ``term`` is too short or its letter leads too many second letters.
+
+    With the first letter the same, the edit is past it: past the second letter, the
+    term starts as ``term`` does; at the second, it starts with the first and third
+    letters (the second dropped, or swapped with the third), or it is the first letter,
+    any second letter, then ``term`` from its third letter (changed) or its second
+    (added): those are looked up for each second letter the index holds."""
+    if len(term) < 3:
+        return None
+    first = term[0]
+    seconds = _second_letters(conn, first)
+    if seconds is None:
+        return None
+    found: dict[str, int] = {}
+    for prefix in (term[:2], first + term[2]):
+        found.update(_vocabulary(conn, prefix, lengths))
+    probes = {first + x + rest for x in seconds for rest in (term[2:], term[1:])}
+    found.update(_counts(conn, sorted(probes - found.keys())))
+    return list(found.items())
+
+
+def _vocabulary(
+    conn: sqlite3.Connection, prefix: str, lengths: tuple[int, int]
+) -> list[tuple[str, int]]:
+    """The index terms starting with ``prefix`` of a length within ``lengths``, and their
+    document counts."""
+    rows = conn.execute(
+        "SELECT term, doc FROM temp.mnemex_vocab WHERE term >= ? AND term < ? "
+        "AND length(term) BETWEEN ? AND ?",
+        (prefix, prefix + "\U0010ffff", *lengths),
+    ).fetchall()
+    return [(str(t), int(d)) for t, d in rows]
+
+
+def _counts(conn: sqlite3.Connection, terms: Sequence[str]) -> list[tuple[str, int]]:
+    """Those of ``terms`` the index holds, and their document counts."""
+    out: list[tuple[str, int]] = []
+    for start in range(0, len(terms), IN_CHUNK):
+        chunk = terms[start : start + IN_CHUNK]
+        sql = f"SELECT term, doc FROM temp.mnemex_vocab WHERE term IN ({marks(len(chunk))})"
+        out += [(str(t), int(d)) for t, d in conn.execute(sql, chunk)]
+    return out
+
+
+def _second_letters(conn: sqlite3.Connection, first: str) -> list[str] | None:
+    """The letters that follow ``first`` in the index's terms (one term read for each),
+    or ``None`` when there are more than :data:`MAX_SECOND_LETTERS`."""
+    out: list[str] = []
+    after, end = first, first + "\U0010ffff"
+    sql = "SELECT term FROM temp.mnemex_vocab WHERE term > ? AND term < ? LIMIT 1"
+    while (row := conn.execute(sql, (after, end)).fetchone()) is not None:
+        found = str(row[0])
+        if len(found) < 2:
+            after = found
+            continue
+        if len(out) == MAX_SECOND_LETTERS:
+            return None
+        out.append(found[1])
+        after = found[:2] + "\U0010ffff"
+    return out
 
 
 def surface_of(

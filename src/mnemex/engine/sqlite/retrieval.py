@@ -108,12 +108,13 @@ class Engine:
 
     def similar_terms(
         self,
-        first: str,
+        term: str,
         lengths: tuple[int, int],
+        edits: int,
         namespace: str | None,
         keep: Callable[[str], bool],
     ) -> list[tuple[str, int]]:
-        return fts.similar_terms(self.lexicon, first, lengths, namespace, keep)
+        return fts.similar_terms(self.lexicon, term, lengths, edits, namespace, keep)
 
     def surface_of(self, term: str, namespace: str | None) -> str | None:
         return fts.surface_of(self.conn, self.lexicon, term, namespace)
