@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -114,6 +115,23 @@ def test_a_namespace_counts_its_rows_only_for_the_terms_near_the_misspelling(
     assert any("'carolinn' as 'caroline'" in note for note in found.notes)
     counted = [s for s in statements if "bm25(memories_fts, 2.0" in s and "MATCH '\"c" in s]
     assert counted and all("carolin" in s for s in counted), counted
+
+
+def test_a_misspelling_checked_first_leaves_the_next_search_as_it_was(
+    make_store: Callable[..., Store],
+) -> None:
+    """A candidate's rows in a namespace are read by its index term, which FTS5 stems again
+    ("hous" reads the rows of "hou"): they must not stand, in the namespace's cache, for the
+    rows of the word the term is the stem of ("house")."""
+    notes = ["The house insurance renews in May.", "Call the plumber about the house boiler."]
+    first = make_store()
+    first.add_many([*notes, "The car insurance is with another company."], namespace="home")
+    first.add("a note of another project", namespace="work")
+    first.search("who insures the housr?", namespace="home", mode="lexical")
+    after = first.search("house", namespace="home", mode="lexical")
+    fresh = make_store().search("house", namespace="home", mode="lexical")
+    assert [h.id for h in after.hits] == [h.id for h in fresh.hits]
+    assert len(after.hits) == 2
 
 
 SESSIONS = [

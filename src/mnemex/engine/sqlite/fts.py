@@ -259,14 +259,17 @@ class Lexicon:
         bounds. The frequency is recovered from ``bm25()`` under two column
         weightings (the ratio of the two scores fixes ``f / K``, and ``K``
         follows from the row's length and the index's average), so nothing
-        but FTS5 reads the text. Cached per namespace until its text changes.
+        but FTS5 reads the text. Cached per namespace until its text changes, by
+        the expression run: FTS5 stems it again, and a stem is not always its own
+        stem (``"hous"`` reads the rows of ``hou``), so the rows of a term's key
+        queried as such are not those of the word it stems from.
         """
 
         self._setup()
         out: list[Postings] = []
         totals: tuple[int, int] | None = None
         for term in terms:
-            key = (scope.namespace, scope.changes, term.key)
+            key = (scope.namespace, scope.changes, term.match)
             found = self._postings.get(key)
             if found is not None:
                 self._postings.move_to_end(key)
