@@ -155,9 +155,9 @@ def test_surface_of_reads_the_term_rows_first(filled: Store) -> None:
         assert surface_of(conn, session.lexicon, "absent", "default") is None
     finally:
         conn.set_trace_callback(None)
-    sql = next(s for s in statements if "memories_fts MATCH" in s)
+    sql = next(s for s in statements if "mnemex_vocab_i" in s and "LIMIT 1" in s)
     plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
-    assert plan[0].startswith("SCAN memories_fts VIRTUAL TABLE"), plan
+    assert plan[0].startswith("SCAN v VIRTUAL TABLE"), plan
     assert "INTEGER PRIMARY KEY" in plan[1], plan
 
 

@@ -74,6 +74,9 @@ _TEMP_TABLES = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_q_stem_v "
     "USING fts5vocab(temp, mnemex_q_stem, instance)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_vocab USING fts5vocab(main, memories_fts, row)",
+    # An index term's rows, exactly: a MATCH stems its text again ("hous" reads "hou").
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_vocab_i "
+    "USING fts5vocab(main, memories_fts, instance)",
     # Rows to score without a MATCH over the whole index (see bm25_of).
     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.mnemex_score USING fts5("
     f"content, tags, content='', tokenize='{TOKENIZER}')",
@@ -663,12 +666,14 @@ def similar_terms(
     if found is None:
         found = _vocabulary(conn, term[:1], lengths)
     kept = [(t, d) for t, d in found if keep(t)]
-    scope = lexicon.scope(namespace)
-    if scope is None or not kept:
+    if lexicon.scope(namespace) is None or not kept:
         return kept
-    terms = [Term(t, f'"{t}"', phrase=False, stop=False) for t, _ in kept]
-    held = lexicon.postings(terms, scope)
-    return [(t.key, len(p)) for t, p in zip(terms, held, strict=True) if len(p)]
+    sql = (
+        "SELECT count(DISTINCT v.doc) FROM temp.mnemex_vocab_i AS v "
+        "CROSS JOIN memories AS m ON m.seq = v.doc WHERE v.term = ? AND m.namespace = ?"
+    )
+    held = [(t, int(conn.execute(sql, (t, namespace)).fetchone()[0])) for t, _ in kept]
+    return [(t, n) for t, n in held if n]
 
 
 MAX_SECOND_LETTERS = 64  # past these under one letter, its terms are read whole
@@ -746,14 +751,15 @@ def surface_of(
 ) -> str | None:
     """How a memory of ``namespace`` writes the index term ``term`` (its first such word),
     or ``None`` when none holds it."""
+    lexicon._setup()
     where, params = filter_sql(Filters(namespace))
-    # CROSS JOIN: the term's rows first. Left to itself the planner walks the namespace's
-    # memories and probes FTS5 for each (100 ms to 2 s at 100,000 memories, against 0.1 ms).
+    # The term's rows, read exactly (a MATCH would stem the term again), then their
+    # memories: CROSS JOIN, as left to itself the planner walks the namespace's memories
+    # and probes the index for each (100 ms to 2 s at 100,000 memories, against 0.1 ms).
     row = conn.execute(
-        "SELECT m.content FROM memories_fts CROSS JOIN memories AS m "
-        "ON m.seq = memories_fts.rowid "
-        f"WHERE memories_fts MATCH ?{where} LIMIT 1",
-        [f'content: "{term}"', *params],
+        "SELECT m.content FROM temp.mnemex_vocab_i AS v CROSS JOIN memories AS m "
+        f"ON m.seq = v.doc WHERE v.term = ? AND v.col = 'content'{where} LIMIT 1",
+        [term, *params],
     ).fetchone()
     if row is None:
         return None
