@@ -10,6 +10,7 @@ import importlib.resources
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -222,3 +223,62 @@ def test_damaged_or_unwritable_folded_model(tmp_path: Path) -> None:
     blocked.write_text("a file where the folder would go")
     unwritable = LocalEmbedder(optimize=False, saved_cache=blocked / "models")
     assert np.array_equal(embed_checked(unwritable, text), expected)  # runs the file as before
+
+
+def test_a_command_from_a_shell_folds_the_model_for_the_next(tmp_path: Path) -> None:
+    """`mnemex search` loads the model unfolded when the data folder has no folded copy, and
+    leaves the folding to a background process as it exits: the next command finds it."""
+    import subprocess
+    import time
+
+    from mnemex.embed import fold
+    from mnemex.embed.local import FOLDED_STAMP
+    from tests.conftest import python_env
+
+    home = tmp_path / "home"
+    env = {**python_env(), "MNEMEX_HOME": str(home), "MNEMEX_EMBEDDER": "local"}
+    db = str(tmp_path / "m.db")
+    for args in (["add", "Deploys go through Fly.io"], ["search", "where do we deploy?"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemex", "--db", db, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    models = home / "models"
+    deadline = time.monotonic() + 120
+    while not list(models.glob(f"*/{FOLDED_STAMP}")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [stamp] = list(models.glob(f"*/{FOLDED_STAMP}"))
+    assert not stamp.parent.name.endswith("-optimized")
+    unfolded = LocalEmbedder(optimize=False)
+    unfolded.load()
+    assert not fold.needed(unfolded, models)  # the next command loads the folded copy
+    folded = LocalEmbedder(optimize=False, saved_cache=models)
+    assert np.array_equal(folded.embed(["fly.io"]), unfolded.embed(["fly.io"]))
+
+
+def test_a_fold_in_progress_or_done_is_not_started_again(tmp_path: Path) -> None:
+    from mnemex.embed import fold
+    from mnemex.embed.local import FOLDED_STALE_SECONDS, MODEL_NAME
+
+    embedder = LocalEmbedder(optimize=False)
+    models = tmp_path / "models"
+    assert not fold.needed(embedder, models)  # the model was not loaded: nothing to save
+    embedder.load()
+    assert fold.needed(embedder, models)  # no folder yet
+    models.mkdir()
+    (models / f"{MODEL_NAME}-x-ort1-optimized").mkdir()  # the server's copy, not a folded one
+    assert fold.needed(embedder, models)
+    writing = models / f".{MODEL_NAME}-x.123.tmp"
+    writing.mkdir()
+    assert not fold.needed(embedder, models)
+    old = time.time() - FOLDED_STALE_SECONDS - 1
+    os.utime(writing, (old, old))  # abandoned
+    assert fold.needed(embedder, models)
+    (models / f"{MODEL_NAME}-x-ort1").mkdir()
+    assert not fold.needed(embedder, models)
+    assert not fold.needed(LocalEmbedder(optimize=False, saved_cache=models), models)

@@ -157,7 +157,28 @@ def _open_store(settings: Settings, few_queries: bool) -> Store:
     if isinstance(store.embedder, Unavailable):
         store.close()  # indexed with another model: the store's own, as without the option
         return Store(settings)
+    global _unfolded
+    _unfolded = (chosen, settings.home)
     return store
+
+
+# The local model this command loaded without a folded copy, and the data folder to fold
+# it into as the command exits (:func:`finish`).
+_unfolded: tuple[Any, Path] | None = None
+
+
+def finish() -> None:
+    """What a command leaves to run after it, once its answer is out: the local model
+    folded in the background when this command had to run it unfolded
+    (:mod:`mnemex.embed.fold`)."""
+    if _unfolded is None:
+        return
+    from mnemex.embed import FOLDED_FOLDER, fold
+    from mnemex.embed.local import LocalEmbedder
+
+    embedder, home = _unfolded
+    if isinstance(embedder, LocalEmbedder) and fold.needed(embedder, home / FOLDED_FOLDER):
+        fold.later(home)
 
 
 def _no_store(path: Path, *, given: bool) -> None:

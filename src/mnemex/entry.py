@@ -43,7 +43,9 @@ def main() -> None:
             with contextlib.suppress(OSError):  # else the teardown reports it, as before
                 sys.stdout.flush()
                 sys.stderr.flush()
+                cli.finish()
                 os._exit(code or 0)  # the store is closed: skip the teardown, as a hook does
+        cli.finish()
         raise
 
 
