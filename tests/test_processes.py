@@ -361,3 +361,43 @@ def test_a_memory_at_a_raised_size_limit_is_added_in_bounded_memory_with_progres
         [*mnemex_cli, "add", "-"], input=text + "y", env=env, capture_output=True, text=True
     )
     assert too_big.returncode == 1 and "raise max_content_bytes" in too_big.stderr
+
+
+_BLAS = """
+import json
+import numpy
+from threadpoolctl import threadpool_info
+from mnemex.workers import one_blas_thread
+
+def threads():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+before = threads()
+limiter = one_blas_thread()
+during = threads()
+limiter.restore_original_limits()
+print(json.dumps([before, during, threads(), type(limiter).__name__]))
+"""
+
+
+@pytest.mark.parametrize("env_threads", [None, "1", "2"])
+def test_the_vector_arm_limits_blas_to_one_thread(env_threads: str | None) -> None:
+    """One BLAS thread while the vector arm runs: left as it is when OpenBLAS was loaded
+    with one thread already (a hook, a command typed in a shell), limited and restored
+    otherwise."""
+    env = python_env()
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    if env_threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_threads
+    done = subprocess.run(
+        [PYTHON, "-c", _BLAS], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    before, during, after, kind = json.loads(done.stdout)
+    assert before and during == [1] * len(before) and after == before
+    if env_threads == "1":
+        assert kind == "_NoLimit" and before == [1] * len(before)
+    else:  # threadpoolctl's limiter
+        assert kind != "_NoLimit"
+    if env_threads == "2":
+        assert before == [2] * len(before)

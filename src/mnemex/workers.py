@@ -10,6 +10,8 @@ one prompt, would load for nothing.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -143,15 +145,38 @@ def query_pool() -> Workers:
 _blas: Any = None
 
 
+class _NoLimit:
+    """The limiter of a BLAS library that runs one thread already: nothing to restore."""
+
+    def restore_original_limits(self) -> None:
+        pass
+
+
 def one_blas_thread() -> Any:
     """Limit the BLAS library to one thread (threadpoolctl) until the returned
     limiter's ``restore_original_limits()``."""
     global _blas
+    if _one_thread_already():
+        return _NoLimit()
     if _blas is None:
         from threadpoolctl import ThreadpoolController
 
         _blas = ThreadpoolController()
     return _blas.limit(limits=1, user_api="blas")
+
+
+def _one_thread_already() -> bool:
+    """Whether numpy's BLAS runs one thread already: OpenBLAS with ``OPENBLAS_NUM_THREADS=1``
+    (a hook process and a command typed in a shell set it before numpy loads:
+    :func:`mnemex.hooks.run.quiet_blas`). Then threadpoolctl is not needed: its import and
+    its scan of the process's libraries cost such a process about 4 ms."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        return False
+    config = getattr(sys.modules.get("numpy.__config__"), "CONFIG", None)
+    if not isinstance(config, dict):
+        return False
+    blas = config.get("Build Dependencies", {}).get("blas", {})
+    return "openblas" in str(blas.get("name", "")).lower()
 
 
 def wait_quietly(job: Job[Any]) -> None:
