@@ -423,3 +423,48 @@ def test_an_empty_namespace_is_a_usage_error_and_writes_nothing(run, empty: str)
     assert result.exit_code == 2
     assert "is empty: name a namespace" in result.stderr
     assert json.loads(run("stats", "--all-namespaces", "--json").stdout)["memories"] == 1
+
+
+def test_search_prints_the_same_lines_with_and_without_rich(  # type: ignore[no-untyped-def]
+    run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """To a pipe a search prints its lines without rich (not imported: a twentieth of a
+    command's time), the same lines rich printed there: headers with tags, places and
+    namespaces, snippets without their markers, explanations, relations, the summary."""
+    from mnemex import cli as module
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "MEMORY.md").write_text("# Deploys\n\nDeploys [prod] go through Fly.io on Fridays.\n")
+    run("sync", str(notes))
+    run(
+        "add",
+        "Fly.io deploys need the [release] tag, see **notes**",
+        "--tag",
+        "ops",
+        "--tag",
+        "[x]",
+    )
+    run("-n", "other", "add", "Deploys of the other team: Fly.io too")
+    run("relate", "deploys", "go_through", "Fly.io")
+    searches = [
+        ("search", "fly.io deploys"),
+        ("search", "fly.io deploys", "--explain", "--all-namespaces"),
+        ("search", "nothing like it at all"),
+        ("-n", "empty", "search", "deploys"),
+    ]
+    for args in searches:
+        plain = _untimed(run(*args).stdout)
+        with monkeypatch.context() as patched:
+            patched.setattr(module, "plain_output", lambda: False)
+            through_rich = _untimed(run(*args).stdout)
+        assert plain == through_rich and plain.strip(), args
+    assert "Fly.io" in run("search", "fly.io deploys").stdout
+    assert "-[go_through]->" in run("search", "fly.io deploys").stdout
+    assert module.plain_output()  # CliRunner's output is not a terminal
+
+
+def _untimed(text: str) -> str:
+    import re
+
+    return re.sub(r", [0-9.]+ ms$", ", N ms", text, flags=re.MULTILINE)
