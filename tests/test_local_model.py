@@ -282,3 +282,20 @@ def test_a_fold_in_progress_or_done_is_not_started_again(tmp_path: Path) -> None
     (models / f"{MODEL_NAME}-x-ort1").mkdir()
     assert not fold.needed(embedder, models)
     assert not fold.needed(LocalEmbedder(optimize=False, saved_cache=models), models)
+
+
+def test_no_fold_is_started_where_the_data_folder_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data folder this user cannot write (root writes anywhere, so access is refused here
+    by the check itself): the process would only fail, after every command."""
+    from mnemex.embed import fold
+
+    embedder = LocalEmbedder(optimize=False)
+    embedder.load()
+    models = tmp_path / "home" / "models"
+    assert fold.needed(embedder, models)
+    monkeypatch.setattr(fold.os, "access", lambda path, mode: False)
+    assert not fold.needed(embedder, models)
+    models.mkdir(parents=True)
+    assert not fold.needed(embedder, models)

@@ -25,15 +25,15 @@ if TYPE_CHECKING:
 
 
 def needed(embedder: LocalEmbedder, folder: Path) -> bool:
-    """Whether ``embedder`` ran the model unfolded and no folded copy is in ``folder`` or
+    """Whether ``embedder`` ran the model unfolded, no folded copy is in ``folder`` or
     being written there (by another process, for less than the time after which such a
-    folder counts as abandoned)."""
+    folder counts as abandoned), and ``folder`` can be written (or made)."""
     if embedder.session is None or embedder.saved_cache is not None or embedder.optimize:
         return False
     try:
         names = os.listdir(folder)
-    except OSError:
-        return True
+    except OSError:  # none yet: made where it can be written
+        return os.access(_existing(folder), os.W_OK)
     for name in names:
         if name.startswith(f"{MODEL_NAME}-") and not name.endswith("-optimized"):
             return False
@@ -41,7 +41,15 @@ def needed(embedder: LocalEmbedder, folder: Path) -> bool:
             with contextlib.suppress(OSError):
                 if time.time() - (folder / name).stat().st_mtime < FOLDED_STALE_SECONDS:
                     return False
-    return True
+    return os.access(folder, os.W_OK)
+
+
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest folder that exists."""
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return folder
+    return path
 
 
 def later(home: Path) -> None:
