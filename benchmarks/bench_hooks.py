@@ -378,7 +378,10 @@ def one_run(
     payload = prompt_event(tmp, project, prompt)
     samples["pass"].append(timed([sys.executable, "-c", "pass"], env)[0])
     answers = {}
-    for mode, env in state["modes"]:
+    # Every other run in the reverse order: no process always follows the same one (the
+    # first followed the servers, still writing their injection logs).
+    modes = state["modes"] if i % 2 == 0 else state["modes"][::-1]
+    for mode, env in modes:
         elapsed, out = timed(hook, env, payload)
         samples[mode].append(elapsed)
         answers[mode] = out.strip()
@@ -580,7 +583,8 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
         f"`mnemex hook` in a new process, as the agent runs it (stdin JSON in, stdout out), on a "
         f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
-        "questions), each run starting the processes below one after the other, then "
+        "questions), each run starting the processes below one after the other (in the reverse order every "
+        "other run), then "
         "POSTing the prompt event to running `mnemex serve` (one lexical, one hybrid, and the "
         "same two of the commit before when there is one; started and warmed up before the "
         "runs, the commit before's POSTed first every other run); wall time of the whole "
