@@ -65,6 +65,7 @@ def test_huge_content_default_limit(store: Store) -> None:
         ("created_at", "last tuesday-ish", "not a time"),
         ("id", "", "not valid"),
         ("namespace", "", "not valid"),
+        ("namespace", " * ", "names every namespace"),
     ],
 )
 def test_bad_fields(store: Store, field: str, value: object, message: str) -> None:
@@ -150,3 +151,20 @@ def test_bad_filters(store: Store) -> None:
         store.search("x", limit=10_000)
     with pytest.raises(InvalidInput, match="limit"):
         store.timeline(limit=0)
+
+
+def test_the_all_namespaces_label_is_no_namespace(store: Store) -> None:
+    """``*`` is how results and stats name every namespace (and ``ns=*`` in the web
+    inspector): reading it as one namespace would find nothing, silently."""
+    import mnemex
+
+    store.add("the deploy goes through Fly.io", namespace="ops")
+    for call in (
+        lambda: store.search("deploy", namespace="*"),
+        lambda: store.timeline(namespace="*"),
+        lambda: store.stats(namespace="*"),
+    ):
+        with pytest.raises(InvalidInput, match=r"mnemex\.ALL"):
+            call()
+    found = store.search("deploy", namespace=mnemex.ALL)
+    assert found.namespace == "*" and [h.namespace for h in found.hits] == ["ops"]

@@ -215,8 +215,19 @@ def clean_name(value: object, what: str, max_len: int) -> str:
     return text
 
 
+ALL_NAMESPACES_LABEL = "*"  # how results and stats name every namespace: never one's name
+
+
 def clean_namespace(value: object) -> str:
-    return clean_name(value, "namespace", 128)
+    """A namespace name (:func:`clean_name`); ``*`` is refused: it is how mnemex names
+    every namespace (in results, stats and the web inspector)."""
+    name = clean_name(value, "namespace", 128)
+    if name == ALL_NAMESPACES_LABEL:
+        raise InvalidInput(
+            "namespace '*' is reserved: it names every namespace; to read across them use "
+            "--all-namespaces (CLI), namespace=mnemex.ALL (Python) or ns=* (mnemex ui)"
+        )
+    return name
 
 
 MAX_METADATA_DEPTH = 64  # nested objects and arrays; deeper JSON is refused

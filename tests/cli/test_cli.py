@@ -468,3 +468,11 @@ def _untimed(text: str) -> str:
     import re
 
     return re.sub(r", [0-9.]+ ms$", ", N ms", text, flags=re.MULTILINE)
+
+
+def test_the_all_namespaces_label_is_refused_as_a_namespace(run) -> None:  # type: ignore[no-untyped-def]
+    run("-n", "ops", "add", "the deploy goes through Fly.io")
+    for args in (("-n", "*", "search", "deploy"), ("-n", "*", "add", "a memory for all")):
+        done = run(*args, ok=False)
+        assert done.exit_code == 1 and "--all-namespaces" in done.stderr, done.output
+    assert "Fly.io" in run("search", "deploy", "--all-namespaces").stdout
