@@ -177,8 +177,9 @@ def finish() -> None:
     from mnemex.embed.local import LocalEmbedder
 
     embedder, home = _unfolded
-    if isinstance(embedder, LocalEmbedder) and fold.needed(embedder, home / FOLDED_FOLDER):
-        fold.later(home)
+    with contextlib.suppress(OSError):  # best effort: the next command tries again
+        if isinstance(embedder, LocalEmbedder) and fold.needed(embedder, home / FOLDED_FOLDER):
+            fold.later(home)
 
 
 def _no_store(path: Path, *, given: bool) -> None:
@@ -284,7 +285,7 @@ def marked(text: str, start: str, end: str) -> list[tuple[str, bool]]:
 def plain_output() -> bool:
     """Whether standard output takes plain lines (a pipe or a file, and no setting that
     asks rich for colours there): then a search prints them without rich, whose import
-    would cost a command such as an agent runs about a twentieth of its time."""
+    would cost a search such as an agent runs about a tenth of its time."""
     forced = ("FORCE_COLOR", "TTY_INTERACTIVE", "TTY_COMPATIBLE")
     return not sys.stdout.isatty() and not any(os.environ.get(k) for k in forced)
 

@@ -169,7 +169,7 @@ def _one_thread_already() -> bool:
     """Whether numpy's BLAS runs one thread already: OpenBLAS with ``OPENBLAS_NUM_THREADS=1``
     (a hook process and a command typed in a shell set it before numpy loads:
     :func:`mnemex.hooks.run.quiet_blas`). Then threadpoolctl is not needed: its import and
-    its scan of the process's libraries cost such a process about 4 ms."""
+    its scan of the process's libraries cost such a process a few milliseconds."""
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
         return False
     config = getattr(sys.modules.get("numpy.__config__"), "CONFIG", None)

@@ -428,8 +428,8 @@ def test_an_empty_namespace_is_a_usage_error_and_writes_nothing(run, empty: str)
 def test_search_prints_the_same_lines_with_and_without_rich(  # type: ignore[no-untyped-def]
     run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """To a pipe a search prints its lines without rich (not imported: a twentieth of a
-    command's time), the same lines rich printed there: headers with tags, places and
+    """To a pipe a search prints its lines without rich (not imported: a tenth of a
+    search's time), the same lines rich printed there: headers with tags, places and
     namespaces, snippets without their markers, explanations, relations, the summary."""
     from mnemex import cli as module
 
