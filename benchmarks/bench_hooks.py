@@ -7,7 +7,8 @@ the local model's vectors), each run starts, one after the other:
 - ``mnemex hook`` fed a ``UserPromptSubmit`` event, lexical (``MNEMEX_EMBEDDER=none``);
 - the same, hybrid (the local model loads in the process);
 - ``mnemex hook`` fed a ``Stop`` event for a new one-turn session (capture);
-- ``mnemex search PROMPT`` and ``mnemex add TEXT`` typed in the project, hybrid.
+- ``mnemex search PROMPT`` and ``mnemex add TEXT`` typed in the project, hybrid, output piped
+  (as an agent runs them), and ``mnemex search`` drawing its hits on a terminal (a pty).
 
 It prints the medians and their ratio to ``python -c pass``, and the modules
 that take the most import time on the hook's path (``python -X importtime``).
@@ -78,6 +79,39 @@ def timed(
     started = time.perf_counter()
     done = run_checked(command, str(command), input=payload, env=env, cwd=cwd)
     return (time.perf_counter() - started) * 1000, done.stdout
+
+
+def timed_terminal(command: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
+    """:func:`timed` with standard output a terminal (a pseudo-terminal of 120 columns), as
+    when a person types the command."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+
+    def drain() -> None:  # the child never waits for the terminal to be read
+        with contextlib.suppress(OSError):  # EIO once the child has exited
+            while os.read(master, 65536):
+                pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.DEVNULL, env=env, cwd=cwd
+    )
+    os.close(slave)
+    code = child.wait()
+    elapsed = (time.perf_counter() - started) * 1000
+    reader.join(timeout=5)
+    os.close(master)
+    if code:
+        sys.exit(f"{command} exited {code} on a terminal")
+    return elapsed
 
 
 def landed(db: Path, session: str, wait: float = 30.0) -> None:
@@ -297,6 +331,10 @@ def typed_commands(samples, modes, prompt: str, text: str, cwd: Path) -> None:  
                 samples.setdefault(key, []).append(
                     timed([*SCRIPT, command, *args], env, cwd=cwd)[0]
                 )
+            key = mode.replace("hybrid", "cli search, terminal")
+            samples.setdefault(key, []).append(
+                timed_terminal([*SCRIPT, "search", prompt], env, cwd=cwd)
+            )
 
 
 def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
@@ -329,6 +367,8 @@ def table_rows(against: str | None, before: str) -> list[tuple[str, str]]:
     for c in ("search", "add"):
         typed = f"`mnemex {c} ...` typed in the project, hybrid"
         rows += [*old(typed, f"cli {c}"), (typed, f"cli {c}")]
+    typed = "`mnemex search ...` typed in the project, hybrid, its hits drawn on a terminal"
+    rows += [*old(typed, "cli search, terminal"), (typed, "cli search, terminal")]
     return rows
 
 
@@ -436,7 +476,8 @@ def run_prompts(
                 "failure": f"serve lexical and hook lexical answer differently for {prompt!r}:\n"
                 f"{answers['serve lexical'].decode()}\n{answers['lexical'].decode()}"
             }
-        typed_commands(state["samples"], state["modes"], prompt, typed[i], project)
+        modes = state["modes"] if i % 2 == 0 else state["modes"][::-1]  # as in one_run
+        typed_commands(state["samples"], modes, prompt, typed[i], project)
         captures(tmp, project, home, state)
         print(f"  run {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
     load = max(load, os.getloadavg()[0])
