@@ -552,6 +552,25 @@ def test_duplicate_ids(store: Store) -> None:
 
 
 @both_engines
+def test_a_batch_of_several_statements_is_one_write(store: Store) -> None:
+    """PostgreSQL writes a large batch as several pipelined statements: their order, an id
+    taken in the last, and all or nothing."""
+    store.add("stored before the batch", id="old")
+    texts = [f"batch note {n} on the topic of {n % 13} lanterns" for n in range(700)]
+    ids = store.add_many(texts)
+    assert len(set(ids)) == 700
+    assert [m.content for m in store.get(ids).memories] == texts
+    assert store.count() == 701
+    assert store.search("batch note 655 lanterns", limit=1).hits[0].id == ids[655]
+    with pytest.raises(DuplicateId, match="already exists"):
+        store.add_many(
+            [*(f"a later jotting {n}" for n in range(600)), {"content": "x", "id": "old"}]
+        )
+    assert store.count() == 701 and not store.search("jotting").hits
+    assert store.check()["ok"]
+
+
+@both_engines
 def test_stats(store: Store) -> None:
     store.add("a", kind="fact")
     store.add("b", kind="fact")

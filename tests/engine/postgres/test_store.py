@@ -150,6 +150,21 @@ def test_writes_add_many_and_remember_decide_repeats_alike(pg_url: str) -> None:
 
 
 @postgres
+def test_a_repeat_in_a_later_statement_of_a_batch_is_the_first(pg_url: str) -> None:
+    """A batch goes as several pipelined statements of ``PIPELINED`` rows in one
+    transaction: a text repeated in a later one is the memory the earlier one wrote."""
+    from mnemex.engine.postgres.write import PIPELINED
+
+    texts = [f"note {n} on the topic of {n % 13} lanterns" for n in range(3 * PIPELINED)]
+    texts[-1] = texts[1]
+    with mnemex.open(pg_url) as store:
+        ids = store.add_many(texts)
+        assert ids[-1] == ids[1] and len(set(ids)) == len(texts) - 1
+        assert store.count() == len(texts) - 1
+        assert store.check()["ok"]
+
+
+@postgres
 def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -> None:
     with mnemex.open(pg_url, embedder=fake_embedder) as store:
         a = store.add("the invoice renderer embeds every font", kind="fact")
