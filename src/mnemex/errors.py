@@ -77,19 +77,6 @@ class StoreError(MnemexError):
     """The database file cannot be used (corrupt, unreadable, newer schema...)."""
 
 
-class Unsupported(MnemexError):
-    """A feature this store's engine does not offer yet (named in the message with the
-    engine); nothing was changed."""
-
-    def __init__(self, feature: str, engine: str, hint: str | None = None) -> None:
-        self.feature = feature
-        self.engine = engine
-        super().__init__(
-            f"{feature} is not available on the {engine} engine yet; "
-            + (hint or "use a SQLite store (--db PATH) for it")
-        )
-
-
 class MissingExtra(MnemexError, ImportError):
     """An optional dependency is not installed."""
 

@@ -442,20 +442,6 @@ class Decision:
         self.injected, self.own, self.tokens, self.late = injected, own, tokens, late
 
 
-def prompt_context(
-    store: Store,
-    prompt: str,
-    session_id: str | None,
-    namespace: str | None = None,
-    until: float | None = None,
-) -> tuple[str, str]:
-    """The ``## Relevant Memories`` block for a prompt (``""`` when nothing is relevant),
-    and why it was answered lexically (``""``: it was not) when the query was not embedded
-    by ``until`` (``time.monotonic()``; see :func:`handle`)."""
-    decision = prompt_decision(store, prompt, session_id, namespace, until)
-    return decision.block, decision.late
-
-
 def prompt_decision(
     store: Store,
     prompt: str,
