@@ -165,6 +165,26 @@ def test_a_repeat_in_a_later_statement_of_a_batch_is_the_first(pg_url: str) -> N
 
 
 @postgres
+def test_a_batch_is_one_statement_where_libpq_has_no_pipeline(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from mnemex.engine.postgres.write import PIPELINED
+
+    def refused(self: object) -> None:
+        raise psycopg.NotSupportedError("libpq 13: no pipeline mode")
+
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    monkeypatch.setattr(psycopg.Connection, "pipeline", refused)
+    texts = [f"note {n} about {n % 7} kettles" for n in range(2 * PIPELINED + 1)]
+    with mnemex.open(pg_url) as store:
+        ids = store.add_many(texts)
+        assert [m.content for m in store.get(ids).memories] == texts
+        assert store.check()["ok"]
+
+
+@postgres
 def test_hybrid_search_uses_pgvector(pg_url: str, fake_embedder: FakeEmbedder) -> None:
     with mnemex.open(pg_url, embedder=fake_embedder) as store:
         a = store.add("the invoice renderer embeds every font", kind="fact")

@@ -88,9 +88,11 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Sequence[Row]) -> list[Writ
     the row that holds its text."""
     if not rows:
         return []
-    from psycopg import pq
+    from psycopg import Pipeline, pq
 
-    if len(rows) <= PIPELINED or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+    alone = conn.info.transaction_status == pq.TransactionStatus.IDLE
+    # A libpq older than 14 has no pipeline mode: one statement then.
+    if len(rows) <= PIPELINED or alone or not Pipeline.is_supported():
         inserted = dict(_retrying(conn, _INSERT, _columns(rows)))
     else:
         inserted = _pipelined(conn, rows)
