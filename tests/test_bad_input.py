@@ -168,3 +168,13 @@ def test_the_all_namespaces_label_is_no_namespace(store: Store) -> None:
             call()
     found = store.search("deploy", namespace=mnemex.ALL)
     assert found.namespace == "*" and [h.namespace for h in found.hits] == ["ops"]
+
+
+def test_a_store_opens_on_one_namespace(store: Store) -> None:
+    """``mnemex.open(namespace=mnemex.ALL)`` opened a namespace named "mnemex.ALL", which
+    held nothing, and wrote there."""
+    import mnemex
+
+    for value in (mnemex.ALL, 5):
+        with pytest.raises(InvalidInput, match=r"namespace=mnemex\.ALL to search"):
+            mnemex.open(store.settings.db_url or store.settings.db_path, namespace=value)

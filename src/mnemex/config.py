@@ -365,6 +365,13 @@ def config_path(
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _kind(name)
+    if name == "namespace" and not isinstance(value, str):
+        # Not str(value): mnemex.ALL would open a namespace named "mnemex.ALL", silently.
+        raise InvalidInput(
+            f"{source}: namespace must be one namespace's name, got {value!r}; a store "
+            "opens on one namespace (its writes go there): to read across every namespace, "
+            "pass namespace=mnemex.ALL to search, timeline, stats or export"
+        )
     if kind in ("bool", bool):
         if isinstance(value, bool):
             return value
