@@ -1597,7 +1597,8 @@ def eval_options(func: F) -> F:
             embedder=given.pop("embedder"),
             embed_cache=None if no_embed_cache else cache,
         )
-        return func(spec=spec, db=Path(keep_db) if keep_db else None, **given)
+        db = keep_db if config.is_url(keep_db) else Path(keep_db) if keep_db else None
+        return func(spec=spec, db=db, **given)
 
     for option in reversed(
         [
@@ -1622,7 +1623,8 @@ def eval_options(func: F) -> F:
             click.option(
                 "--keep-db",
                 type=click.Path(dir_okay=False),
-                help="Build (or reuse) the store at this path instead of a temporary one.",
+                help="Build (or reuse) the store at this path (or PostgreSQL URL) instead of "
+                "a temporary one.",
             ),
             click.option(
                 "--embed-cache",

@@ -66,6 +66,26 @@ def test_beir_cli_json(beir_dir: Path) -> None:
     assert "lexical_budget=0" in report["lexical"]
 
 
+@pytest.mark.postgres
+def test_beir_cli_keeps_its_store_in_postgres(beir_dir: Path, pg_url: str, tmp_path: Path) -> None:
+    """``--keep-db URL`` builds the store in that database (not a file named like the URL),
+    and a second run reuses it."""
+    import mnemex
+
+    command = [sys.executable, "-m", "mnemex", "eval", "beir", str(beir_dir), "--json"]
+    command += ["--keep-db", pg_url, "--mode", "lexical"]
+    env = {**python_env(), "MNEMEX_HOME": str(tmp_path / "home"), "MNEMEX_EMBEDDER": "none"}
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["memories"] == 36
+        assert report["metrics"]["nDCG@10"] == pytest.approx(1.0)
+    assert not list(tmp_path.glob("postgres*"))
+    with mnemex.open(pg_url) as store:
+        assert store.count(namespace=mnemex.ALL) == 36
+
+
 def test_unanswered_queries_count_as_zero() -> None:
     qrels = {"a": {"x": 1}, "b": {"y": 1}}
     scores = per_query(qrels, {"a": ranked_run(["x"])}, ["nDCG@10", "R@10"])

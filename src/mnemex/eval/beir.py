@@ -29,7 +29,7 @@ def run_beir(
     depth: int = 100,
     max_queries: int | None = None,
     spec: Spec | None = None,
-    db: Path | None = None,
+    db: Path | str | None = None,
     progress: bool = True,
     others: Sequence[Path] = (),
 ) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def run_locomo(
     foreign: bool = True,
     depth: int = 100,
     spec: Spec | None = None,
-    db: Path | None = None,
+    db: Path | str | None = None,
     progress: bool = True,
     separate: bool = False,
     embedder: Embedder | None = None,

@@ -88,7 +88,7 @@ def run_paraphrase(
     file: Path | None = None,
     *,
     spec: Spec | None = None,
-    db: Path | None = None,
+    db: Path | str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """The evaluation of the set at ``file`` (default: the bundled one)."""

@@ -93,9 +93,9 @@ class Spec:
 
 @contextlib.contextmanager
 def eval_store(
-    db: Path | None, spec: Spec, *, embedder: Embedder | None = None, **settings: Any
+    db: Path | str | None, spec: Spec, *, embedder: Embedder | None = None, **settings: Any
 ) -> Iterator[Store]:
-    """The store at ``db``, or a temporary one deleted afterwards, searching as
+    """The store at ``db`` (a file or a PostgreSQL URL), or a temporary one deleted afterwards, searching as
     :data:`DETERMINISTIC` says; ``embedder``: this one rather than the spec's by name."""
     given = {**DETERMINISTIC, **spec.settings(), **settings}
     overrides = {k: v for k, v in given.items() if v is not None}
