@@ -52,6 +52,30 @@ def test_import_goes_to_the_current_namespace_by_default(make_store) -> None:  #
 
 
 @both_engines
+def test_a_line_of_the_reserved_namespace_says_how_to_import_it(store: Store) -> None:
+    """A store written before '*' was reserved exports lines in it: kept, they are refused
+    with the way to import them; not kept, they land in the store's namespace."""
+    lines = [
+        json.dumps({"content": "written under the old rules", "namespace": "*"}),
+        json.dumps(
+            {
+                "type": "relation",
+                "subject": "a",
+                "predicate": "b",
+                "object": "c",
+                "namespace": " * ",
+            }
+        ),
+        json.dumps({"content": "an ordinary line", "namespace": "ops"}),
+    ]
+    report = import_jsonl(store, lines, keep_namespaces=True)
+    assert report.imported == 1 and [e.line for e in report.errors] == [1, 2]
+    assert all("without --keep-namespaces" in e.message for e in report.errors)
+    assert import_jsonl(store, lines[:1]).imported == 1
+    assert store.count() == 1 and store.count(namespace="ops") == 1
+
+
+@both_engines
 def test_bad_lines_are_reported_and_good_ones_kept(store: Store) -> None:
     lines: list[bytes] = [
         b'{"content": "good one"}',

@@ -23,7 +23,7 @@ from mnemex.errors import InvalidInput, MnemexError
 from mnemex.results import ImportReport, LineError
 from mnemex.rows import prepare
 from mnemex.store import Store
-from mnemex.text import clean_namespace, parse_time, utcnow
+from mnemex.text import ALL_NAMESPACES_LABEL, clean_namespace, parse_time, utcnow
 
 Progress = Callable[[int], None]  # called with the number of lines handled since the last call
 IMPORT_BATCH = 2_000
@@ -128,6 +128,14 @@ def _line_row(
     the id is given only when ``new_ids`` gave the memory a new one."""
     kind = item.pop("type", "memory")
     old = item.pop("id", None) if new_ids else None
+    given = item.get("namespace")
+    if keep_namespaces and isinstance(given, str) and given.strip() == ALL_NAMESPACES_LABEL:
+        # A store written before '*' was reserved exports lines in it.
+        raise InvalidInput(
+            f"namespace {ALL_NAMESPACES_LABEL!r} is reserved (it names every namespace) and "
+            "cannot be kept: import the file without --keep-namespaces (keep_namespaces="
+            "False) to put these lines in the namespace you import into (-n NAME)"
+        )
     if kind == "relation":
         return kind, _relation_row(item, ns, keep_namespaces), None
     if kind == "memory":
