@@ -1597,8 +1597,7 @@ def eval_options(func: F) -> F:
             embedder=given.pop("embedder"),
             embed_cache=None if no_embed_cache else cache,
         )
-        db = keep_db if config.is_url(keep_db) else Path(keep_db) if keep_db else None
-        return func(spec=spec, db=db, **given)
+        return func(spec=spec, db=keep_db, **given)  # a file or a PostgreSQL URL
 
     for option in reversed(
         [

@@ -95,8 +95,9 @@ class Spec:
 def eval_store(
     db: Path | str | None, spec: Spec, *, embedder: Embedder | None = None, **settings: Any
 ) -> Iterator[Store]:
-    """The store at ``db`` (a file or a PostgreSQL URL), or a temporary one deleted afterwards, searching as
-    :data:`DETERMINISTIC` says; ``embedder``: this one rather than the spec's by name."""
+    """The store at ``db`` (a file or a PostgreSQL URL), or a temporary one deleted
+    afterwards, searching as :data:`DETERMINISTIC` says; ``embedder``: this one rather
+    than the spec's by name."""
     given = {**DETERMINISTIC, **spec.settings(), **settings}
     overrides = {k: v for k, v in given.items() if v is not None}
     if db is not None:
