@@ -53,7 +53,7 @@ SETTINGS: dict[str, dict[str, str]] = {
         "highlight_end": "Marker after a matched term in a snippet.",
         "query_expansion": "Set aside stop words of seven languages, cut CJK runs into pairs, strip Korean particles.",
         "search_relations": "Relations returned beside the memories of a search (0: none).",
-        "ann": "An HNSW index (faiss, `mnemex[ann]`): `auto` builds one past `ann_threshold` vectors.",
+        "ann": "An HNSW index (faiss, `mnemex[ann]`): `auto` builds one past `ann_threshold` vectors; `off` searches every vector exactly, on PostgreSQL too (where a namespace of more than 50,000 vectors is otherwise searched through pgvector's HNSW index).",
         "ann_threshold": "Vectors of one model past which `auto` builds the HNSW index.",
     },
     "Ranking": {

@@ -135,7 +135,9 @@ class Settings:
     rrf_k: int = RRF_K
     vector_weight: float = VECTOR_WEIGHT
     text_weight: float = TEXT_WEIGHT
-    ann: str = "auto"  # auto: an HNSW index past ann_threshold vectors (needs mnemex[ann])
+    # auto: an HNSW index past ann_threshold vectors (needs mnemex[ann]); off: every search
+    # exact, on PostgreSQL too (else pgvector's index past its EXACT_MAX vectors)
+    ann: str = "auto"
     # From 100,000 vectors a search through the graph is faster than through the 8-bit codes
     # (7.4 against 9.7 ms hybrid), at recall 1.0; a new process loads it while the query is
     # embedded (benchmarks/RESULTS.md, "HNSW from 100,000 vectors").

@@ -224,9 +224,9 @@ def test_the_vector_arm_runs_beside_the_lexical_arm_in_the_search_snapshot(
         seen: list[object] = []
         original = retrieval._beside
 
-        def counted(conn: object, exported: str, *args: object) -> object:
+        def counted(conn: object, exported: str, *args: object, **kwargs: bool) -> object:
             seen.append(conn)
-            return original(conn, exported, *args)
+            return original(conn, exported, *args, **kwargs)
 
         monkeypatch.setattr(retrieval, "_beside", counted)
 
@@ -312,3 +312,45 @@ def test_cli_reports_an_unreachable_server_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@postgres
+def test_ann_off_compares_every_vector(
+    pg_url: str, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a namespace past ``EXACT_MAX`` vectors is searched through pgvector's
+    HNSW index; with ``ann = "off"`` every search, hybrid or vector, compares every vector
+    (as on SQLite): its hits are the nearest memories (any of those tied)."""
+    import numpy as np
+
+    from mnemex.engine.postgres import vectors
+
+    monkeypatch.setattr(vectors, "EXACT_MAX", 5)
+    efs: list[int | None] = []
+    original = vectors.run_search
+
+    def spied(conn: Any, qvec: Any, query: Any, limit: int, ef: int | None) -> Any:
+        efs.append(ef)
+        return original(conn, qvec, query, limit, ef)
+
+    monkeypatch.setattr(vectors, "run_search", spied)
+    texts = [f"note {n} on topic {n % 7}, the invoice font renderer" for n in range(40)]
+    queries = ["invoice font", "topic 3 renderer", "note 12"]
+    for ann in ("auto", "off"):
+        with mnemex.open(pg_url, embedder=fake_embedder, ann=ann) as store:
+            if ann == "auto":
+                store.add_many(texts)
+            efs.clear()
+            for q in queries:
+                store.search(q, mode="hybrid", limit=5)
+                hits = store.search(q, mode="vector", limit=5).hits
+                if ann == "off":
+                    vecs = fake_embedder.embed([q, *texts])
+                    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+                    cosine = dict(zip(texts, (vecs[1:] @ vecs[0]).tolist(), strict=True))
+                    fifth = sorted(cosine.values(), reverse=True)[4]
+                    assert len(hits) == 5
+                    held = store.get([h.id for h in hits]).memories
+                    assert all(cosine[m.content] >= fifth - 1e-6 for m in held)
+            assert len(efs) == 2 * len(queries)
+            assert all(ef is None for ef in efs) if ann == "off" else None not in efs

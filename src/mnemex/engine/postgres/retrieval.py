@@ -110,13 +110,13 @@ class Beside:
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
 
 
-def _beside(conn: Any, exported: str, *args: Any) -> list[VectorHit]:
+def _beside(conn: Any, exported: str, *args: Any, exact: bool = False) -> list[VectorHit]:
     """:func:`vector` on ``conn`` in the snapshot ``exported`` by another connection."""
     if not _SNAPSHOT_ID.fullmatch(exported):
         raise ValueError(f"not a snapshot id: {exported!r}")
     with snapshot(conn):
         conn.execute(f"SET TRANSACTION SNAPSHOT '{exported}'".encode())
-        return [VectorHit(h.seq, h.cosine) for h in vector(conn, *args)]
+        return [VectorHit(h.seq, h.cosine) for h in vector(conn, *args, exact=exact)]
 
 
 def filter_sql(filters: Filters, alias: str) -> tuple[str, dict[str, Any]]:
@@ -225,6 +225,7 @@ class PostgresEngine:
         stored vectors do not fit the query's)."""
         assert self.embedder is not None
         model, filters = self.embedder.model_id, request.filters
+        exact = self.settings.ann == "off"
         try:
             if filters.narrow:
                 return Found(self._exact(qvec, filters, model, planned.pool))
@@ -235,9 +236,10 @@ class PostgresEngine:
                     other = held.enter_context(self.spare())
                     if other is not None:
                         args = (other, self.exported(), qvec, filters.namespace, model)
-                        job = query_pool().submit(_beside, *args, planned.pool, shape)
+                        job = query_pool().submit(_beside, *args, planned.pool, shape, exact=exact)
                         return Beside(job, held.pop_all())
-            found = vector(self.conn, qvec, filters.namespace, model, planned.pool, shape)
+            here = (self.conn, qvec, filters.namespace, model, planned.pool, shape)
+            found = vector(*here, exact=exact)
         except IndexMismatch as exc:
             notes.append(f"{exc}; answered from the lexical arm")
             return None
@@ -432,7 +434,7 @@ class PostgresEngine:
         if dim is None or dim != int(queries.shape[1]):
             return [-1.0] * len(queries)
         count = self.vector_count(filters)
-        if not filters.narrow and count > EXACT_MAX:
+        if not filters.narrow and count > EXACT_MAX and self.settings.ann != "off":
             return [
                 hits[0].cosine
                 if (hits := vector(self.conn, q, filters.namespace, model, 1))

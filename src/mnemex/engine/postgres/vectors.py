@@ -21,6 +21,8 @@ allows (``hnsw.ef_search`` ≤ 1000; it has no iterative scans) to find
 ``limit`` of them. Otherwise the index is searched with ``ef_search`` sized
 to that share, and exactly again if it still returns too few.
 
+With the setting ``ann = "off"`` every search is exact.
+
 ``EF_SEARCH_MIN`` and ``EXACT_MAX`` are chosen by measurement (benchmarks/RESULTS.md,
 History, "PostgreSQL engine beside SQLite").
 """
@@ -249,10 +251,13 @@ def vector(
     model: str,
     limit: int,
     shape: tuple[int | None, int, int] | None = None,
+    *,
+    exact: bool = False,
 ) -> list[VectorHit]:
     """The ``limit`` memories of the namespace (``None``: all) nearest to ``qvec`` by the
     cosine of their best window's vector of ``model``, nearest first (ties by seq).
-    ``shape``: :func:`dim_and_counts`, read in this snapshot (else read here)."""
+    ``shape``: :func:`dim_and_counts`, read in this snapshot (else read here). ``exact``:
+    every vector compared, whatever the counts (the ``ann = "off"`` setting)."""
     dim, wanted, total = shape or dim_and_counts(conn, model, namespace)
     if dim is None or limit <= 0:
         return []
@@ -260,7 +265,7 @@ def vector(
     if not wanted:
         return []
     fetch = limit * WINDOWS_FETCHED
-    while (ef := ef_search(fetch, wanted, total)) is not None:
+    while not exact and (ef := ef_search(fetch, wanted, total)) is not None:
         rows = run_search(conn, qvec, search_sql(namespace, model, dim, exact=False), fetch, ef)
         hits = best_windows(rows, limit)
         if len(hits) >= limit or len(rows) >= wanted:
