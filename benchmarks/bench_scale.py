@@ -278,11 +278,17 @@ def latencies(stores: dict[str, Any], qs: list[str]) -> dict[str, dict[str, Any]
 
 def ann_recall(stores: dict[str, Any], qs: list[str]) -> dict[str, float]:
     """Recall@10 of the SQLite store searched through the HNSW index against the same
-    store searched exactly, per mode: the share of the exact top 10 it returns."""
+    store searched exactly, per mode."""
     exact = next((s for label, s in stores.items() if label.startswith("SQLite, exact")), None)
     approx = next((s for label, s in stores.items() if label.startswith("SQLite, HNSW")), None)
     if exact is None or approx is None:
         return {}
+    return recall(exact, approx, qs)
+
+
+def recall(exact: Any, approx: Any, qs: list[str]) -> dict[str, float]:
+    """Per mode, the share of ``exact``'s top 10 that ``approx`` returns (the same store
+    searched exactly and through its index), a query with no exact hit counting 1."""
     out = {}
     for mode in ("vector", "hybrid"):
         shares = []
@@ -398,6 +404,10 @@ def run_size(size, texts, vectors, qs, model_id, table, root, server, pg_sizes, 
     try:
         measured = latencies(stores, qs)
         results.setdefault("recall", {})[str(size)] = ann_recall(stores, qs)
+        if url is not None:  # pgvector's HNSW index against the same database searched exactly
+            pg = stores[f"PostgreSQL, HNSW (pgvector)|{size}"]
+            with mnemex.open(url, embedder=Precomputed(model_id, table), ann="off") as exact:
+                results.setdefault("pg_recall", {})[str(size)] = recall(exact, pg, qs)
         results.setdefault("codes_same", {})[str(size)] = codes_same(stores, qs)
     finally:
         for store in stores.values():
@@ -425,7 +435,8 @@ def merged(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
             key=lambda kv: (int(kv[0].rsplit("|", 1)[1]), kv[0].startswith("PostgreSQL")),
         )
     )
-    out["recall"] = {**before.get("recall", {}), **now.get("recall", {})}
+    for key in ("recall", "pg_recall"):
+        out[key] = {**before.get(key, {}), **now.get(key, {})}
     out["codes_same"] = {**before.get("codes_same", {}), **now.get("codes_same", {})}
     out["runs"] = before["runs"] + now["runs"]
     for key in ("server", "embed_ms"):  # this run's server and query embedding
@@ -532,19 +543,15 @@ def report(results: dict[str, Any]) -> str:
             f"{cell(modes.get('hybrid'))} | {cell(modes.get('hybrid6'))} | "
             f"{low:.1f}-{high:.1f} |"
         )
-    recall = results.get("recall", {})
-    if recall:
-        lines += [
-            "",
-            "Recall@10 of the HNSW index (faiss, hits rescored exactly) against exact search "
-            "of the same SQLite store, over the same queries:",
-            "",
-            *(
-                f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
-                for size, r in sorted(recall.items(), key=lambda kv: int(kv[0]))
-                if r
-            ),
-        ]
+    for key, what in (
+        ("recall", "the HNSW index (faiss, hits rescored exactly) against exact search of the "
+         "same SQLite store"),
+        ("pg_recall", "pgvector's HNSW index against exact search of the same PostgreSQL "
+         "database (`ann = \"off\"`)"),
+    ):  # fmt: skip
+        if any(results.get(key, {}).values()):
+            lines += ["", f"Recall@10 of {what}, over the same queries:", ""]
+            lines += figures(results[key])
     same = results.get("codes_same", {})
     if any(same.values()):
         lines += [
@@ -553,13 +560,18 @@ def report(results: dict[str, Any]) -> str:
             "against the float32 scan of the same store: the share of queries with the same "
             "top 10, in the same order:",
             "",
-            *(
-                f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
-                for size, r in sorted(same.items(), key=lambda kv: int(kv[0]))
-                if r
-            ),
+            *figures(same),
         ]
     return "\n".join(lines)
+
+
+def figures(by_size: dict[str, dict[str, float]]) -> list[str]:
+    """A line per size: the vector and hybrid figures."""
+    return [
+        f"- {int(size):,} memories: vector {r['vector']:.4f}, hybrid {r['hybrid']:.4f}"
+        for size, r in sorted(by_size.items(), key=lambda kv: int(kv[0]))
+        if r
+    ]
 
 
 if __name__ == "__main__":
