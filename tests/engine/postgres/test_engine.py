@@ -576,6 +576,15 @@ def test_exact_search_for_few_vectors_or_a_small_share_of_them() -> None:
     assert pg_vectors.ef_search(100, 100_000, 400_000) == 800
 
 
+def test_the_index_looks_further_as_its_graph_grows() -> None:
+    """``ef_search`` is at least 200 up to 100,000 vectors, then grows with the graph (its
+    recall at a given ``ef_search`` falls as it grows), never past pgvector's limit."""
+    least = [pg_vectors.least_ef(n) for n in (60_000, 100_000, 300_000, 10**6, 2 * 10**6)]
+    assert least == [200, 200, 387, 797, pg_vectors.EF_SEARCH_MAX]
+    assert pg_vectors.ef_search(20, 10**6, 10**6) == 797  # one namespace of a million
+    assert pg_vectors.ef_search(40, 100_000, 10**6) == 800  # a tenth of them: the share's
+
+
 @postgres
 def test_the_index_answers_only_the_approximate_query_and_counts_follow(conn: Any) -> None:
     written = pg.insert_rows(conn, rows_of([f"vector memory {i}" for i in range(50)]))
