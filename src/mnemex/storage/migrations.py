@@ -286,7 +286,11 @@ def _byte_at(blob: str, offset: int) -> str:
 def _varint(blob: str, offset: str) -> tuple[str, str]:
     """SQL: (value, length in bytes) of the SQLite varint at ``offset``; up to 4 bytes
     (values below 2**28: no memory holds that many tokens)."""
-    b = [_byte(blob, f"{offset} + {i}") for i in range(4)]
+    return _varint_of([_byte(blob, f"{offset} + {i}") for i in range(4)])
+
+
+def _varint_of(b: list[str]) -> tuple[str, str]:
+    """SQL: (value, length in bytes) of the varint whose first four bytes are ``b``."""
     length = f"(CASE WHEN {b[0]} < 128 THEN 1 WHEN {b[1]} < 128 THEN 2 WHEN {b[2]} < 128 THEN 3 ELSE 4 END)"
     v2 = f"({b[0]} & 127) * 128 + {b[1]}"
     v3 = f"(({b[0]} & 127) * 128 + ({b[1]} & 127)) * 128 + {b[2]}"
@@ -318,6 +322,33 @@ _STATS_REMOVE = f"""UPDATE namespace_stats SET docs = docs - 1, changes = change
                 (SELECT {_ROW_TOKENS} FROM memories_fts_docsize AS d WHERE d.id = old.seq), 0)
             WHERE namespace = old.namespace;"""
 
+
+def _fts_triggers(stats_add: str, stats_remove: str) -> tuple[str, ...]:
+    """The three triggers that keep the FTS5 index, the tags and ``namespace_stats`` in
+    step with ``memories``, given the statements that count a row in and out."""
+    return (
+        f"""CREATE TRIGGER memories_after_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
+        INSERT INTO memory_tags (tag, seq) SELECT value, new.seq FROM json_each(new.tags);
+        {stats_add}
+    END""",
+        f"""CREATE TRIGGER memories_after_delete AFTER DELETE ON memories BEGIN
+        {stats_remove}
+        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
+            VALUES ('delete', {_FTS_ROW_OLD});
+        DELETE FROM memory_tags WHERE seq = old.seq;
+    END""",
+        f"""CREATE TRIGGER memories_after_update_text
+        AFTER UPDATE OF content, fts_content, tags, fts_tags, namespace ON memories BEGIN
+        {stats_remove}
+        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
+            VALUES ('delete', {_FTS_ROW_OLD});
+        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
+        {stats_add}
+    END""",
+    )
+
+
 _NAMESPACE_STATS: Final = (
     """CREATE TABLE IF NOT EXISTS namespace_stats (
         namespace TEXT PRIMARY KEY,
@@ -333,25 +364,7 @@ _NAMESPACE_STATS: Final = (
     "DROP TRIGGER IF EXISTS memories_after_insert",
     "DROP TRIGGER IF EXISTS memories_after_delete",
     "DROP TRIGGER IF EXISTS memories_after_update_text",
-    f"""CREATE TRIGGER memories_after_insert AFTER INSERT ON memories BEGIN
-        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
-        INSERT INTO memory_tags (tag, seq) SELECT value, new.seq FROM json_each(new.tags);
-        {_STATS_ADD}
-    END""",
-    f"""CREATE TRIGGER memories_after_delete AFTER DELETE ON memories BEGIN
-        {_STATS_REMOVE}
-        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
-            VALUES ('delete', {_FTS_ROW_OLD});
-        DELETE FROM memory_tags WHERE seq = old.seq;
-    END""",
-    f"""CREATE TRIGGER memories_after_update_text
-        AFTER UPDATE OF content, fts_content, tags, fts_tags, namespace ON memories BEGIN
-        {_STATS_REMOVE}
-        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
-            VALUES ('delete', {_FTS_ROW_OLD});
-        INSERT INTO memories_fts (rowid, content, tags) VALUES ({_FTS_ROW_NEW});
-        {_STATS_ADD}
-    END""",
+    *_fts_triggers(_STATS_ADD, _STATS_REMOVE),
     "DELETE FROM namespace_stats",
     f"""INSERT INTO namespace_stats (namespace, docs, tokens, changes, lo, hi)
         SELECT m.namespace, count(*), COALESCE(sum({_ROW_TOKENS}), 0), 0, min(m.seq), max(m.seq)
