@@ -311,16 +311,25 @@ def row_tokens_sql(blob: str) -> str:
 
 
 _ROW_TOKENS = row_tokens_sql("d.sz")
-_STATS_ADD = f"""INSERT INTO namespace_stats (namespace, docs, tokens, changes, lo, hi)
-            SELECT new.namespace, 1, {_ROW_TOKENS}, 1, new.seq, new.seq
-            FROM memories_fts_docsize AS d WHERE d.id = new.seq
+
+
+def _stats_statements(tokens: str, records: str) -> tuple[str, str]:
+    """The statements that count a row in and out of ``namespace_stats``, its tokens the
+    expression ``tokens`` over ``records AS d`` (keyed by the row's seq)."""
+    add = f"""INSERT INTO namespace_stats (namespace, docs, tokens, changes, lo, hi)
+            SELECT new.namespace, 1, {tokens}, 1, new.seq, new.seq
+            FROM {records} AS d WHERE d.id = new.seq
             ON CONFLICT (namespace) DO UPDATE SET docs = docs + 1,
                 tokens = tokens + excluded.tokens, changes = changes + 1,
                 lo = min(lo, excluded.lo), hi = max(hi, excluded.hi);"""
-_STATS_REMOVE = f"""UPDATE namespace_stats SET docs = docs - 1, changes = changes + 1,
+    remove = f"""UPDATE namespace_stats SET docs = docs - 1, changes = changes + 1,
             tokens = tokens - COALESCE(
-                (SELECT {_ROW_TOKENS} FROM memories_fts_docsize AS d WHERE d.id = old.seq), 0)
+                (SELECT {tokens} FROM {records} AS d WHERE d.id = old.seq), 0)
             WHERE namespace = old.namespace;"""
+    return add, remove
+
+
+_STATS_ADD, _STATS_REMOVE = _stats_statements(_ROW_TOKENS, "memories_fts_docsize")
 
 
 def _fts_triggers(stats_add: str, stats_remove: str) -> tuple[str, ...]:
