@@ -182,3 +182,67 @@ def test_a_store_from_before_the_statistics_is_backfilled(tmp_path: Path) -> Non
         assert got == expected
         reopened.add("after the upgrade", namespace="p", dedup=False)
         assert got["p"][0] + 1 == reopened.count(namespace="p")
+
+
+def test_every_length_of_a_row_record_is_counted(tmp_path: Path) -> None:
+    """Content of 1- to 3-byte token counts beside tags of 1- and 2-byte ones are counted
+    as the FTS5 index counts them, whatever the varints' lengths."""
+    store = mnemex.open(tmp_path / "lengths.db", embedder="none")
+    for content in (1, 100, 200, 17_000):
+        for tags in (0, 1, 5, 64):  # 16 tokens a tag: up to 1,024
+            store.add(
+                "w " * content,
+                tags=[" ".join([f"t{i}"] * 16) for i in range(tags)],
+                namespace=f"c{content}-t{tags}",
+                dedup=False,
+            )
+    conn = store.session.conn
+    stats = {
+        ns: (docs, tokens)
+        for ns, docs, tokens in conn.execute("SELECT namespace, docs, tokens FROM namespace_stats")
+    }
+    assert stats == _stats_from_index(conn)
+    assert stats["c17000-t64"] == (1, 17_000 + 64 * 16)
+    store.close()
+
+
+def test_a_new_connection_parses_a_small_schema(tmp_path: Path) -> None:
+    """Every new process parses the whole schema before its first statement: the row's
+    token count is decoded once, in a view, not in each trigger (80 kB of SQL before)."""
+    with mnemex.open(tmp_path / "small.db", embedder="none") as store:
+        store.add("one memory", dedup=False)
+        size = store.session.conn.execute("SELECT sum(length(sql)) FROM sqlite_master").fetchone()
+    assert size[0] < 20_000
+
+
+def test_a_store_with_the_long_triggers_is_upgraded(tmp_path: Path) -> None:
+    """A store of schema 10 (the decoding in each trigger) gets the view and the short
+    triggers, its statistics still kept by every write."""
+    from mnemex.storage import migrations
+
+    path = tmp_path / "ten.db"
+    with mnemex.open(path, embedder="none") as store:
+        store.add("before the upgrade", namespace="p", dedup=False)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP VIEW memories_fts_tokens")
+    for statement in migrations._fts_triggers(migrations._STATS_ADD, migrations._STATS_REMOVE):
+        name = statement.split()[2]
+        conn.execute(f"DROP TRIGGER {name}")
+        conn.execute(statement)
+    conn.execute("DELETE FROM schema_migrations WHERE version > 10")
+    conn.execute("PRAGMA user_version = 10")
+    conn.commit()
+    assert conn.execute("SELECT sum(length(sql)) FROM sqlite_master").fetchone()[0] > 60_000
+    conn.close()
+    with mnemex.open(path, embedder="none") as store:
+        conn = store.session.conn
+        assert conn.execute("SELECT sum(length(sql)) FROM sqlite_master").fetchone()[0] < 20_000
+        store.add("after the upgrade " * 300, namespace="p", dedup=False)
+        store.forget([m.id for m in store.iter_memories(namespace="p")][:1], namespace="p")
+        got = {
+            ns: (docs, tokens)
+            for ns, docs, tokens in conn.execute(
+                "SELECT namespace, docs, tokens FROM namespace_stats WHERE docs > 0"
+            )
+        }
+        assert got == _stats_from_index(conn)
