@@ -246,3 +246,36 @@ def test_a_store_with_the_long_triggers_is_upgraded(tmp_path: Path) -> None:
             )
         }
         assert got == _stats_from_index(conn)
+
+
+def test_damaged_statistics_are_found_and_recounted(tmp_path: Path) -> None:
+    """Statistics edited by hand are reported by `check` and counted anew by `reindex`;
+    the searches then rank as before the damage."""
+    store = mnemex.open(tmp_path / "damaged.db", embedder="none")
+    rnd = random.Random(11)
+    for _ in range(60):
+        store.add(_text(rnd), namespace=rnd.choice("ab"), dedup=False)
+    query = " ".join(WORDS[:6])
+    before = [(h.id, h.score) for h in store.search(query, namespace="a", mode="lexical").hits]
+    assert store.check()["ok"]
+    conn = store.session.conn
+    conn.execute(
+        "UPDATE namespace_stats SET docs = docs + 3, tokens = tokens + 7 WHERE namespace = 'a'"
+    )
+    conn.execute("DELETE FROM namespace_stats WHERE namespace = 'b'")
+    report = store.check()
+    assert not report["ok"]
+    assert any(
+        "ranking statistics differ" in p and " 2 namespaces" in p for p in report["problems"]
+    )
+    store.reindex()
+    assert store.check()["ok"]
+    kept = {
+        ns: (docs, tokens)
+        for ns, docs, tokens in conn.execute("SELECT namespace, docs, tokens FROM namespace_stats")
+    }
+    assert kept == _stats_from_index(conn)
+    assert [
+        (h.id, h.score) for h in store.search(query, namespace="a", mode="lexical").hits
+    ] == before
+    store.close()

@@ -147,8 +147,9 @@ class Store:
 
         ``force`` re-embeds everything; ``prune`` deletes vectors of other models. The embedder
         configured becomes the store's once its vectors are stored (none configured: the store's
-        own). Returns the report (``None``: no embedder). The index is rebuilt, under the write
-        lock, only when it differs from a rebuild. ``progress(phase, done, total)`` follows
+        own). Returns the report (``None``: no embedder). The index is rebuilt, and the
+        per-namespace ranking statistics counted anew, under the write lock, only when they
+        differ from a rebuild. ``progress(phase, done, total)`` follows
         ``embedding`` (the memories without a vector; every memory with ``force``) and then, with windows, ``re-windowing``
         (every memory with vectors, looked at; those stored with other windows than their
         text's now are embedded anew).
@@ -569,8 +570,9 @@ class Store:
         return memories.count(self.session, ns)
 
     def check(self) -> dict[str, Any]:
-        """Verify the store: SQLite and FTS5 integrity, and that the full-text index holds exactly
-        what a rebuild from the memories table would (no ghost rows).
+        """Verify the store: SQLite and FTS5 integrity, and that the full-text index and the
+        per-namespace ranking statistics hold exactly what a rebuild from the memories table
+        would (no ghost rows).
 
         Reads every row: meant for ``mnemex check`` and tests, not hot paths.
         """

@@ -1,5 +1,6 @@
 """The integrity check of a SQLite store: SQLite's and FTS5's own checks, and proof that
-the full-text and tag indexes hold exactly what a rebuild from the memories table would."""
+the full-text and tag indexes, and the per-namespace ranking statistics, hold exactly what a
+rebuild from the memories table would."""
 
 from __future__ import annotations
 
@@ -30,6 +31,39 @@ _VECTOR_DRIFT = f"""SELECT
             + coalesce(max(window) FILTER (WHERE window >= {SENTENCE_BASE})
                 - {SENTENCE_BASE} + 1, 0)))"""
 
+# Each namespace's rows and tokens as the memories and the index hold them, beside what the
+# triggers keep in ``namespace_stats`` (rows of no namespace left: 0 and 0).
+_STATS_TRUTH = """SELECT m.namespace AS n, count(*) AS d, COALESCE(sum(t.tokens), 0) AS t,
+        min(m.seq) AS lo, max(m.seq) AS hi
+    FROM memories AS m LEFT JOIN memories_fts_tokens AS t ON t.id = m.seq GROUP BY m.namespace"""
+_STATS_KEPT = "SELECT namespace, docs, tokens FROM namespace_stats WHERE docs <> 0 OR tokens <> 0"
+_STATS_DRIFT = f"""SELECT count(DISTINCT n) FROM (
+    SELECT n FROM (SELECT n, d, t FROM ({_STATS_TRUTH}) EXCEPT {_STATS_KEPT})
+    UNION ALL
+    SELECT namespace FROM ({_STATS_KEPT} EXCEPT SELECT n, d, t FROM ({_STATS_TRUTH})))"""
+
+
+def stats_drift(conn: sqlite3.Connection) -> int:
+    """The namespaces whose kept rows or tokens differ from the memories' (0 unless the
+    table was edited by hand or damaged)."""
+    return int(conn.execute(_STATS_DRIFT).fetchone()[0])
+
+
+def recount_stats(conn: sqlite3.Connection) -> None:
+    """Count every namespace's rows and tokens anew (in the caller's write transaction),
+    each change counter moved on: cached term statistics of the old counts are not read."""
+    conn.execute(
+        "UPDATE namespace_stats SET docs = 0, tokens = 0, changes = changes + 1 "
+        "WHERE namespace NOT IN (SELECT namespace FROM memories)"
+    )
+    conn.execute(
+        f"""INSERT INTO namespace_stats (namespace, docs, tokens, changes, lo, hi)
+            SELECT n, d, t, 1, lo, hi FROM ({_STATS_TRUTH}) WHERE true
+            ON CONFLICT (namespace) DO UPDATE SET docs = excluded.docs,
+                tokens = excluded.tokens, changes = changes + 1,
+                lo = excluded.lo, hi = excluded.hi"""
+    )
+
 
 def check(session: Session) -> dict[str, Any]:
     """See :meth:`mnemex.store.Store.check`."""
@@ -47,6 +81,7 @@ def check(session: Session) -> dict[str, Any]:
             with read_transaction(conn):
                 extra, absent, ghost_docs = _index_drift(conn)
                 tag_rows = conn.execute(_TAG_DRIFT).fetchone()[0]
+                stats = stats_drift(conn)
                 rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
                 file_problems = session.workspaces.drift(conn)
                 stale, gaps = conn.execute(_VECTOR_DRIFT).fetchone()
@@ -57,6 +92,10 @@ def check(session: Session) -> dict[str, Any]:
         (absent, "full-text index lacks {} postings of stored memories"),
         (ghost_docs, "full-text index has {} ghost rows"),
         (tag_rows, "tag index differs from memories in {} rows"),
+        (
+            stats,
+            "ranking statistics differ from the memories in {} namespaces: run `mnemex reindex`",
+        ),
     )
     vectors = (
         (stale, "{} vectors belong to no memory's text: run `mnemex reindex --force`"),
@@ -69,11 +108,12 @@ def check(session: Session) -> dict[str, Any]:
 
 
 def index_differs(session: Session) -> bool:
-    """Whether the full-text index differs from a rebuild (or cannot be read)."""
+    """Whether the full-text index, or the statistics kept beside it, differ from a
+    rebuild (or cannot be read)."""
     with session.connection() as conn:
         try:
             with read_transaction(conn):
-                return any(_index_drift(conn))
+                return any(_index_drift(conn)) or stats_drift(conn) > 0
         except sqlite3.DatabaseError as exc:
             logger().warning("full-text index unreadable, rebuilding it: %s", exc)
             return True

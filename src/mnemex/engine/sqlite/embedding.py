@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 from mnemex import embed as embedders
 from mnemex.embed import Embedder
 from mnemex.engine import logger
-from mnemex.engine.check import index_differs
+from mnemex.engine.check import index_differs, recount_stats
 from mnemex.engine.embedding import (
     CATCH_UP_MAX_CHARS,
     DEADLINE_SLICE,
@@ -197,6 +197,7 @@ class Embedding:
         if index_differs(session):
             with session.transaction() as conn:
                 conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('rebuild')")
+                recount_stats(conn)
         if prune and target is not None:
             with session.transaction() as conn:
                 conn.execute("DELETE FROM embeddings WHERE model != ?", (target.model_id,))

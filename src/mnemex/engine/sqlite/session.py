@@ -30,7 +30,7 @@ from mnemex.engine import NamespaceArg, resolve_namespace
 from mnemex.engine.embedding import FROM_SETTINGS
 from mnemex.engine.sqlite import injections, memories, relations
 from mnemex.engine.sqlite.embedding import Embedding
-from mnemex.engine.sqlite.fts import Lexicon
+from mnemex.engine.sqlite.fts import Lexicon, stored_rows
 from mnemex.engine.workspaces import SQLITE
 from mnemex.errors import DuplicateId, InvalidInput
 from mnemex.rows import ROW_COLUMNS
@@ -391,7 +391,7 @@ class SqliteSession:
         and FTS5's own incremental merging is left to do the work.
         """
         conn = self.conn
-        rows = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+        rows = stored_rows(conn)
         row = conn.execute("SELECT value FROM meta WHERE key = 'fts_optimized_rows'").fetchone()
         last = int(row[0]) if row else 0
         if rows < OPTIMIZE_MIN_ROWS or rows > OPTIMIZE_MAX_ROWS or rows < 2 * last:
