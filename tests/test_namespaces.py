@@ -8,15 +8,20 @@ default settings (adaptive fusion, relevance floor), shaped or exact.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
+from mnemex.engine.sqlite import fts
 from mnemex.engine.sqlite.fts import _varints
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
@@ -71,20 +76,64 @@ def _hits(store: Store, query: str, mode: str) -> list[tuple[str, float]]:
     seed=st.integers(0, 10_000),
     others=st.integers(1, 6),
     budget=st.sampled_from([2_000, 15, 0]),
+    plain=st.booleans(),
 )
 def test_a_namespace_ranks_as_it_would_alone(
-    tmp_path: Path, seed: int, others: int, budget: int
+    tmp_path: Path, seed: int, others: int, budget: int, plain: bool
 ) -> None:
-    alone, shared, queries = _build(tmp_path, seed, others, budget)
+    """``plain``: the namespace's postings read and scored in plain floats, as a process
+    that has not imported numpy does (the hybrid mode then scores the lexical arm's
+    tuples with numpy)."""
+    folder = tmp_path / ("plain" if plain else "numpy")  # the fixture outlives an example
+    folder.mkdir(exist_ok=True)
+    alone, shared, queries = _build(folder, seed, others, budget)
+
+    def scoring() -> contextlib.ExitStack:
+        patched = contextlib.ExitStack()
+        if plain:
+            patched.enter_context(mock.patch.object(fts, "_numpy_loaded", lambda: False))
+            patched.enter_context(mock.patch.object(fts, "_plain_left", [10**9]))
+        return patched
+
     try:
         assert alone.count(namespace="x") == shared.count(namespace="x")
         assert shared.count(namespace=mnemex.ALL) > alone.count(namespace="x")
         for query in queries:
             for mode in ("lexical", "vector", "hybrid"):
-                assert _hits(shared, query, mode) == _hits(alone, query, mode), (query, mode)
+                with scoring():
+                    got = _hits(shared, query, mode)
+                assert got == _hits(alone, query, mode), (query, mode)
     finally:
         alone.close()
         shared.close()
+
+
+def test_a_new_process_searches_one_namespace_without_numpy(tmp_path: Path) -> None:
+    """A lexical search of one namespace among others, in a new process, scores in plain
+    floats: numpy (tens of milliseconds to import) is not loaded, until the process has
+    made ``PLAIN_SEARCHES`` of them."""
+    path = tmp_path / "two.db"
+    with mnemex.open(path, embedder="none") as store:
+        rnd = random.Random(3)
+        for _ in range(200):
+            store.add(_text(rnd), namespace=rnd.choice("ab"), dedup=False)
+    script = (
+        "import sys, mnemex\n"
+        f"s = mnemex.open({str(path)!r}, embedder='none', namespace='a')\n"
+        "hits = s.search('river stone garden', mode='lexical').hits\n"
+        "assert s.session.lexicon.scope('a') is not None\n"
+        "print(len(hits), 'numpy' in sys.modules)\n"
+        f"for _ in range({fts.PLAIN_SEARCHES} - 1): s.search('river stone', mode='lexical')\n"
+        "print('numpy' in sys.modules)\n"
+        "s.search('omega', mode='lexical')\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    count, *loaded = done.stdout.split()
+    assert int(count) > 0
+    assert loaded == ["False", "False", "True"]
 
 
 def test_edits_forgets_and_moves_keep_the_namespace_exact(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -62,6 +63,10 @@ TAGS_WEIGHT = 1.0  # bm25 weight of the tags column (content is 1.0)
 DF_CACHE_DRIFT = 0.02  # drop cached document frequencies when the row count moves by 2 %
 DF_CACHE_SIZE = 100_000  # terms
 POSTINGS_CACHE_ROWS = 2_000_000  # rows of namespace postings kept (about 50 MB)
+# A term's rows in a namespace read into tuples rather than numpy arrays while numpy is not
+# imported (see _plain): a few milliseconds of plain Python at most, against its import.
+PLAIN_POSTINGS = 5_000
+PLAIN_SEARCHES = 16  # then numpy is imported, for a process that searches on
 _BM25 = f"bm25(memories_fts, 1.0, {TAGS_WEIGHT})"
 
 _TEMP_TABLES = (
@@ -305,7 +310,12 @@ def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int,
     doubles ``f`` and leaves ``K = k1·(1 - b + b·D/avgdl)`` as is, so with
     ``q = s_w / s_2w`` (in (1/2, 1)) ``f = K·(2q - 1) / (2 - 2q)``, an
     integer sum of column weights, rounded.
+
+    Tuples rather than arrays while the process has not imported numpy and the term has
+    at most ``PLAIN_POSTINGS`` rows (see :func:`_plain`).
     """
+    if len(rows) <= PLAIN_POSTINGS and not _numpy_loaded():
+        return _plain_postings(rows, totals)
     import numpy as np
 
     if not rows:
@@ -320,6 +330,48 @@ def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int,
     q = np.array(one) / np.array(two)
     freqs = np.rint(k * (2 * q - 1) / np.maximum(2 - 2 * q, 1e-300))
     return Postings(seqs, np.maximum(freqs, 1.0), lengths)
+
+
+def _plain_postings(
+    rows: list[tuple[int, float, float, bytes]], totals: tuple[int, int]
+) -> Postings:
+    """:func:`_postings_of` in plain floats: the same operations in the same order, so
+    the same values to the last bit."""
+    n_rows, n_tokens = totals
+    avgdl = n_tokens / n_rows if n_rows else 1.0
+    seqs, freqs, lengths = [], [], []
+    for seq, one, two, size in rows:
+        length = float(_row_tokens(size))
+        k = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
+        q = one / two
+        seqs.append(int(seq))
+        freqs.append(max(float(round(k * (2 * q - 1) / max(2 - 2 * q, 1e-300))), 1.0))
+        lengths.append(length)
+    return Postings(tuple(seqs), tuple(freqs), tuple(lengths))
+
+
+def _numpy_loaded() -> bool:
+    return "numpy" in sys.modules
+
+
+_plain_left = [PLAIN_SEARCHES]  # plain searches this process may still make
+
+
+def _plain(postings: Sequence[Postings]) -> bool:
+    """Whether a namespace's search scores in plain floats: while the process has not
+    imported numpy, every term's postings are tuples. A new process (a prompt hook, a
+    command) then answers a lexical search of one namespace among others without
+    importing numpy (60 ms of a 170 ms prompt hook); a term with many rows imports it,
+    and so does a process past ``PLAIN_SEARCHES`` such searches (a server: numpy's
+    arithmetic is faster once imported)."""
+    if _numpy_loaded() or not all(isinstance(p.seqs, tuple) for p in postings):
+        return False
+    if _plain_left[0] <= 0:
+        import numpy  # noqa: F401  (the postings read from now on are arrays)
+
+        return False
+    _plain_left[0] -= 1
+    return True
 
 
 def exact_sql(match: str, filters: Filters, limit: int) -> tuple[str, list[object]]:
@@ -438,22 +490,25 @@ def _retrieve_scoped(
     def phrases(indexes: Sequence[int]) -> list[tuple[Term, Postings]]:
         return [(terms[i], postings[i]) for i in indexes]
 
+    allowed, scores, best = (
+        (_plain_allowed, _plain_bm25, _plain_best)
+        if _plain(postings)
+        else (_allowed, _bm25_phrases, _best)
+    )
     if rest_idx:
-        seqs, lengths = _allowed(conn, filters, [postings[i] for i in essential_idx])
+        seqs, lengths = allowed(conn, filters, [postings[i] for i in essential_idx])
         if len(seqs) >= pool:
             doubled = phrases([*essential_idx, *essential_idx, *rest_idx])
-            score = _bm25_phrases(scope, seqs, lengths, doubled) - _bm25_phrases(
-                scope, seqs, lengths, phrases(essential_idx)
-            )
+            score = scores(scope, seqs, lengths, doubled, less=phrases(essential_idx))
             return Retrieval(
-                _best(seqs, score, pool),
+                best(seqs, score, pool),
                 shaped=True,
                 essential=tuple(terms[i].key for i in essential_idx),
             )
-    seqs, lengths = _allowed(conn, filters, postings)
-    score = _bm25_phrases(scope, seqs, lengths, phrases(range(len(terms))))
+    seqs, lengths = allowed(conn, filters, postings)
+    score = scores(scope, seqs, lengths, phrases(range(len(terms))))
     notes = [_FALLBACK] if rest_idx else []
-    return Retrieval(_best(seqs, score, pool), fallback=bool(rest_idx), notes=notes)
+    return Retrieval(best(seqs, score, pool), fallback=bool(rest_idx), notes=notes)
 
 
 def _allowed(
@@ -465,8 +520,9 @@ def _allowed(
 
     if not postings:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    seqs, first = np.unique(np.concatenate([p.seqs for p in postings]), return_index=True)
-    lengths = np.concatenate([p.lengths for p in postings])[first]
+    rows = [np.asarray(p.seqs, dtype=np.int64) for p in postings]  # tuples: see _plain
+    seqs, first = np.unique(np.concatenate(rows), return_index=True)
+    lengths = np.concatenate([np.asarray(p.lengths, dtype=np.float64) for p in postings])[first]
     if filters.narrow and len(seqs):
         where, params = filter_sql(filters)
         sql = f"SELECT seq FROM memories AS m WHERE seq IN (SELECT value FROM json_each(?)){where}"
@@ -483,15 +539,21 @@ def _freqs_in(postings: Postings, seqs: Any) -> Any:
 
     if not len(postings):
         return np.zeros(len(seqs))
-    at = np.minimum(np.searchsorted(postings.seqs, seqs), len(postings) - 1)
-    return np.where(postings.seqs[at] == seqs, postings.freqs[at], 0.0)
+    rows, freqs = np.asarray(postings.seqs), np.asarray(postings.freqs)  # tuples: see _plain
+    at = np.minimum(np.searchsorted(rows, seqs), len(postings) - 1)
+    return np.where(rows[at] == seqs, freqs[at], 0.0)
 
 
 def _bm25_phrases(
-    scope: Scope, seqs: Any, lengths: Any, phrases: Sequence[tuple[Term, Postings]]
+    scope: Scope,
+    seqs: Any,
+    lengths: Any,
+    phrases: Sequence[tuple[Term, Postings]],
+    less: Sequence[tuple[Term, Postings]] = (),
 ) -> Any:
     """FTS5's ``bm25()`` (positive) of each row for these phrases, in FTS5's own order of
-    operations, with the scope's N, average length and document frequencies."""
+    operations, with the scope's N, average length and document frequencies; less that
+    of the phrases ``less``, if any."""
     import numpy as np
 
     length = BM25_K1 * (1 - BM25_B + BM25_B * lengths / scope.avgdl)
@@ -501,7 +563,7 @@ def _bm25_phrases(
         part = idf(len(postings), scope.docs) * ((f * (BM25_K1 + 1.0)) / (f + length))
         for _ in range(term.count):
             score = score + part
-    return score
+    return score - _bm25_phrases(scope, seqs, lengths, less) if less else score
 
 
 def _best(seqs: Any, score: Any, pool: int) -> list[Candidate]:
@@ -510,6 +572,54 @@ def _best(seqs: Any, score: Any, pool: int) -> list[Candidate]:
 
     order = np.lexsort((seqs, -score))[:pool]
     return [Candidate(int(seqs[i]), float(score[i])) for i in order]
+
+
+def _plain_allowed(
+    conn: sqlite3.Connection, filters: Filters, postings: Sequence[Postings]
+) -> tuple[list[int], list[float]]:
+    """:func:`_allowed` of tuple postings."""
+    sizes: dict[int, float] = {}
+    for p in postings:
+        for seq, length in zip(p.seqs, p.lengths, strict=True):
+            sizes.setdefault(seq, length)
+    seqs = sorted(sizes)
+    if filters.narrow and seqs:
+        where, params = filter_sql(filters)
+        sql = f"SELECT seq FROM memories AS m WHERE seq IN (SELECT value FROM json_each(?)){where}"
+        allowed = {r[0] for r in conn.execute(sql, [json.dumps(seqs), *params])}
+        seqs = [seq for seq in seqs if seq in allowed]
+    return seqs, [sizes[seq] for seq in seqs]
+
+
+def _plain_bm25(
+    scope: Scope,
+    seqs: list[int],
+    lengths: list[float],
+    phrases: Sequence[tuple[Term, Postings]],
+    less: Sequence[tuple[Term, Postings]] = (),
+) -> list[float]:
+    """:func:`_bm25_phrases` in plain floats, operation for operation."""
+    length = [BM25_K1 * (1 - BM25_B + BM25_B * n / scope.avgdl) for n in lengths]
+    score = [0.0] * len(seqs)
+    for term, postings in phrases:
+        freq = dict(zip(postings.seqs, postings.freqs, strict=True))
+        weight = idf(len(postings), scope.docs)
+        part = [
+            weight * ((f * (BM25_K1 + 1.0)) / (f + k))
+            for f, k in zip((freq.get(seq, 0.0) for seq in seqs), length, strict=True)
+        ]
+        for _ in range(term.count):
+            score = [a + b for a, b in zip(score, part, strict=True)]
+    if less:
+        alone = _plain_bm25(scope, seqs, lengths, less)
+        return [a - b for a, b in zip(score, alone, strict=True)]
+    return score
+
+
+def _plain_best(seqs: list[int], score: list[float], pool: int) -> list[Candidate]:
+    """:func:`_best` of plain lists."""
+    order = sorted(range(len(seqs)), key=lambda i: (-score[i], seqs[i]))[:pool]
+    return [Candidate(seqs[i], score[i]) for i in order]
 
 
 def bm25_of(
