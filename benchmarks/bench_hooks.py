@@ -1,7 +1,8 @@
 """The agent hook's latency: ``mnemex hook`` in a new process, as Claude Code runs it.
 
 On a store of ``--size`` memories (SciFact sentences and LoCoMo turns, with
-the local model's vectors), each run starts, one after the other:
+the local model's vectors) in the project's namespace, beside a tenth as many in another
+project's, each run starts, one after the other:
 
 - ``python -c pass``: the floor any new Python process pays;
 - ``mnemex hook`` fed a ``UserPromptSubmit`` event, lexical (``MNEMEX_EMBEDDER=none``);
@@ -43,6 +44,7 @@ from tests.hook_fixtures import ClaudeSession
 
 import mnemex
 from common import (
+    add_texts,
     build_sqlite,
     checkout,
     child_env,
@@ -64,13 +66,21 @@ SCRIPT = [sys.executable, "-c", ENTRY]
 
 
 def build(path: Path, namespace: str, texts: list[str]) -> None:
-    """A store of ``texts`` with the local model's vectors, written as `mnemex embed` leaves
-    it: the vectors, and the record of the embedder the store is indexed with."""
+    """A store of ``texts`` in ``namespace``, after a tenth as many of them in another
+    project's (one store, as the hooks share it between projects: a namespace is searched
+    with its own statistics), with the local model's vectors, written as `mnemex embed`
+    leaves it: the vectors, and the record of the embedder the store is indexed with."""
+    import numpy as np
+
     from mnemex.embed.local import LocalEmbedder
 
     vectors, _ = real_embeddings(texts, "bench")
     model_id = LocalEmbedder().model_id
-    build_sqlite(path, texts, vectors, model_id, True, namespace, kind="answer")
+    other = texts[: len(texts) // 10]
+    with mnemex.open(path, embedder=None, namespace=f"{namespace}-other") as store:
+        add_texts(store, other, kind="answer")
+    every = np.concatenate([vectors[: len(other)], vectors])  # by seq: the other's first
+    build_sqlite(path, texts, every, model_id, True, namespace, kind="answer")
 
 
 def timed(
@@ -622,7 +632,9 @@ def section(args: Any, ran: dict[str, Any], prompts: list[str]) -> str:
             f"; load average {ran['load']:.1f}",
         ),
         f"`mnemex hook` in a new process, as the agent runs it (stdin JSON in, stdout out), on a "
-        f"store of {args.size:,} memories with the local model's vectors (SciFact sentences and "
+        f"store of {args.size:,} memories in the project's namespace beside "
+        f"{args.size // 10:,} of another project's (a namespace is searched with its own "
+        "statistics), with the local model's vectors (SciFact sentences and "
         f"LoCoMo turns), {len(prompts)} runs of 5-10-word prompts (SciFact claims, LoCoMo "
         "questions), each run starting the processes below one after the other (in the reverse order every "
         "other run), then "
