@@ -79,6 +79,10 @@ def serve(
         check_bind(host, allow_remote=allow_remote, token=token)
         check_port(host, port)
     Store(settings, embedder=None).close()
+    # A server searches on: numpy's arithmetic, faster than the plain floats in which a
+    # short-lived process scores a namespace's rows, is loaded before the first request.
+    import numpy  # noqa: F401
+
     if not http:
         build_server(settings, embedder=embedder).run("stdio")
         return
