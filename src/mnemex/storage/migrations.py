@@ -460,8 +460,8 @@ _HALF: Final = (
 
 # The token count of a row, decoded once in a view rather than in each trigger: every new
 # connection parses the whole schema before its first statement, and the four copies of
-# the decoding in the triggers made it 80 kB (5-8 ms of every new process's first
-# statement, against under 1 ms for a schema of 7 kB). The bytes of the record are named
+# the decoding in the triggers made it 84 kB (5-8 ms of every new process's first
+# statement, against about 1 ms for the 15 kB it is now). The bytes of the record are named
 # once in the inner query; the view is flattened into the trigger's statement, so a row's
 # count is read through the docsize table's key as before.
 _RECORD_BYTES = 8  # two varints of at most 4 bytes (see ``_varint``)
