@@ -520,8 +520,8 @@ def _allowed(
 
     if not postings:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    rows = [np.asarray(p.seqs, dtype=np.int64) for p in postings]  # tuples: see _plain
-    seqs, first = np.unique(np.concatenate(rows), return_index=True)
+    each = [np.asarray(p.seqs, dtype=np.int64) for p in postings]  # tuples: see _plain
+    seqs, first = np.unique(np.concatenate(each), return_index=True)
     lengths = np.concatenate([np.asarray(p.lengths, dtype=np.float64) for p in postings])[first]
     if filters.narrow and len(seqs):
         where, params = filter_sql(filters)
