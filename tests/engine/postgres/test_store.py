@@ -215,9 +215,11 @@ def test_the_vector_arm_runs_beside_the_lexical_arm_in_the_search_snapshot(
 
     import numpy as np
 
-    from mnemex.engine.postgres import retrieval
+    from mnemex.engine.postgres import retrieval, session
     from mnemex.engine.postgres.vectors import dim_and_counts, vector
 
+    # A spare connection is taken if free within a millisecond; a busy machine can miss it
+    monkeypatch.setattr(session, "SPARE_WAIT", 10.0)
     with mnemex.open(pg_url, embedder=fake_embedder) as store:
         store.add_many([f"note {n} on topic {n % 7}, the invoice font renderer" for n in range(60)])
         queries = ["invoice font", "topic 3 renderer", "note 12", "the renderer of topic 5"]
