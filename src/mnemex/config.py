@@ -12,11 +12,12 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from mnemex.errors import InvalidInput
+from mnemex.records import dataclass
 
 # Named defaults (the seeds' values where the seeds give one).
 DEFAULT_NAMESPACE = "default"

@@ -26,7 +26,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from mnemex.config import is_url, load_settings
 from mnemex.engine import holds_store, place_name
 from mnemex.engine.copy import MemoryRecord, RelationRecord
 from mnemex.errors import IndexMismatch, InvalidInput, StoreError
+from mnemex.records import dataclass
 from mnemex.relations import relation_row
 from mnemex.rows import prepare
 from mnemex.store import Store

@@ -8,10 +8,11 @@ hook) does not pay for creating their classes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
+from mnemex.records import dataclass
 from mnemex.text import json_fields
 
 

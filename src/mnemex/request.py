@@ -9,12 +9,13 @@ them from here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from mnemex.config import SearchOptions, Settings
 from mnemex.index.retrieval import Filters, LexicalPlan
+from mnemex.records import dataclass
 from mnemex.text import parse_time
 
 if TYPE_CHECKING:

@@ -7,10 +7,11 @@ process that only searches (the prompt hook) does not create their classes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from mnemex.records import dataclass
 from mnemex.text import json_fields
 
 if TYPE_CHECKING:

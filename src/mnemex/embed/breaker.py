@@ -18,11 +18,12 @@ import logging
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from mnemex.config import EMBED_COOLDOWN as COOLDOWN
 from mnemex.errors import ProviderDown
+from mnemex.records import dataclass
 
 logger = logging.getLogger("mnemex.embed")
 

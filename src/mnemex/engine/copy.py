@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 from mnemex.engine.workspaces import WorkspaceTables
 from mnemex.errors import StoreError
+from mnemex.records import dataclass
 from mnemex.storage import IN_CHUNK, OPTIMIZE_MAX_ROWS, marks, write_transaction
 from mnemex.storage.blobs import half_blob
 from mnemex.text import batched

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mnemex.index.query import Term, Token, build_terms, content_terms, idf
 from mnemex.index.stopwords import STOPWORDS
+from mnemex.records import dataclass
 from mnemex.text import format_time, tags_columns, utcnow
 
 NEGATIONS = frozenset(

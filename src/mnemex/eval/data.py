@@ -7,12 +7,12 @@ import gzip
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mnemex.errors import InvalidInput
+from mnemex.records import dataclass
 
 
 def _open_jsonl(path: Path) -> Iterator[dict[str, Any]]:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from mnemex.eval.runner import (
     machine,
 )
 from mnemex.progress import progress_bar
+from mnemex.records import dataclass
 from mnemex.store import Store
 
 GRANULARITIES = ("turn", "session", "workspace")

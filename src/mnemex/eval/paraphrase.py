@@ -21,7 +21,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from mnemex.eval.runner import (
     machine,
 )
 from mnemex.progress import progress_bar
+from mnemex.records import dataclass
 from mnemex.store import Store
 
 BUNDLED = Path(__file__).with_name("paraphrase.json")

@@ -8,7 +8,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from mnemex.eval.embed_cache import CachedEmbedder
 from mnemex.eval.metrics import ranked_run
 from mnemex.models import SearchResult
 from mnemex.progress import progress_bar
+from mnemex.records import dataclass
 from mnemex.search.floor import FLOOR_VERSION, floor_for
 from mnemex.store import ALL, Store
 from mnemex.version import __version__

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from mnemex.eval.data import LocomoData, Question, Turn
 from mnemex.eval.runner import Spec
 from mnemex.models import Hit
 from mnemex.progress import progress_bar
+from mnemex.records import dataclass
 from mnemex.search.rank import age_days
 from mnemex.search.recall import HEADER, format_age, render, render_line
 from mnemex.store import Store

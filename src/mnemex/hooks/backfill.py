@@ -12,13 +12,14 @@ counted and skipped; a file that cannot be read is counted and skipped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.hooks import transcript
 from mnemex.hooks.capture import memories, project_namespace
 from mnemex.hooks.transcript import CLAUDE_CODE, CODEX
+from mnemex.records import dataclass
 
 if TYPE_CHECKING:
     from mnemex.store import Store

@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.hooks import ACTIONS, ANSWER, KINDS, PROMPT, transcript
 from mnemex.hooks.project import project_namespace
 from mnemex.hooks.redact import redact
+from mnemex.records import dataclass
 
 __all__ = ["KINDS", "CaptureReport", "capture", "memories", "memory_id", "project_namespace"]
 

@@ -23,13 +23,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.hooks import install as files
 from mnemex.hooks.log import LOG_FILE
 from mnemex.hooks.run import NOTE, USER_PROMPT, server_info
+from mnemex.records import dataclass
 
 if TYPE_CHECKING:
     from mnemex.config import Settings

@@ -22,12 +22,13 @@ import shlex
 import shutil
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from mnemex.errors import InvalidInput
 from mnemex.hooks.transcript import CLAUDE_CODE, CODEX
+from mnemex.records import dataclass
 
 PROMPT_EVENTS = ("SessionStart", "UserPromptSubmit")
 EVENTS = {

@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from mnemex.hooks import AGENTS, CLAUDE_CODE, CODEX
 from mnemex.hooks.injected import INJECTED_TAG, clean_text
+from mnemex.records import dataclass
 
 __all__ = [
     "AGENTS",

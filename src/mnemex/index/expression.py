@@ -23,9 +23,10 @@ first, for FTS5's own messages); anything else raises :class:`InvalidQuery`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mnemex.errors import InvalidQuery
+from mnemex.records import dataclass
 
 COLUMNS = frozenset({"content", "tags"})  # the columns of the FTS5 index (memories_fts)
 

@@ -26,9 +26,10 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mnemex.index.stopwords import KOREAN_PARTICLES
+from mnemex.records import dataclass
 
 MAX_QUERY_TERMS = 48  # longer queries keep their rarest terms
 FTS_OPERATORS = frozenset({"and", "or", "not", "near"})

@@ -8,7 +8,7 @@ The statements that run a plan are each engine's: SQLite's FTS5 in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from mnemex.index.query import (
     or_join,
 )
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
+from mnemex.records import dataclass
 from mnemex.text import clean_label, clean_tags, listed, parse_time
 
 BM25_K1 = 1.2  # FTS5's bm25() constants

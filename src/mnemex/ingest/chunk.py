@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from mnemex.records import dataclass
 
 CHARS_PER_TOKEN = 4  # as mnemex.search.recall.count_chars
 CHUNKER_VERSION = "md-v2"  # stored per workspace: a different chunker re-chunks every file

@@ -16,9 +16,11 @@ import re
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import NamedTuple
+
+from mnemex.records import dataclass
 
 RACY_NS = 2_000_000_000  # a file modified this close before it was read is read again
 MAX_REMEMBERED = 200_000  # paths whose selection is remembered between scans

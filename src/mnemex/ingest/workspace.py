@@ -41,7 +41,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -51,6 +51,7 @@ from mnemex.errors import InvalidInput, MnemexError, StoreLocked
 from mnemex.ingest import files
 from mnemex.ingest.chunk import CHUNKER_VERSION, ENTRY_TITLE, chunk_markdown
 from mnemex.models import Location
+from mnemex.records import dataclass
 from mnemex.results import Appended, FileProblem, SyncReport, WorkspaceStatus
 from mnemex.rows import prepare
 from mnemex.text import (

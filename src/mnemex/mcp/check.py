@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from mnemex.errors import MnemexError
+from mnemex.records import dataclass
 
 CHECK_SECONDS = 60.0  # the server's start (imports, the store, the model) on a loaded machine
 

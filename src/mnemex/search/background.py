@@ -25,12 +25,12 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Hashable, MutableMapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemex.embed import Embedder, embed_checked
+from mnemex.records import dataclass
 
 if TYPE_CHECKING:
     import numpy as np

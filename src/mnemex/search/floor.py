@@ -47,8 +47,9 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass
 from functools import cache
+
+from mnemex.records import dataclass
 
 FLOOR_VERSION = "floor-v6"
 

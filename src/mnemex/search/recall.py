@@ -24,12 +24,12 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.errors import MissingExtra
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Recalled, RecallResult
+from mnemex.records import dataclass
 from mnemex.search.rank import age_days
 
 if TYPE_CHECKING:

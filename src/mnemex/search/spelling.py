@@ -24,7 +24,8 @@ part: the lexical arm's terms are case-folded, and so is the vocabulary.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable
-from dataclasses import dataclass
+
+from mnemex.records import dataclass
 
 MIN_LETTERS = 3  # a written word this short ("jhn") is still read as a longer one it misses
 MIN_MEANT = 4  # a shorter word meant has too many neighbours one edit away ("tim", "tom")

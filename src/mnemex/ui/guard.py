@@ -26,12 +26,13 @@ import hmac
 import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from http.cookies import SimpleCookie
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from mnemex.listen import is_loopback
+from mnemex.records import dataclass
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from mnemex.engine import ALL
+from mnemex.records import dataclass
 from mnemex.ui import present
 
 if TYPE_CHECKING:

@@ -4,12 +4,12 @@ over the public :class:`~mnemex.Store` API."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine import ALL
 from mnemex.errors import InvalidInput, UnknownMemory
+from mnemex.records import dataclass
 from mnemex.ui import present
 
 if TYPE_CHECKING:

@@ -34,7 +34,6 @@ nothing matched).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres.tokens import lexicon, query_key
@@ -50,6 +49,7 @@ from mnemex.index.query import (
 )
 from mnemex.index.retrieval import BM25_B, BM25_K1, Candidate, Retrieval
 from mnemex.index.stopwords import STOPWORDS
+from mnemex.records import dataclass
 
 if TYPE_CHECKING:
     import psycopg

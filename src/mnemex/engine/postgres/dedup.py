@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from mnemex.config import Settings
@@ -41,6 +40,7 @@ from mnemex.engine.postgres.vectors import model_dim, param
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.query import Term, Token, idf
 from mnemex.index.retrieval import BM25_B, BM25_K1
+from mnemex.records import dataclass
 from mnemex.text import parse_stored_time, tags_columns
 
 Conn = Any  # psycopg.Connection

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres import bm25
@@ -38,6 +37,7 @@ from mnemex.engine.postgres.tokens import BATCH, index_key, lexeme, matching, qu
 from mnemex.index.expression import COLUMNS, Expr, Leaf, Piece, parse, strings
 from mnemex.index.query import idf
 from mnemex.index.retrieval import BM25_B, BM25_K1, Candidate, invalid_query
+from mnemex.records import dataclass
 from mnemex.text import tags_columns
 
 if TYPE_CHECKING:

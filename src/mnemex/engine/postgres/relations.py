@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.engine.postgres import bm25
@@ -22,6 +21,7 @@ from mnemex.engine.postgres.tokens import document_lex, lexicon, query_key
 from mnemex.errors import UnknownMemory
 from mnemex.index.query import Term, Token
 from mnemex.index.retrieval import LexicalPlan
+from mnemex.records import dataclass
 from mnemex.text import format_time, parse_stored_time
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
@@ -63,6 +63,7 @@ from mnemex.index.retrieval import (
 )
 from mnemex.index.stopwords import ENGLISH, STOPWORDS
 from mnemex.models import Location
+from mnemex.records import dataclass
 from mnemex.storage import TOKENIZER
 from mnemex.text import format_time, segment, unsegment
 from mnemex.workers import Job, query_pool

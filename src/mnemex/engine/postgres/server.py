@@ -9,11 +9,11 @@ system user that it creates. The server listens on a Unix socket only.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mnemex.errors import MissingExtra
+from mnemex.records import dataclass
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,10 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from mnemex.engine.sqlite.fts import Lexicon
 from mnemex.index.query import Term
+from mnemex.records import dataclass
 from mnemex.storage import TOKENIZER
 from mnemex.text import has_cjk, segment, starts_cjk
 

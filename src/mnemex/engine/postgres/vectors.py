@@ -35,13 +35,13 @@ import hashlib
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mnemex.embed import window_numbers
 from mnemex.errors import IndexMismatch, InvalidInput
+from mnemex.records import dataclass
 
 if TYPE_CHECKING:
     import psycopg

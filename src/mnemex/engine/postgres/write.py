@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mnemex.engine.postgres.tokens import document_lex
 from mnemex.errors import StoreError
+from mnemex.records import dataclass
 from mnemex.text import parse_stored_time, tags_columns
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.config import Settings
@@ -35,6 +34,7 @@ from mnemex.engine.sqlite.fts import Lexicon, bm25_beside, retrieve
 from mnemex.errors import EmbeddingError, IndexMismatch, MissingExtra
 from mnemex.index.retrieval import Filters, LexicalPlan, plan
 from mnemex.index.stopwords import STOPWORDS
+from mnemex.records import dataclass
 from mnemex.rows import ROW_COLUMNS
 from mnemex.storage import marks, read_transaction
 from mnemex.storage.blobs import floats, is_vector

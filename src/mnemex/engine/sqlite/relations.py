@@ -10,11 +10,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex.config import MAX_SEARCH_LIMIT
 from mnemex.errors import UnknownMemory
+from mnemex.records import dataclass
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.connect import read_transaction
 from mnemex.storage.sql import delete_ids

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from mnemex.config import SNIPPET_MAX_CHARS, Settings
@@ -23,6 +23,7 @@ from mnemex.errors import IndexMismatch
 from mnemex.index.retrieval import Filters, LexicalPlan, Retrieval, VectorHit, plan, plan_raw
 from mnemex.index.stopwords import STOPWORDS
 from mnemex.models import Location
+from mnemex.records import dataclass
 from mnemex.request import Neighbours, Plan, Request
 from mnemex.storage import IN_CHUNK, marks, read_transaction
 from mnemex.workers import Job, one_blas_thread, query_pool, wait_quietly
