@@ -443,6 +443,46 @@ def test_vector_snapshot_is_reused_and_kept_in_step(
         assert len(_vector_ids(other, "billing")) == 1
 
 
+def test_vectors_written_since_the_snapshot_are_appended_in_its_mapping(
+    tmp_path: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot's arrays have room for as many rows as a process reads before it
+    writes the snapshot again: a new process appends the vectors written since into the
+    mapping, without a copy of every row; past the room it copies them, as before, and
+    writes a new snapshot."""
+    import mmap
+
+    from mnemex.engine.sqlite import vectors as index
+
+    def mapped(array: np.ndarray) -> bool:
+        while array.base is not None and not isinstance(array.base, mmap.mmap):
+            array = array.base  # type: ignore[assignment]
+        return isinstance(array.base, mmap.mmap)
+
+    monkeypatch.setattr(index, "SNAPSHOT_MIN_ROWS", 4)
+    db = tmp_path / "room.db"
+    docs = [f"{doc} (note {i})" for i in range(2) for doc in DOCS]
+    with mnemex.open(db, embedder=fake_embedder) as first:
+        first.add_many(docs)
+        _vector_ids(first, "billing")  # loads every row from SQLite: writes the snapshot
+    snapshot = index.snapshot_path(db, fake_embedder.model_id)
+    for added, room_left in ((3, True), (2, False)):  # 3 rows since the snapshot, then 5
+        with mnemex.open(db, embedder=fake_embedder) as writer:
+            new = writer.add_many([f"billing webhooks of queue {added}-{i}" for i in range(added)])
+        stamp = snapshot.stat().st_mtime_ns
+        with mnemex.open(db, embedder=fake_embedder) as reader:
+            found = _vector_ids(reader, "billing webhooks of queue", limit=len(docs) + 5)
+            vectors_index = reader.session.vectors(fake_embedder.dim)
+            assert set(new) <= set(found)
+            assert vectors_index.from_snapshot == vectors_index.size
+            assert mapped(vectors_index._matrix) == room_left
+            assert mapped(vectors_index._valid) == room_left
+        assert (snapshot.stat().st_mtime_ns == stamp) == room_left  # written at 4 rows read
+    with mnemex.open(db, embedder=fake_embedder) as last:  # the same answers from SQLite alone
+        snapshot.unlink()
+        assert _vector_ids(last, "billing webhooks of queue", limit=len(docs) + 5) == found
+
+
 @pytest.mark.parametrize("damage", ["foreign", "truncated", "garbage", "ahead"])
 def test_a_stale_or_broken_vector_snapshot_is_never_used(
     tmp_path: Path, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch, damage: str

@@ -86,8 +86,8 @@ def test_snapshot_of_the_old_format_is_rebuilt_not_misread(tmp_path: Path) -> No
         store.search(TAIL, mode="vector")  # loads the index and writes the snapshot
     snapshot = snapshot_path(path, WindowedFake.model_id)
     data = snapshot.read_bytes()
-    assert data.startswith(SNAPSHOT_MAGIC) and SNAPSHOT_MAGIC == b"MNXVEC03"
-    snapshot.write_bytes(b"MNXVEC02" + data[8:])  # as an older mnemex wrote it
+    assert data.startswith(SNAPSHOT_MAGIC) and SNAPSHOT_MAGIC == b"MNXVEC04"
+    snapshot.write_bytes(b"MNXVEC03" + data[8:])  # as an older mnemex wrote it
     with mnemex.open(path, embedder=WindowedFake()) as store:
         hits = store.search(TAIL, mode="vector").hits
         index = store.session.vectors(WindowedFake.dim)

@@ -16,7 +16,10 @@ writer, this process or another:
 A new process need not read every vector out of SQLite: the index is kept in
 a snapshot file beside the store (:func:`snapshot_path`, ``<db>.<model>.vectors``),
 memory-mapped on the first search and brought up to date through the same
-steps (the vectors added since, ``vector_log`` since). A snapshot of another
+steps (the vectors added since, ``vector_log`` since). Its arrays have room for
+:data:`SNAPSHOT_MIN_ROWS` rows more, zeros, so that a process appends what was
+written since the snapshot into the mapping (copy on write: a few pages) instead of
+copying every row into arrays of its own. A snapshot of another
 store (its ``created_at`` differs), one ahead of the store, or one that does
 not add up to the store's count of vectors is never used: the index is then
 read from SQLite as if there were none.
@@ -72,7 +75,8 @@ if TYPE_CHECKING:
     from mnemex.index.retrieval import Filters
 
 _COMPACT_FRACTION = 0.25
-SNAPSHOT_MAGIC = b"MNXVEC03"  # 02: a row per window (``_win``); 03: no floats when large
+SNAPSHOT_MAGIC = b"MNXVEC04"  # 02: a row per window (``_win``); 03: no floats when large;
+# 04: room for SNAPSHOT_MIN_ROWS more rows after each array
 SNAPSHOT_MAX_HEADER = 1 << 26  # bytes (the namespace and kind codes)
 STALE_SECONDS = 600  # a snapshot being written for this long was abandoned
 SNAPSHOT_MIN_ROWS = 1_000  # vectors read from SQLite before the snapshot is written again
@@ -311,6 +315,7 @@ class VectorIndex:
                     return False
                 head = json.loads(stream.read(size))
             n, offset = int(head["n"]), int(head["offset"])
+            rows = n + int(head["room"])
             if (
                 head["model"] != self.model
                 or int(head["dim"]) != self.dim
@@ -330,24 +335,26 @@ class VectorIndex:
             arrays = {}
             if floats:
                 arrays["_matrix"] = np.memmap(
-                    self.snapshot, dtype=np.float32, mode="c", offset=offset, shape=(n, self.dim)
+                    self.snapshot, dtype=np.float32, mode="c", offset=offset, shape=(rows, self.dim)
                 )
-                offset += n * self.dim * 4
+                offset += rows * self.dim * 4
             for name, dtype in _SNAPSHOT_ARRAYS:
                 arrays[name] = np.memmap(
-                    self.snapshot, dtype=dtype, mode="c", offset=offset, shape=(n,)
+                    self.snapshot, dtype=dtype, mode="c", offset=offset, shape=(rows,)
                 )
-                offset += n * np.dtype(dtype).itemsize
+                offset += rows * np.dtype(dtype).itemsize
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        if not self._same_vectors(arrays["_eid"][-1], arrays["_seq"][-1], head["last_vector"]):
+        if not self._same_vectors(
+            arrays["_eid"][n - 1], arrays["_seq"][n - 1], head["last_vector"]
+        ):
             return False
         if not floats:  # zeros never written: no memory until rows are added after them
             arrays["_matrix"] = np.zeros((n, self.dim), dtype=np.float32)
         for name, array in arrays.items():  # plain arrays over the mapping: no memmap per slice
             setattr(self, name, np.asarray(array))
         self._n, self._stored = n, 0 if floats else n
-        self._most_tokens, self._most_sentences = window_spans(self._win)
+        self._most_tokens, self._most_sentences = window_spans(self._win[:n])
         self._ns_codes = {str(k): int(v) for k, v in head["namespaces"].items()}
         self._kind_codes = {str(k): int(v) for k, v in head["kinds"].items()}
         self._last_eid, self._last_log = int(head["last_eid"]), int(head["last_log"])
@@ -441,6 +448,7 @@ class VectorIndex:
             "namespaces": self._ns_codes,
             "kinds": self._kind_codes,
             "floats": floats,
+            "room": SNAPSHOT_MIN_ROWS,
             "last_vector": _digest(last),
         }
         text = json.dumps(head, ensure_ascii=False).encode()
@@ -455,8 +463,10 @@ class VectorIndex:
                 stream.write(SNAPSHOT_MAGIC + len(text).to_bytes(8, "little") + text)
                 if floats:
                     stream.write(self._np.ascontiguousarray(self._matrix[:n]).tobytes())
-                for name, _ in _SNAPSHOT_ARRAYS:
+                    stream.write(bytes(SNAPSHOT_MIN_ROWS * self.dim * 4))
+                for name, dtype in _SNAPSHOT_ARRAYS:
                     stream.write(self._np.ascontiguousarray(getattr(self, name)[:n]).tobytes())
+                    stream.write(bytes(SNAPSHOT_MIN_ROWS * self._np.dtype(dtype).itemsize))
             os.replace(temporary, self.snapshot)
             self._read = 0
         except OSError:
