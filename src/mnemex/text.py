@@ -16,6 +16,7 @@ the original characters.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import math
 import os
@@ -334,9 +335,27 @@ def clean_id(value: object) -> str:
 
 
 def content_hash(text: str) -> str:
-    import hashlib  # here: the read path does not need it
+    return str(hash_function("sha256")(text.encode("utf-8")).hexdigest())
 
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+# CPython's own module of each hash that mnemex computes on a hook's path (3.12 and later,
+# then 3.11): the same digests as hashlib's, without the OpenSSL that ``import hashlib``
+# loads (3-5 ms of a new process: a prompt hook, a capture, ``mnemex add``).
+_OWN_HASHES = {"sha1": ("_sha1",), "sha256": ("_sha2", "_sha256"), "blake2b": ("_blake2",)}
+
+
+@functools.cache
+def hash_function(name: str) -> Any:
+    """hashlib's hash ``name`` (``"sha1"``, ``"sha256"``, ``"blake2b"``), from CPython's own
+    module when the interpreter has it."""
+    for module in _OWN_HASHES.get(name, ()):
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return getattr(hashlib, name)
 
 
 # -- time ---------------------------------------------------------------------

@@ -13,7 +13,6 @@ capture reads only the lines appended since. Every text is redacted
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,6 +22,7 @@ from mnemex.hooks import ACTIONS, ANSWER, KINDS, PROMPT, transcript
 from mnemex.hooks.project import project_namespace
 from mnemex.hooks.redact import redact
 from mnemex.records import dataclass
+from mnemex.text import hash_function
 
 __all__ = ["KINDS", "CaptureReport", "capture", "memories", "memory_id", "project_namespace"]
 
@@ -47,7 +47,7 @@ class CaptureReport:
 
 
 def memory_id(agent: str, anchor: str, kind: str) -> str:
-    digest = hashlib.sha1(f"{agent}\0{anchor}".encode()).hexdigest()[:20]
+    digest = hash_function("sha1")(f"{agent}\0{anchor}".encode()).hexdigest()[:20]
     return f"{agent}-{digest}-{_SUFFIX[kind]}"
 
 

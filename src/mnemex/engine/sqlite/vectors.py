@@ -66,6 +66,7 @@ from mnemex.errors import IndexMismatch
 from mnemex.index.retrieval import VectorHit
 from mnemex.storage import IN_CHUNK, marks
 from mnemex.storage.blobs import floats, is_vector
+from mnemex.text import hash_function
 
 if TYPE_CHECKING:
     import numpy as np
@@ -1069,9 +1070,4 @@ def _scans_codes(n: int) -> bool:
 
 def _digest(vector: bytes) -> str:
     """A vector's fingerprint (the snapshot's newest, checked against the store's)."""
-    try:  # hashlib's own BLAKE2, without hashlib: it loads OpenSSL (5 ms of a new process)
-        from _blake2 import blake2b
-    except ImportError:  # an interpreter without the module
-        from hashlib import blake2b
-
-    return blake2b(vector, digest_size=16).hexdigest()
+    return str(hash_function("blake2b")(vector, digest_size=16).hexdigest())
