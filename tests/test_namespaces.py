@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import mnemex
 from mnemex.engine.sqlite import fts
 from mnemex.engine.sqlite.fts import _varints
+from mnemex.index.retrieval import plan
 from mnemex.store import Store
 from tests.conftest import FakeEmbedder
 
@@ -159,6 +160,66 @@ def test_edits_forgets_and_moves_keep_the_namespace_exact(tmp_path: Path) -> Non
     finally:
         alone.close()
         shared.close()
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 10_000), plain=st.booleans())
+def test_a_namespace_read_again_after_writes_ranks_as_a_fresh_read(
+    tmp_path: Path, seed: int, plain: bool
+) -> None:
+    """A process that searches a namespace, then writes, then searches it again reads only
+    the rows added since (the others are kept), or all of them again after an edit or a
+    forget: either way the same hits, scores and postings as a new connection that reads
+    them all."""
+    rnd = random.Random(seed)
+    path = tmp_path / f"{seed}-{plain}.db"
+    path.unlink(missing_ok=True)
+    store = _open(path, rnd.choice([2_000, 15]))
+    for _ in range(40):
+        store.add(_text(rnd), namespace=rnd.choice("xxy"), dedup=False)
+    queries = [_text(rnd)[:60] for _ in range(4)] + ["river stone", "omega"]
+    patched = contextlib.ExitStack()
+    joined = patched.enter_context(
+        mock.patch.object(fts, "_joined_postings", wraps=fts._joined_postings)
+    )
+    if plain:
+        patched.enter_context(mock.patch.object(fts, "_numpy_loaded", lambda: False))
+        patched.enter_context(mock.patch.object(fts, "_plain_left", [10**9]))
+    try:
+        with patched:
+            for step in range(12):
+                for query in queries:
+                    _hits(store, query, "lexical")  # cached as the namespace is now
+                action = rnd.random()
+                if action < 0.6:  # the common case: rows added
+                    for _ in range(rnd.randint(1, 4)):
+                        store.add(_text(rnd), namespace=rnd.choice("xy"), dedup=False)
+                elif action < 0.8:
+                    mine = [m.id for m in store.iter_memories(namespace="x")]
+                    store.update(rnd.choice(mine), content=_text(rnd), namespace="x")
+                else:
+                    mine = [m.id for m in store.iter_memories(namespace="x")]
+                    store.forget([rnd.choice(mine)], namespace="x")
+                fresh = _open(path, store.settings.lexical_budget)
+                try:
+                    lexicon, scope = store.session.lexicon, store.session.lexicon.scope("x")
+                    assert scope is not None
+                    for query in queries:
+                        assert _hits(store, query, "lexical") == _hits(fresh, query, "lexical")
+                    terms = [t for q in queries for t in plan(lexicon, q).terms]
+                    kept = lexicon.postings(terms, scope)
+                    read = fresh.session.lexicon.postings(terms, scope)
+                    for a, b in zip(kept, read, strict=True):
+                        assert list(a.seqs) == list(b.seqs), step
+                        assert list(a.freqs) == list(b.freqs), step
+                        assert list(a.lengths) == list(b.lengths), step
+                finally:
+                    fresh.close()
+            assert joined.call_count > 0  # rows added to rows kept
+    finally:
+        store.close()
 
 
 def _stats_from_index(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:

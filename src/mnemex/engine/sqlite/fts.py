@@ -143,8 +143,9 @@ class Lexicon:
         self._n_docs: tuple[int, int] | None = None  # (data_version, count)
         self._df: dict[str, int] = {}  # term key -> rows containing it
         self._df_basis = 0  # row count when the cache was started
-        # (namespace, its change counter, term key) -> the term's rows in the namespace
-        self._postings: OrderedDict[tuple[str, int, str], Postings] = OrderedDict()
+        # (namespace, term expression) -> the namespace's statistics when the term's rows
+        # in it were read, and those rows
+        self._postings: OrderedDict[tuple[str, str], tuple[Scope, Postings]] = OrderedDict()
         self._postings_rows = 0
         self._setup()
 
@@ -273,34 +274,100 @@ class Lexicon:
         bounds. The frequency is recovered from ``bm25()`` under two column
         weightings (the ratio of the two scores fixes ``f / K``, and ``K``
         follows from the row's length and the index's average), so nothing
-        but FTS5 reads the text. Cached per namespace until its text changes, by
-        the expression run: FTS5 stems it again, and a stem is not always its own
-        stem (``"hous"`` reads the rows of ``hou``), so the rows of a term's key
-        queried as such are not those of the word it stems from.
+        but FTS5 reads the text. Cached per namespace and expression run: FTS5
+        stems it again, and a stem is not always its own stem (``"hous"`` reads
+        the rows of ``hou``), so the rows of a term's key queried as such are not
+        those of the word it stems from. When the namespace has changed since, by
+        rows added and nothing else (see :meth:`_appended`), only the rows after
+        the cached ones are read; after any other change, all of them again.
         """
 
         self._setup()
         out: list[Postings] = []
         totals: tuple[int, int] | None = None
+        appended: dict[int, bool] = {}  # by the change counter of a cached read
         for term in terms:
-            key = (scope.namespace, scope.changes, term.match)
-            found = self._postings.get(key)
-            if found is not None:
+            key = (scope.namespace, term.match)
+            kept = self._postings.get(key)
+            since: tuple[Scope, Postings] | None = None
+            if kept is not None:
                 self._postings.move_to_end(key)
-                out.append(found)
-                continue
+                if kept[0].changes == scope.changes:
+                    if isinstance(kept[1].seqs, tuple) and _numpy_loaded():
+                        kept = self._postings[key] = (kept[0], _arrays(kept[1]))
+                    out.append(kept[1])
+                    continue
+                then = kept[0]
+                if then.changes not in appended:
+                    appended[then.changes] = self._appended(then, scope)
+                since = kept if appended[then.changes] else None
             if totals is None:
                 totals = _totals(self._conn)
-            params = (term.match, scope.lo, scope.hi, scope.namespace)
-            rows = self._conn.execute(_POSTINGS, params).fetchall()
-            found = _postings_of(rows, totals)
+            lo = scope.lo if since is None else since[0].hi + 1
+            params = (term.match, lo, scope.hi, scope.namespace)
+            found = _postings_of(self._conn.execute(_POSTINGS, params).fetchall(), totals)
+            if since is not None:
+                found = _joined_postings(since[1], found)
+            self._keep(key, scope, found)
             out.append(found)
-            self._postings[key] = found
-            self._postings_rows += len(found) + 1
-            while self._postings_rows > POSTINGS_CACHE_ROWS and len(self._postings) > 1:
-                _, old = self._postings.popitem(last=False)
-                self._postings_rows -= len(old) + 1
         return out
+
+    def _appended(self, then: Scope, now: Scope) -> bool:
+        """Whether the namespace changed from ``then`` to ``now`` only by rows added after
+        ``then.hi``: each added row counts one change and one row, a removed one a change
+        and one row less, an edited one two changes; and the rows past ``then.hi`` are as
+        many as were added (seqs only grow)."""
+        added = now.docs - then.docs
+        if added <= 0 or now.changes - then.changes != added or now.hi <= then.hi:
+            return False
+        sql = (
+            "SELECT count(*) FROM memories INDEXED BY memories_seq_namespace "
+            "WHERE seq > ? AND seq <= ? AND namespace = ?"
+        )
+        return bool(
+            self._conn.execute(sql, (then.hi, now.hi, now.namespace)).fetchone()[0] == added
+        )
+
+    def _keep(self, key: tuple[str, str], scope: Scope, found: Postings) -> None:
+        """Cache a term's rows (read at ``scope``), the oldest dropped past the limit."""
+        old = self._postings.pop(key, None)
+        if old is not None:
+            self._postings_rows -= len(old[1]) + 1
+        self._postings[key] = (scope, found)
+        self._postings_rows += len(found) + 1
+        while self._postings_rows > POSTINGS_CACHE_ROWS and len(self._postings) > 1:
+            _, dropped = self._postings.popitem(last=False)
+            self._postings_rows -= len(dropped[1]) + 1
+
+
+def _joined_postings(first: Postings, then: Postings) -> Postings:
+    """The rows of ``first`` followed by those of ``then`` (all of higher seqs): tuples
+    while the process has not imported numpy, arrays after (the same values either way)."""
+    if isinstance(first.seqs, tuple) and isinstance(then.seqs, tuple) and not _numpy_loaded():
+        return Postings(
+            first.seqs + then.seqs, first.freqs + then.freqs, first.lengths + then.lengths
+        )
+    import numpy as np
+
+    a, b = _arrays(first), _arrays(then)
+    return Postings(
+        np.concatenate([a.seqs, b.seqs]),
+        np.concatenate([a.freqs, b.freqs]),
+        np.concatenate([a.lengths, b.lengths]),
+    )
+
+
+def _arrays(postings: Postings) -> Postings:
+    """Postings read into tuples (see :func:`_plain`) as numpy's arrays."""
+    import numpy as np
+
+    if not isinstance(postings.seqs, tuple):
+        return postings
+    return Postings(
+        np.array(postings.seqs, dtype=np.int64),
+        np.array(postings.freqs, dtype=np.float64),
+        np.array(postings.lengths, dtype=np.float64),
+    )
 
 
 def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int, int]) -> Postings:
