@@ -137,6 +137,35 @@ def test_a_new_process_searches_one_namespace_without_numpy(tmp_path: Path) -> N
     assert loaded == ["False", "False", "True"]
 
 
+def test_a_new_process_reads_a_search_of_few_rows_without_numpy(tmp_path: Path) -> None:
+    """Terms of more rows each than a few thousand, but together fewer than
+    ``PLAIN_POSTINGS``, are read and scored in plain floats; a search of more imports numpy."""
+    path = tmp_path / "many.db"
+    per_term = fts.PLAIN_POSTINGS // 3
+    with mnemex.open(path, embedder="none") as store:
+        store.add_many(
+            [{"content": f"river stone {i}", "namespace": "a"} for i in range(per_term)]
+            + [
+                {"content": f"garden {i}", "namespace": "a"}
+                for i in range(fts.PLAIN_POSTINGS - per_term + 1)
+            ]
+            + [{"content": f"river {i}", "namespace": "b"} for i in range(50)],
+            keep_namespaces=True,
+        )
+    script = (
+        "import sys, mnemex\n"
+        f"s = mnemex.open({str(path)!r}, embedder='none', namespace='a')\n"
+        "assert s.search('river stone', mode='lexical').hits\n"
+        "print('numpy' in sys.modules)\n"
+        "assert s.search('river garden', mode='lexical').hits\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_edits_forgets_and_moves_keep_the_namespace_exact(tmp_path: Path) -> None:
     """After updates, forgets and rows written to other namespaces afterwards, the
     namespace still ranks as a fresh store holding what it now holds."""

@@ -63,9 +63,11 @@ TAGS_WEIGHT = 1.0  # bm25 weight of the tags column (content is 1.0)
 DF_CACHE_DRIFT = 0.02  # drop cached document frequencies when the row count moves by 2 %
 DF_CACHE_SIZE = 100_000  # terms
 POSTINGS_CACHE_ROWS = 2_000_000  # rows of namespace postings kept (about 50 MB)
-# A term's rows in a namespace read into tuples rather than numpy arrays while numpy is not
-# imported (see _plain): a few milliseconds of plain Python at most, against its import.
-PLAIN_POSTINGS = 5_000
+# A search's rows in a namespace read into tuples rather than numpy arrays while numpy is not
+# imported (see _plain), up to this many rows of all its terms together: plain Python costs
+# about 2.4 µs a row more than numpy (reading and scoring a row for five terms), numpy's import
+# about 60 ms (RESULTS.md history, "Plain floats up to 20,000 rows a search").
+PLAIN_POSTINGS = 20_000
 PLAIN_SEARCHES = 16  # then numpy is imported, for a process that searches on
 _BM25 = f"bm25(memories_fts, 1.0, {TAGS_WEIGHT})"
 
@@ -286,6 +288,7 @@ class Lexicon:
         out: list[Postings] = []
         totals: tuple[int, int] | None = None
         appended: dict[int, bool] = {}  # by the change counter of a cached read
+        rows = 0  # of the terms so far: tuples while the search's rows are few (see _plain)
         for term in terms:
             key = (scope.namespace, term.match)
             kept = self._postings.get(key)
@@ -296,6 +299,7 @@ class Lexicon:
                     if isinstance(kept[1].seqs, tuple) and _numpy_loaded():
                         kept = self._postings[key] = (kept[0], _arrays(kept[1]))
                     out.append(kept[1])
+                    rows += len(kept[1])
                     continue
                 then = kept[0]
                 if then.changes not in appended:
@@ -305,9 +309,12 @@ class Lexicon:
                 totals = _totals(self._conn)
             lo = scope.lo if since is None else since[0].hi + 1
             params = (term.match, lo, scope.hi, scope.namespace)
-            found = _postings_of(self._conn.execute(_POSTINGS, params).fetchall(), totals)
+            read = self._conn.execute(_POSTINGS, params).fetchall()
+            held = 0 if since is None else len(since[1])
+            found = _postings_of(read, totals, plain=rows + held + len(read) <= PLAIN_POSTINGS)
             if since is not None:
                 found = _joined_postings(since[1], found)
+            rows += len(found)
             self._keep(key, scope, found)
             out.append(found)
         return out
@@ -370,7 +377,9 @@ def _arrays(postings: Postings) -> Postings:
     )
 
 
-def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int, int]) -> Postings:
+def _postings_of(
+    rows: list[tuple[int, float, float, bytes]], totals: tuple[int, int], *, plain: bool = False
+) -> Postings:
     """Term frequencies from ``bm25()`` of one term under column weights w and 2w.
 
     For one phrase ``bm25 = g·(k1+1)·f / (f + K)``; doubling the weights
@@ -378,10 +387,10 @@ def _postings_of(rows: list[tuple[int, float, float, bytes]], totals: tuple[int,
     ``q = s_w / s_2w`` (in (1/2, 1)) ``f = K·(2q - 1) / (2 - 2q)``, an
     integer sum of column weights, rounded.
 
-    Tuples rather than arrays while the process has not imported numpy and the term has
-    at most ``PLAIN_POSTINGS`` rows (see :func:`_plain`).
+    Tuples rather than arrays when ``plain`` (the search's rows are few: see
+    :data:`PLAIN_POSTINGS`) and the process has not imported numpy (see :func:`_plain`).
     """
-    if len(rows) <= PLAIN_POSTINGS and not _numpy_loaded():
+    if plain and not _numpy_loaded():
         return _plain_postings(rows, totals)
     import numpy as np
 
@@ -428,9 +437,9 @@ def _plain(postings: Sequence[Postings]) -> bool:
     """Whether a namespace's search scores in plain floats: while the process has not
     imported numpy, every term's postings are tuples. A new process (a prompt hook, a
     command) then answers a lexical search of one namespace among others without
-    importing numpy (60 ms of a 170 ms prompt hook); a term with many rows imports it,
-    and so does a process past ``PLAIN_SEARCHES`` such searches (a server: numpy's
-    arithmetic is faster once imported)."""
+    importing numpy (60 ms of a 170 ms prompt hook); a search of many rows
+    (:data:`PLAIN_POSTINGS`) imports it, and so does a process past ``PLAIN_SEARCHES``
+    such searches (a server: numpy's arithmetic is faster once imported)."""
     if _numpy_loaded() or not all(isinstance(p.seqs, tuple) for p in postings):
         return False
     if _plain_left[0] <= 0:
