@@ -102,6 +102,14 @@ _POSTINGS = f"""SELECT memories_fts.rowid, bm25(memories_fts, 1.0, {TAGS_WEIGHT}
     WHERE memories_fts MATCH ? AND memories_fts.rowid BETWEEN ? AND ? AND m.namespace = ?
     ORDER BY memories_fts.rowid"""
 _COLUMN_WEIGHTS = {"content": 1.0, "tags": TAGS_WEIGHT}
+# A word's rows in a namespace, an instance a row (in seq order): its column and the row's
+# size. Cheaper than _POSTINGS (no bm25(), which reads each row's size twice more): for a
+# term of one token, the word the query wrote and the index term it stems to (``Term.key``)
+# match the same rows, each as many times as the word occurs.
+_INSTANCES = """SELECT v.doc, v.col, d.sz FROM temp.mnemex_vocab_i AS v
+    CROSS JOIN memories AS m INDEXED BY memories_seq_namespace ON m.seq = v.doc
+    JOIN memories_fts_docsize AS d ON d.id = v.doc
+    WHERE v.term = ? AND v.doc BETWEEN ? AND ? AND m.namespace = ?"""
 
 
 def filter_sql(filters: Filters, alias: str = "m") -> tuple[str, list[object]]:
@@ -272,11 +280,12 @@ class Lexicon:
     def postings(self, terms: Sequence[Term], scope: Scope) -> list[Postings]:
         """Each term's rows in the scope's namespace, with frequencies and lengths.
 
-        One FTS5 query per term reads its rows within the namespace's seq
-        bounds. The frequency is recovered from ``bm25()`` under two column
+        One query per term reads its rows within the namespace's seq bounds: a
+        word's instances in the index (``fts5vocab``), counted per row; a phrase's
+        rows by FTS5, the frequency recovered from ``bm25()`` under two column
         weightings (the ratio of the two scores fixes ``f / K``, and ``K``
-        follows from the row's length and the index's average), so nothing
-        but FTS5 reads the text. Cached per namespace and expression run: FTS5
+        follows from the row's length and the index's average). Either way
+        nothing but FTS5 reads the text. Cached per namespace and expression run: FTS5
         stems it again, and a stem is not always its own stem (``"hous"`` reads
         the rows of ``hou``), so the rows of a term's key queried as such are not
         those of the word it stems from. When the namespace has changed since, by
@@ -286,7 +295,6 @@ class Lexicon:
 
         self._setup()
         out: list[Postings] = []
-        totals: tuple[int, int] | None = None
         appended: dict[int, bool] = {}  # by the change counter of a cached read
         rows = 0  # of the terms so far: tuples while the search's rows are few (see _plain)
         for term in terms:
@@ -305,19 +313,26 @@ class Lexicon:
                 if then.changes not in appended:
                     appended[then.changes] = self._appended(then, scope)
                 since = kept if appended[then.changes] else None
-            if totals is None:
-                totals = _totals(self._conn)
-            lo = scope.lo if since is None else since[0].hi + 1
-            params = (term.match, lo, scope.hi, scope.namespace)
-            read = self._conn.execute(_POSTINGS, params).fetchall()
-            held = 0 if since is None else len(since[1])
-            found = _postings_of(read, totals, plain=rows + held + len(read) <= PLAIN_POSTINGS)
-            if since is not None:
-                found = _joined_postings(since[1], found)
+            if since is None:
+                found = self._read(term, scope, scope.lo, PLAIN_POSTINGS - rows)
+            else:
+                room = PLAIN_POSTINGS - rows - len(since[1])
+                found = _joined_postings(since[1], self._read(term, scope, since[0].hi + 1, room))
             rows += len(found)
             self._keep(key, scope, found)
             out.append(found)
         return out
+
+    def _read(self, term: Term, scope: Scope, lo: int, room: int) -> Postings:
+        """The term's rows in the namespace from seq ``lo`` on (tuples when they are at most
+        ``room``: see :data:`PLAIN_POSTINGS`). A word's from its instances in the index, a
+        phrase's (CJK characters) from ``bm25()`` (:func:`_postings_of`)."""
+        if term.phrase or starts_cjk(term.key):
+            params = (term.match, lo, scope.hi, scope.namespace)
+            read = self._conn.execute(_POSTINGS, params).fetchall()
+            return _postings_of(read, _totals(self._conn), plain=len(read) <= room)
+        params = (term.key, lo, scope.hi, scope.namespace)
+        return _instance_postings(self._conn.execute(_INSTANCES, params).fetchall(), room)
 
     def _appended(self, then: Scope, now: Scope) -> bool:
         """Whether the namespace changed from ``then`` to ``now`` only by rows added after
@@ -345,6 +360,33 @@ class Lexicon:
         while self._postings_rows > POSTINGS_CACHE_ROWS and len(self._postings) > 1:
             _, dropped = self._postings.popitem(last=False)
             self._postings_rows -= len(dropped[1]) + 1
+
+
+def _instance_postings(instances: list[tuple[int, str, bytes]], room: int) -> Postings:
+    """A term's rows from its instances (:data:`_INSTANCES`): each row's frequency, the
+    instances weighted by their column as ``bm25()`` weights them, and its length. Tuples
+    when the rows are at most ``room`` and the process has not imported numpy (see
+    :func:`_postings_of`)."""
+    freqs: dict[int, float] = {}
+    sizes: dict[int, bytes] = {}
+    for doc, col, size in instances:
+        if doc in freqs:
+            freqs[doc] += _COLUMN_WEIGHTS[col]
+        else:
+            freqs[doc] = _COLUMN_WEIGHTS[col]
+            sizes[doc] = size
+    seqs = sorted(freqs)  # in seq order already (one pass to check)
+    lengths = [float(_row_tokens(sizes[seq])) for seq in seqs]
+    weights = [freqs[seq] for seq in seqs]
+    if len(seqs) <= room and not _numpy_loaded():
+        return Postings(tuple(seqs), tuple(weights), tuple(lengths))
+    import numpy as np
+
+    return Postings(
+        np.array(seqs, dtype=np.int64),
+        np.array(weights, dtype=np.float64),
+        np.array(lengths, dtype=np.float64),
+    )
 
 
 def _joined_postings(first: Postings, then: Postings) -> Postings:
