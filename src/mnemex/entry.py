@@ -5,6 +5,7 @@ is dispatched here without loading the CLI (click and every command's
 module), and it ends with ``os._exit`` once its answer is written; everything
 else goes to :func:`mnemex.cli.main`, where ``search``, ``add`` and ``recall`` end
 with ``os._exit`` too once their store is closed (:data:`mnemex.cli.one_shot`).
+Either way ``inspect`` is imported only when something reads it (:func:`_defer`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,41 @@ import contextlib
 import gc
 import os
 import sys
+import types
+
+
+class _Deferred(types.ModuleType):
+    """A module of the standard library imported on its first use (an attribute read)."""
+
+    def __getattr__(self, name: str) -> object:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        real = __import__(self.__name__)
+        self.__dict__.update(real.__dict__)  # later reads find it here
+        return getattr(real, name)
+
+
+def _defer(name: str) -> None:
+    """Put a :class:`_Deferred` in place of the top-level module ``name``, unless it is
+    imported already: ``dataclasses`` imports ``inspect`` (and with it ``ast``, ``dis``
+    and ``tokenize``, about 6 ms) for the docstring of a class that has none, and on
+    Python 3.12 and later for each class's annotations; mnemex's value types have their
+    docstrings, so on 3.11 a hook or a command that never reads a signature skips it."""
+    if name in sys.modules:
+        return
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, None) if find is not None else None
+        if spec is not None:
+            stand_in = _Deferred(name)
+            stand_in.__spec__ = spec
+            sys.modules[name] = stand_in
+            return
 
 
 def main() -> None:
     argv = sys.argv[1:]
+    _defer("inspect")
     if "hook" in argv:
         from mnemex.hooks.run import main as hook
         from mnemex.hooks.run import parse_argv

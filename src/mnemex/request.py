@@ -49,6 +49,8 @@ class Ranking:
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """One search, as the engines run it."""
+
     query: str
     limit: int
     filters: Filters

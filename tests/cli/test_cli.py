@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -476,3 +477,33 @@ def test_the_all_namespaces_label_is_refused_as_a_namespace(run) -> None:  # typ
         done = run(*args, ok=False)
         assert done.exit_code == 1 and "--all-namespaces" in done.stderr, done.output
     assert "Fly.io" in run("search", "deploy", "--all-namespaces").stdout
+
+
+def test_the_entry_point_imports_inspect_on_first_use() -> None:
+    """``mnemex``'s entry point leaves ``inspect`` unimported until something reads it; the
+    module then behaves as ever, through a name bound before and through a new import."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from mnemex.entry import _defer
+        _defer("inspect")
+        import dataclasses, inspect
+        early = inspect
+        @dataclasses.dataclass
+        class Point:
+            '''A point.'''
+            x: int
+        deferred = "ast" not in sys.modules
+        assert str(inspect.signature(Point)) == "(x: int) -> None"
+        assert sys.modules["inspect"] is not early and "ast" in sys.modules
+        import inspect as again
+        assert again.signature is early.signature and again.isfunction(len) is False
+        _defer("os")  # imported already: left as it is
+        assert type(sys.modules["os"]).__name__ == "module"
+        print(deferred)
+        """
+    )
+    done = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, check=True, env=python_env()
+    )
+    assert done.stdout.strip() == str(sys.version_info < (3, 12))

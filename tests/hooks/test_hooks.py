@@ -854,6 +854,9 @@ NOT_FOR_A_LEXICAL_PROMPT = (
     "mnemex.results",
     "mnemex.dedup",
     "mnemex.ingest",
+    # inspect's own imports: the entry point defers it (see mnemex.entry._defer), and on
+    # 3.11 dataclasses reads it only for a class without a docstring
+    *(("ast", "dis", "tokenize") if sys.version_info < (3, 12) else ()),
 )
 
 

@@ -40,6 +40,8 @@ STATE_PREFIX = "hooks:"  # meta key: hooks:<agent>:<session id>
 
 @dataclass(frozen=True, slots=True)
 class CaptureReport:
+    """What a capture read from a transcript and stored."""
+
     turns: int  # complete turns read
     stored: int  # memories new to the store
     bad_lines: int

@@ -96,6 +96,8 @@ class Transcript:
 
 @dataclass(slots=True)
 class _Open:
+    """A turn being read: where it starts, and what is known of it so far."""
+
     start: int
     anchor: str | None
     prompt: str | None  # None: a turn of the agent's plumbing, dropped

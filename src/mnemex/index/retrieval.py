@@ -163,6 +163,8 @@ class Postings:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
+    """A row the lexical arm found, with its BM25 score."""
+
     seq: int
     raw: float  # BM25, positive, higher is better
 
@@ -180,6 +182,8 @@ class Retrieval:
 
 @dataclass(frozen=True, slots=True)
 class VectorHit:
+    """A row the vector arm found, with its cosine to the query."""
+
     seq: int
     cosine: float
 

@@ -206,6 +206,8 @@ def model_holds() -> Container[str]:
 
 @dataclass(frozen=True, slots=True)
 class _VocabularyFile:
+    """A vocabulary read from its file."""
+
     lines: bytes  # the file's tokens, each between two newlines
 
     def __contains__(self, token: object) -> bool:
